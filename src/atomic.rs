@@ -1,0 +1,306 @@
+//! The durable atomic replace of a document, and the file side of crash recovery.
+//!
+//! A write stages its bytes in `.<name>.fencepost-tmp-XXXXXXXX` beside the document
+//! (same folder, so the rename is atomic), fsyncs it, and only then takes the state
+//! file's lock. Under the lock the caller links `-pre` to the current document and
+//! `-new` to the staged file, renames, fsyncs the folder and commits. The two links let
+//! recovery undo a rename whose commit never happened (see `sink::recovery`).
+//!
+//! Staged files stay locked (`flock`) by their writer for its whole life, so recovery
+//! removes only temp files whose writer is gone, never those of a writer still running
+//! or paused.
+
+use std::fs::{self, File, Metadata, Permissions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tempfile::TempPath;
+
+use crate::error::{Error, Result};
+use crate::resource::DocPath;
+use crate::sink::{FileId, Leftovers};
+
+/// Size of the buffer that streams content: memory stays flat whatever the size.
+const CHUNK: usize = 128 * 1024;
+
+/// Fires a failpoint: a no-op unless built with the `failpoints` feature (crash tests).
+#[macro_export]
+macro_rules! failpoint {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        $crate::failpoints::hit($name)?;
+    };
+}
+
+/// The document as it is now: `None` if absent. Symlinks, folders and special files are
+/// refused: the tool replaces regular files only.
+pub fn inspect_document(doc: &DocPath) -> Result<Option<Metadata>> {
+    let path = doc.path();
+    match fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_file() => Ok(Some(meta)),
+        Ok(meta) => {
+            let what = if meta.file_type().is_symlink() {
+                "a symlink"
+            } else if meta.is_dir() {
+                "a folder"
+            } else {
+                "a special file"
+            };
+            Err(Error::usage_hint(
+                format!("document {} is {what}, not a regular file", path.display()),
+                "fencepost replaces regular files only; remove it or pick another resource",
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("cannot inspect", path)(e)),
+    }
+}
+
+/// Identity of a file from its metadata.
+pub fn file_id(meta: &Metadata) -> FileId {
+    FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        size: meta.size(),
+    }
+}
+
+/// Bytes staged for a document: written, fsynced, hashed, locked by this process.
+#[derive(Debug)]
+pub struct Staged {
+    /// Kept open so the `flock` that protects the temp file lives as long as we do.
+    file: File,
+    path: TempPath,
+    pub sha256: String,
+    pub size: u64,
+    pub id: FileId,
+}
+
+/// Streams `source` into a new temp file beside the document and makes it durable.
+/// A new document gets the mode an ordinary file creation gets under the umask; a
+/// rewrite keeps the existing document's mode (and owner, where allowed).
+pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) -> Result<Staged> {
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(&doc.name);
+    prefix.push(".fencepost-tmp-");
+    let mode = existing.map_or(0o666, |m| m.permissions().mode() & 0o7777);
+    let (file, path) = loop {
+        let temp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .rand_bytes(8)
+            .permissions(Permissions::from_mode(0o666))
+            .tempfile_in(&doc.dir)
+            .map_err(Error::io("cannot create temp file in", &doc.dir))?;
+        let (file, path) = temp.into_parts();
+        file.lock().map_err(Error::io("cannot lock", path.to_path_buf()))?;
+        // A cleaner may have removed the file between its creation and our lock (it looked
+        // abandoned). Only a file still at its path is ours to use.
+        let ours = fs::symlink_metadata(&path)
+            .ok()
+            .zip(file.metadata().ok())
+            .is_some_and(|(at_path, open)| at_path.ino() == open.ino() && at_path.dev() == open.dev());
+        if ours {
+            break (file, path);
+        }
+    };
+    let mut file = file;
+    if let Some(meta) = existing {
+        file.set_permissions(Permissions::from_mode(mode))
+            .map_err(Error::io("cannot set mode of", path.to_path_buf()))?;
+        let own = file.metadata().map_err(Error::io("cannot inspect", path.to_path_buf()))?;
+        if own.uid() != meta.uid() || own.gid() != meta.gid() {
+            // Best effort: only root may give a file away; others keep their own ids.
+            let _ = std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()));
+            file.set_permissions(Permissions::from_mode(mode))
+                .map_err(Error::io("cannot set mode of", path.to_path_buf()))?;
+        }
+    }
+    let mut hasher = Sha256::new();
+    let mut size: u64 = 0;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("cannot read the content for", doc.path())(e)),
+        };
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n])
+            .map_err(Error::io("cannot write", path.to_path_buf()))?;
+        size += n as u64;
+    }
+    crate::failpoint!("write.after_temp_write");
+    file.sync_all()
+        .map_err(Error::io("cannot fsync", path.to_path_buf()))?;
+    crate::failpoint!("write.after_temp_fsync");
+    let id = file_id(&file.metadata().map_err(Error::io("cannot inspect", path.to_path_buf()))?);
+    Ok(Staged {
+        file,
+        path,
+        sha256: hex(&hasher.finalize()),
+        size,
+        id,
+    })
+}
+
+impl Staged {
+    /// Links `-pre` to the current document (if any) and `-new` to the staged file, so a
+    /// crash from here to the commit can be undone. Call under the state file's lock.
+    pub fn link_for_recovery(&self, doc: &DocPath, document_exists: bool) -> Result<()> {
+        let pre = doc.sibling("pre");
+        let new = doc.sibling("new");
+        remove_if_present(&pre)?;
+        remove_if_present(&new)?;
+        if document_exists {
+            fs::hard_link(doc.path(), &pre).map_err(Error::io("cannot link pre-image", &pre))?;
+        }
+        crate::failpoint!("write.after_pre_link");
+        fs::hard_link(&self.path, &new).map_err(Error::io("cannot link staged file", &new))?;
+        crate::failpoint!("write.after_new_link");
+        Ok(())
+    }
+
+    /// Renames the staged file over the document and fsyncs the folder, so the new name
+    /// is durable before the caller commits.
+    pub fn rename_into_place(self, doc: &DocPath) -> Result<()> {
+        let target = doc.path();
+        let Staged { file, path, .. } = self;
+        path.persist(&target)
+            .map_err(|e| Error::io("cannot rename into", target.clone())(e.error))?;
+        drop(file);
+        crate::failpoint!("write.after_rename");
+        fsync_dir(&doc.dir)?;
+        crate::failpoint!("write.after_dir_fsync");
+        Ok(())
+    }
+}
+
+/// Removes the recovery links after a commit (or a rollback). Leftovers are harmless:
+/// the next recovery removes them.
+pub fn drop_links(doc: &DocPath) {
+    let _ = fs::remove_file(doc.sibling("new"));
+    let _ = fs::remove_file(doc.sibling("pre"));
+}
+
+/// What a crashed write may have left next to the document.
+pub fn leftovers(doc: &DocPath) -> Result<Leftovers> {
+    let id_of = |path: PathBuf| -> Result<Option<FileId>> {
+        match fs::symlink_metadata(&path) {
+            Ok(meta) => Ok(Some(file_id(&meta))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("cannot inspect", path)(e)),
+        }
+    };
+    Ok(Leftovers {
+        new: id_of(doc.sibling("new"))?,
+        pre: id_of(doc.sibling("pre"))?.is_some(),
+        doc: id_of(doc.path())?,
+    })
+}
+
+/// Puts the pre-image back over a document whose write never committed.
+pub fn restore_pre(doc: &DocPath) -> Result<()> {
+    let pre = doc.sibling("pre");
+    fs::rename(&pre, doc.path()).map_err(Error::io("cannot restore pre-image", &pre))?;
+    fsync_dir(&doc.dir)?;
+    drop_links(doc);
+    Ok(())
+}
+
+/// Removes a first document whose write never committed.
+pub fn remove_uncommitted(doc: &DocPath) -> Result<()> {
+    let path = doc.path();
+    fs::remove_file(&path).map_err(Error::io("cannot remove uncommitted", &path))?;
+    fsync_dir(&doc.dir)?;
+    drop_links(doc);
+    Ok(())
+}
+
+/// Removes temp files of writers that are gone (their `flock` is free). A writer that is
+/// still running, or paused, still holds its lock, and its file is left alone.
+/// Returns how many were removed.
+pub fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(&doc.name);
+    prefix.push(".fencepost-tmp-");
+    let prefix = prefix.as_encoded_bytes();
+    let entries = match fs::read_dir(&doc.dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("cannot list", &doc.dir)(e)),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        if !entry.file_name().as_encoded_bytes().starts_with(prefix) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = File::open(&path) else { continue };
+        if file.try_lock().is_ok() && fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Fails early, before anything is written, when the folder cannot hold `size` bytes.
+pub fn ensure_space(dir: &Path, size: u64) -> Result<()> {
+    match fs2::available_space(dir) {
+        Ok(free) if free < size => Err(Error::Io {
+            context: "not enough free space in",
+            path: dir.to_path_buf(),
+            source: io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("{size} bytes needed, {free} available"),
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// fsyncs a folder, making renames and links in it durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io("cannot fsync folder", dir))
+}
+
+/// SHA-256 and size of a file, streamed.
+pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut size = 0u64;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((hex(&hasher.finalize()), size))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("cannot remove", path)(e)),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
+}

@@ -1,0 +1,152 @@
+//! The integer clock every deadline is measured on.
+//!
+//! Two kinds exist and a state file is bound to the first one it sees: logical ticks
+//! (`--now N`, for scripts and tests that must be deterministic) and wall-clock
+//! milliseconds since the Unix epoch. Mixing them would silently break every deadline,
+//! so [`ClockKind`] is recorded in the state file and checked on every change.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+
+/// Which clock a time value belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockKind {
+    Logical,
+    Wall,
+}
+
+impl ClockKind {
+    /// The name stored in the state file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClockKind::Logical => "logical",
+            ClockKind::Wall => "wall",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Option<ClockKind> {
+        match s {
+            "logical" => Some(ClockKind::Logical),
+            "wall" => Some(ClockKind::Wall),
+            _ => None,
+        }
+    }
+}
+
+/// The clock of one command: a fixed logical tick or the wall clock.
+#[derive(Debug, Clone, Copy)]
+pub enum Clock {
+    Logical(i64),
+    Wall,
+}
+
+impl Clock {
+    /// Builds the clock from the global `--now` option.
+    pub fn from_option(now: Option<i64>) -> Result<Clock> {
+        match now {
+            Some(n) if n < 0 => Err(Error::usage(format!(
+                "--now must be zero or positive, got {n}"
+            ))),
+            Some(n) => Ok(Clock::Logical(n)),
+            None => Ok(Clock::Wall),
+        }
+    }
+
+    pub fn kind(self) -> ClockKind {
+        match self {
+            Clock::Logical(_) => ClockKind::Logical,
+            Clock::Wall => ClockKind::Wall,
+        }
+    }
+
+    /// The current time on this clock.
+    pub fn now(self) -> i64 {
+        match self {
+            Clock::Logical(n) => n,
+            Clock::Wall => wall_millis(),
+        }
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn wall_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Parses a TTL or wait: a bare positive integer (ticks of the clock in use) or, on the
+/// wall clock only, a number with a unit: `500ms`, `30s`, `2m`, `1h`.
+pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let bad = || {
+        Error::usage_hint(
+            format!("{what} must be a positive integer or a duration like 500ms, 30s, 2m, 1h; got {text:?}"),
+            "a bare integer is ticks of the clock in use (milliseconds on the wall clock)",
+        )
+    };
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let value: i64 = digits.parse().map_err(|_| {
+        Error::usage(format!("{what} {text:?} is too large"))
+    })?;
+    let factor: i64 = match unit {
+        "" => 1,
+        "ms" | "s" | "m" | "h" if kind == ClockKind::Logical => {
+            return Err(Error::usage_hint(
+                format!("{what} {text:?} has a unit, but --now sets a logical clock"),
+                "with --now, give durations as bare ticks (e.g. --ttl 10)",
+            ));
+        }
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(bad()),
+    };
+    let total = value
+        .checked_mul(factor)
+        .ok_or_else(|| Error::usage(format!("{what} {text:?} is too large")))?;
+    if total <= 0 {
+        return Err(Error::usage(format!("{what} must be positive, got {text:?}")));
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_scale_to_milliseconds_on_the_wall_clock() {
+        let w = ClockKind::Wall;
+        assert_eq!(parse_duration("500ms", w, "--ttl").ok(), Some(500));
+        assert_eq!(parse_duration("30s", w, "--ttl").ok(), Some(30_000));
+        assert_eq!(parse_duration("2m", w, "--ttl").ok(), Some(120_000));
+        assert_eq!(parse_duration("1h", w, "--ttl").ok(), Some(3_600_000));
+        assert_eq!(parse_duration("42", w, "--ttl").ok(), Some(42));
+    }
+
+    #[test]
+    fn logical_clock_takes_bare_ticks_only() {
+        let l = ClockKind::Logical;
+        assert_eq!(parse_duration("10", l, "--ttl").ok(), Some(10));
+        assert!(parse_duration("10s", l, "--ttl").is_err());
+    }
+
+    #[test]
+    fn zero_negative_garbage_and_overflow_are_refused() {
+        let w = ClockKind::Wall;
+        for bad in ["0", "-5", "", "s", "5x", "1.5s", "99999999999999999999", "9999999999999999h"] {
+            assert!(parse_duration(bad, w, "--ttl").is_err(), "{bad:?} accepted");
+        }
+    }
+}

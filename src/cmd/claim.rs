@@ -1,0 +1,141 @@
+//! `fencepost claim`: take a resource's lease and get a new epoch.
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Ctx, Report, check_owner, lease_json};
+use crate::clock::{Clock, parse_duration};
+use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
+
+/// Claim RESOURCE for OWNER and print the new epoch (and nothing else).
+///
+/// Succeeds when there is no lease, the lease was released or completed, or its deadline
+/// has passed (`now >= deadline`). The epoch goes up by one on every successful claim,
+/// even when the same owner claims again. By default the claim also registers the new
+/// epoch with the sink, so writes carrying an older epoch are refused from this moment on.
+///
+/// Example:
+///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// The document's path relative to --root, e.g. reports/daily.md.
+    pub resource: OsString,
+
+    /// Who is claiming (free text: host, pid, job id).
+    #[arg(long, env = "FENCEPOST_OWNER")]
+    pub owner: String,
+
+    /// Lease length: ticks, or with the wall clock 500ms, 30s, 2m, 1h.
+    #[arg(long, env = "FENCEPOST_TTL")]
+    pub ttl: String,
+
+    /// If the lease is held, wait up to this long for it to become claimable
+    /// (wall clock only; polls with back-off, never spins).
+    #[arg(long, value_name = "DURATION")]
+    pub wait: Option<String>,
+
+    /// Do not register the new epoch with the sink; old holders' writes are refused
+    /// only after this holder's first write (the source design's behaviour).
+    #[arg(long)]
+    pub lazy_fence: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
+    let resource = super::resource(&args.resource)?;
+    check_owner(&args.owner)?;
+    let kind = ctx.clock.kind();
+    let ttl = parse_duration(&args.ttl, kind, "--ttl")?;
+    let wait = match &args.wait {
+        None => None,
+        Some(_) if matches!(ctx.clock, Clock::Logical(_)) => {
+            return Err(Error::usage_hint(
+                "--wait needs the wall clock: with --now, time does not pass",
+                "drop --now, or retry the claim with a later --now",
+            ));
+        }
+        Some(text) => Some(Duration::from_millis(
+            parse_duration(text, kind, "--wait")?.unsigned_abs(),
+        )),
+    };
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(10);
+    let mut store = ctx.store()?;
+    loop {
+        let now = ctx.clock.now();
+        let tx = ctx.begin(&mut store, &resource)?;
+        let current = tx.lease(&resource)?;
+        let epoch = match next_epoch(current.as_ref(), now) {
+            Ok(epoch) => epoch,
+            Err(ClaimRefusal::EpochExhausted) => {
+                return Err(Error::usage(format!("epochs of {resource} are exhausted")));
+            }
+            Err(ClaimRefusal::Held) => {
+                drop(tx);
+                let holder = current.as_ref();
+                let left = wait.and_then(|w| w.checked_sub(started.elapsed()));
+                match left {
+                    Some(left) if !left.is_zero() => {
+                        // Sleep until the holder's deadline or the next poll, whichever is
+                        // sooner: a release or completion can free it early.
+                        let until_deadline = holder.map_or(0, |l| l.deadline - now).max(1);
+                        let nap = pause
+                            .min(left)
+                            .min(Duration::from_millis(until_deadline.unsigned_abs()));
+                        std::thread::sleep(nap);
+                        pause = (pause * 2).min(Duration::from_millis(500));
+                        continue;
+                    }
+                    _ => return Err(held(&resource, holder, now)),
+                }
+            }
+        };
+        let deadline = now
+            .checked_add(ttl)
+            .ok_or_else(|| Error::usage(format!("--ttl {} overflows the clock", args.ttl)))?;
+        let lease = Lease {
+            owner: args.owner.clone(),
+            epoch,
+            deadline,
+            state: LeaseState::Held,
+            result: None,
+        };
+        tx.put_lease(&resource, &lease, now)?;
+        if !args.lazy_fence {
+            tx.raise_fence(&resource, epoch)?;
+        }
+        crate::failpoint!("claim.before_commit");
+        tx.commit()?;
+        return Ok(Report::new(
+            epoch.to_string(),
+            json!({
+                "outcome": "claimed",
+                "resource": resource.as_str(),
+                "epoch": epoch,
+                "owner": args.owner,
+                "deadline": deadline,
+                "fenced_at_sink": !args.lazy_fence,
+                "previous": lease_json(current.as_ref(), now),
+            }),
+        ));
+    }
+}
+
+fn held(resource: &crate::resource::Resource, holder: Option<&Lease>, now: i64) -> Error {
+    let (who, epoch, deadline) = holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
+    let fields = json!({
+        "resource": resource.as_str(),
+        "epoch": epoch,
+        "holder": who,
+        "deadline": deadline,
+        "lease": lease_json(holder, now),
+    });
+    Error::Refused(Refusal::new(
+        RefusalKind::Held,
+        format!("{resource} is held by {who} (epoch {epoch}) until {deadline}"),
+        fields,
+    ))
+}

@@ -1,0 +1,182 @@
+//! The subcommands, one file each, and what they share: the resolved global options
+//! ([`Ctx`]), the value a command returns ([`Report`]), and the start of every state
+//! change ([`Ctx::begin`]: open, `BEGIN IMMEDIATE`, clock check, crash recovery).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::clock::Clock;
+use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::lease::{Lease, LostReason};
+use crate::resource::{self, Resource};
+use crate::store::{Store, Txn};
+
+pub mod claim;
+pub mod complete;
+pub mod recover;
+pub mod release;
+pub mod renew;
+pub mod status;
+pub mod write;
+
+/// The global options, resolved.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The publish root, canonical.
+    pub root: PathBuf,
+    /// The state file.
+    pub db: PathBuf,
+    pub clock: Clock,
+    pub busy: Duration,
+}
+
+/// What a successful command prints: a plain line for people and shell capture, and
+/// the fields of its `--json` object.
+#[derive(Debug)]
+pub struct Report {
+    pub plain: String,
+    pub json: Map<String, Value>,
+}
+
+impl Report {
+    pub fn new(plain: impl Into<String>, json: Value) -> Report {
+        let json = match json {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        Report {
+            plain: plain.into(),
+            json,
+        }
+    }
+}
+
+impl Ctx {
+    /// Opens (creating if needed) the state file.
+    pub fn store(&self) -> Result<Store> {
+        Store::open(&self.db, self.busy, true)?.ok_or_else(|| Error::usage("state file vanished"))
+    }
+
+    /// Opens the state file, takes the write lock, checks the clock and recovers the
+    /// resource's document from any crashed write: the first steps of every change.
+    pub fn begin<'s>(&self, store: &'s mut Store, resource: &Resource) -> Result<Txn<'s>> {
+        let tx = store.immediate()?;
+        tx.bind_clock(self.clock.kind())?;
+        recover::recover_in(&tx, &self.root, resource)?;
+        Ok(tx)
+    }
+}
+
+/// Refuses an owner name that is empty or has control characters.
+pub fn check_owner(owner: &str) -> Result<()> {
+    if owner.is_empty() {
+        return Err(Error::usage("owner name is empty"));
+    }
+    if owner.chars().any(char::is_control) {
+        return Err(Error::usage(format!("owner name {owner:?} contains control characters")));
+    }
+    Ok(())
+}
+
+/// Refuses an epoch that is not positive.
+pub fn check_epoch(epoch: i64) -> Result<()> {
+    if epoch <= 0 {
+        return Err(Error::usage(format!("--epoch must be positive, got {epoch}")));
+    }
+    Ok(())
+}
+
+/// Parses the resource argument.
+pub fn resource(raw: &std::ffi::OsStr) -> Result<Resource> {
+    Resource::parse(raw)
+}
+
+/// The lease as JSON, or null.
+pub fn lease_json(lease: Option<&Lease>, now: i64) -> Value {
+    match lease {
+        None => Value::Null,
+        Some(l) => json!({
+            "owner": l.owner,
+            "epoch": l.epoch,
+            "deadline": l.deadline,
+            "state": l.view(now),
+            "result": l.result,
+        }),
+    }
+}
+
+/// The `lost` refusal of renew, complete and release, with the current holder.
+pub fn lost(
+    resource: &Resource,
+    owner: &str,
+    epoch: i64,
+    current: Option<&Lease>,
+    reason: LostReason,
+    now: i64,
+) -> Error {
+    let holder = match current {
+        Some(l) => format!(" (current: owner {} epoch {}, {})", l.owner, l.epoch, l.view(now)),
+        None => String::new(),
+    };
+    let fields = json!({
+        "resource": resource.as_str(),
+        "owner": owner,
+        "epoch": epoch,
+        "reason": reason.describe(),
+        "lease": lease_json(current, now),
+    });
+    Error::Refused(Refusal::new(
+        RefusalKind::Lost,
+        format!(
+            "{owner} epoch {epoch} no longer holds {resource}: {}{holder}",
+            reason.describe()
+        ),
+        fields,
+    ))
+}
+
+/// Where the default state file is for a root.
+pub fn default_db(root: &std::path::Path) -> PathBuf {
+    root.join(resource::STATE_DIR).join("state.db")
+}
+
+/// The identity a holder presents to renew, complete or release its lease.
+#[derive(Debug, clap::Args)]
+pub struct HolderArgs {
+    /// The document's path relative to --root, e.g. reports/daily.md.
+    pub resource: std::ffi::OsString,
+
+    /// The owner name the lease was claimed under.
+    #[arg(long, env = "FENCEPOST_OWNER")]
+    pub owner: String,
+
+    /// The epoch `claim` printed.
+    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    pub epoch: i64,
+}
+
+/// Runs a holder's compare-and-set (renew, complete, release) in one IMMEDIATE
+/// transaction. Zero rows changed is a `lost` refusal that says why, never a success.
+pub fn change_held(
+    ctx: &Ctx,
+    holder: &HolderArgs,
+    change: crate::store::HolderChange<'_>,
+) -> Result<(Resource, i64)> {
+    let resource = resource(&holder.resource)?;
+    check_owner(&holder.owner)?;
+    check_epoch(holder.epoch)?;
+    let now = ctx.clock.now();
+    let mut store = ctx.store()?;
+    let tx = ctx.begin(&mut store, &resource)?;
+    if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
+        tx.commit()?;
+        return Ok((resource, now));
+    }
+    let current = tx.lease(&resource)?;
+    let reason = crate::lease::check_holder(current.as_ref(), &holder.owner, holder.epoch, now)
+        .err()
+        .unwrap_or(LostReason::Expired);
+    Err(lost(&resource, &holder.owner, holder.epoch, current.as_ref(), reason, now))
+}

@@ -1,0 +1,116 @@
+//! `fencepost recover`, and the crash recovery every state change runs first.
+//!
+//! A write that died between its rename and its COMMIT leaves the new bytes in place
+//! and the old record. Recovery (under the state file's write lock) undoes exactly that
+//! case and nothing else; the rule is `sink::recovery`.
+
+use std::ffi::OsString;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Ctx, Report};
+use crate::atomic;
+use crate::error::Result;
+use crate::resource::{DocPath, Resource, locate};
+use crate::sink::{FileId, Recovery, recovery};
+use crate::store::Txn;
+
+/// Finish or undo writes that crashed, and remove temp files of dead writers.
+///
+/// Every command that changes a resource already does this for that resource first;
+/// run `recover` after a crash to tidy all resources at once (e.g. from a boot script).
+/// Temp files of writers that are still running (or paused) are left alone.
+///
+/// Example:
+///   fencepost recover
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// Only this resource (default: every resource in the state file).
+    pub resource: Option<OsString>,
+}
+
+pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
+    let mut store = ctx.store()?;
+    let names = match &args.resource {
+        Some(raw) => vec![super::resource(raw)?],
+        None => {
+            let tx = store.snapshot()?;
+            tx.resources()?
+                .iter()
+                .filter_map(|name| Resource::parse(name.as_ref()).ok())
+                .collect()
+        }
+    };
+    let mut lines = Vec::new();
+    let mut actions = Vec::new();
+    for resource in &names {
+        let tx = store.immediate()?;
+        tx.bind_clock(ctx.clock.kind())?;
+        let done = recover_in(&tx, &ctx.root, resource)?;
+        tx.commit()?;
+        let temps = match locate(&ctx.root, resource, false)? {
+            Some(doc) => atomic::remove_abandoned_temps(&doc)?,
+            None => 0,
+        };
+        let what = describe(done);
+        if done != Recovery::Nothing || temps > 0 {
+            lines.push(format!("{resource}: {what}, {temps} temp file(s) removed"));
+        }
+        actions.push(json!({
+            "resource": resource.as_str(),
+            "action": what,
+            "temps_removed": temps,
+        }));
+    }
+    let plain = if lines.is_empty() {
+        "nothing to recover".to_string()
+    } else {
+        lines.join("\n")
+    };
+    Ok(Report::new(
+        plain,
+        json!({ "outcome": "recovered", "resources": actions }),
+    ))
+}
+
+/// Recovers one resource inside the caller's IMMEDIATE transaction.
+pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> Result<Recovery> {
+    let Some(doc) = locate(root, resource, false)? else {
+        return Ok(Recovery::Nothing);
+    };
+    let found = atomic::leftovers(&doc)?;
+    if found.new.is_none() && !found.pre {
+        return Ok(Recovery::Nothing);
+    }
+    let recorded = tx
+        .sink(resource)?
+        .and_then(|r| r.content)
+        .and_then(|c| c.file);
+    apply(&doc, recovery(recorded, found))
+}
+
+/// Undoes an uncommitted rename against the record as it was before the write.
+pub fn undo(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
+    let found = atomic::leftovers(doc)?;
+    apply(doc, recovery(recorded, found))
+}
+
+fn apply(doc: &DocPath, action: Recovery) -> Result<Recovery> {
+    match action {
+        Recovery::Nothing => {}
+        Recovery::DropLinks => atomic::drop_links(doc),
+        Recovery::RestorePre => atomic::restore_pre(doc)?,
+        Recovery::RemoveDoc => atomic::remove_uncommitted(doc)?,
+    }
+    Ok(action)
+}
+
+fn describe(action: Recovery) -> &'static str {
+    match action {
+        Recovery::Nothing => "nothing to do",
+        Recovery::DropLinks => "removed leftover recovery links",
+        Recovery::RestorePre => "rolled back an uncommitted write (previous document restored)",
+        Recovery::RemoveDoc => "rolled back an uncommitted first write (document removed)",
+    }
+}

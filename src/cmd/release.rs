@@ -1,0 +1,34 @@
+//! `fencepost release`: give a live lease up at once.
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Ctx, HolderArgs, Report, change_held};
+use crate::error::Result;
+use crate::store::HolderChange;
+
+/// Give up a live lease now, so the next worker need not wait for the deadline.
+///
+/// Owner and epoch must match a live lease; otherwise it exits 4 (lost). The epoch is
+/// not reused: the next claim gets epoch + 1.
+///
+/// Example:
+///   fencepost release reports/daily.md --owner worker-b --epoch "$epoch"
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub holder: HolderArgs,
+}
+
+pub fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
+    let (resource, _) = change_held(ctx, &args.holder, HolderChange::Release)?;
+    Ok(Report::new(
+        "released",
+        json!({
+            "outcome": "released",
+            "resource": resource.as_str(),
+            "epoch": args.holder.epoch,
+            "owner": args.holder.owner,
+        }),
+    ))
+}

@@ -1,0 +1,196 @@
+//! `fencepost status`: the lease table and the sink side by side, plus the document on
+//! disk, so "the dashboard says B but the file says A" is visible at a glance.
+
+use std::ffi::OsString;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Ctx, Report, lease_json};
+use crate::atomic;
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::resource::{Resource, locate};
+use crate::sink::{Recovery, SinkRecord, recovery};
+use crate::store::Store;
+
+/// Show leases, the sink's records and whether each document still matches them.
+///
+/// DOCUMENT is `matches` when the file's SHA-256 equals what the sink recorded,
+/// `drifted` when it was changed behind the tool's back, `missing` when the recorded
+/// file is gone, `untracked` when a file exists but no write was recorded, and
+/// `interrupted` when a crashed write awaits recovery. Read-only: it changes nothing.
+///
+/// Example:
+///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only this resource (default: all).
+    pub resource: Option<OsString>,
+}
+
+/// One resource's row.
+struct Row {
+    resource: String,
+    lease: Option<Lease>,
+    sink: Option<SinkRecord>,
+    doc: DocState,
+}
+
+struct DocState {
+    state: &'static str,
+    sha256: Option<String>,
+    size: Option<u64>,
+}
+
+pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
+    let only = args
+        .resource
+        .as_deref()
+        .map(super::resource)
+        .transpose()?;
+    let now = ctx.clock.now();
+    let rows = match crate::store::Store::open(&ctx.db, ctx.busy, false)? {
+        Some(store) => collect(ctx, store, only.as_ref())?,
+        None => match &only {
+            Some(resource) => vec![Row {
+                resource: resource.to_string(),
+                lease: None,
+                sink: None,
+                doc: document(ctx, resource, None)?,
+            }],
+            None => Vec::new(),
+        },
+    };
+    let json_rows: Vec<Value> = rows.iter().map(|r| row_json(r, now)).collect();
+    let mut out = json!({ "outcome": "status", "now": now, "resources": json_rows });
+    if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
+        map.insert("resource".into(), json!(resource.as_str()));
+    }
+    Ok(Report::new(table(&rows, now), out))
+}
+
+fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<Row>> {
+    let tx = store.snapshot()?;
+    tx.check_clock(ctx.clock.kind())?;
+    let names: Vec<Resource> = match only {
+        Some(r) => vec![r.clone()],
+        None => tx
+            .resources()?
+            .iter()
+            .filter_map(|n| Resource::parse(n.as_ref()).ok())
+            .collect(),
+    };
+    let mut rows = Vec::with_capacity(names.len());
+    for resource in names {
+        let sink = tx.sink(&resource)?;
+        let doc = document(ctx, &resource, sink.as_ref())?;
+        rows.push(Row {
+            resource: resource.to_string(),
+            lease: tx.lease(&resource)?,
+            sink,
+            doc,
+        });
+    }
+    Ok(rows)
+}
+
+fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
+    let recorded = sink.and_then(|s| s.content.as_ref());
+    let none = |state| DocState {
+        state,
+        sha256: None,
+        size: None,
+    };
+    let Some(doc) = locate(&ctx.root, resource, false)? else {
+        return Ok(none(if recorded.is_some() { "missing" } else { "absent" }));
+    };
+    let leftovers = atomic::leftovers(&doc)?;
+    let meta = match atomic::inspect_document(&doc) {
+        Ok(meta) => meta,
+        Err(_) => return Ok(none("not-a-file")),
+    };
+    let Some(_) = meta else {
+        return Ok(none(if recorded.is_some() { "missing" } else { "absent" }));
+    };
+    let (sha256, size) = atomic::hash_file(&doc.path())
+        .map_err(crate::error::Error::io("cannot read", doc.path()))?;
+    let pending = recovery(recorded.and_then(|c| c.file), leftovers);
+    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
+        "interrupted"
+    } else {
+        match recorded {
+            Some(c) if c.sha256 == sha256 => "matches",
+            Some(_) => "drifted",
+            None => "untracked",
+        }
+    };
+    Ok(DocState {
+        state,
+        sha256: Some(sha256),
+        size: Some(size),
+    })
+}
+
+fn row_json(row: &Row, now: i64) -> Value {
+    let sink = row.sink.as_ref().map(|s| {
+        let c = s.content.as_ref();
+        json!({
+            "fence": s.fence,
+            "content_epoch": c.map(|c| c.epoch),
+            "sha256": c.map(|c| c.sha256.clone()),
+            "size": c.map(|c| c.size),
+            "written_at": c.map(|c| c.written_at),
+        })
+    });
+    json!({
+        "resource": row.resource,
+        "lease": lease_json(row.lease.as_ref(), now),
+        "sink": sink,
+        "document": {
+            "state": row.doc.state,
+            "sha256": row.doc.sha256,
+            "size": row.doc.size,
+        },
+    })
+}
+
+fn table(rows: &[Row], now: i64) -> String {
+    if rows.is_empty() {
+        return "no resources".to_string();
+    }
+    let dash = || "-".to_string();
+    let mut cells = vec![
+        ["RESOURCE", "LEASE", "OWNER", "EPOCH", "DEADLINE", "FENCE", "WRITTEN", "DOCUMENT"]
+            .map(String::from),
+    ];
+    for row in rows {
+        let lease = row.lease.as_ref();
+        let content = row.sink.as_ref().and_then(|s| s.content.as_ref());
+        cells.push([
+            row.resource.clone(),
+            lease.map_or_else(|| "none".into(), |l| l.view(now).into()),
+            lease.map_or_else(dash, |l| l.owner.clone()),
+            lease.map_or_else(dash, |l| l.epoch.to_string()),
+            lease.map_or_else(dash, |l| l.deadline.to_string()),
+            row.sink.as_ref().map_or_else(dash, |s| s.fence.to_string()),
+            content.map_or_else(dash, |c| format!("epoch {}", c.epoch)),
+            row.doc.state.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|i| cells.iter().map(|c| c[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    cells
+        .iter()
+        .map(|c| {
+            let line: Vec<String> = c
+                .iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            line.join("  ").trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

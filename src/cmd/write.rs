@@ -1,0 +1,272 @@
+//! `fencepost write`: the sink. Replace a document only if its epoch is still current.
+//!
+//! Order (each step's crash outcome is in the README's design section):
+//! stage the bytes in a temp file and fsync it, with no lock held; then in one
+//! `BEGIN IMMEDIATE` transaction: recover, check the epoch, link `-pre`/`-new`, rename,
+//! fsync the folder, record the epoch and hash, COMMIT; then drop the links.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Ctx, Report, check_epoch, check_owner};
+use crate::atomic::{self, Staged};
+use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::lease::Lease;
+use crate::resource::{DocPath, Resource};
+use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
+use crate::store::Txn;
+
+/// Replace RESOURCE's document with stdin (or --from FILE) if EPOCH is still current.
+///
+/// Prints `written`, or `replay` when this epoch already wrote these exact bytes (exit 0,
+/// file untouched). Refusals change nothing: `stale` (exit 5) when a newer epoch was
+/// accepted or registered by a takeover claim, `conflict` (6) for different bytes under
+/// the same epoch, `unissued` (8) for an epoch `claim` never gave out for this resource.
+/// The new content is written and fsynced before the state file is locked; then it
+/// replaces the document by an atomic rename. A new document gets the usual mode under
+/// your umask; a rewrite keeps the document's mode.
+///
+/// Example:
+///   render-report | fencepost write reports/daily.md --epoch "$epoch"
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    /// The document's path relative to --root, e.g. reports/daily.md.
+    pub resource: OsString,
+
+    /// The epoch `claim` printed for this resource.
+    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    pub epoch: i64,
+
+    /// The writer's owner name; if given, the epoch must have been issued to it.
+    #[arg(long, env = "FENCEPOST_OWNER")]
+    pub owner: Option<String>,
+
+    /// Read the content from FILE instead of stdin.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+
+    /// DANGER, for reproducing the bug only: accept any epoch, as a sink without fencing
+    /// would. A paused old worker can then overwrite a newer document.
+    #[arg(long)]
+    pub unfenced: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
+    let resource = super::resource(&args.resource)?;
+    check_epoch(args.epoch)?;
+    if let Some(owner) = &args.owner {
+        check_owner(owner)?;
+    }
+    let mut source: Box<dyn Read> = match &args.from {
+        Some(path) => Box::new(open_source(path)?),
+        None => Box::new(io::stdin().lock()),
+    };
+    let mut store = ctx.store()?;
+
+    // Early answer for requests that cannot succeed, before reading a byte or creating a
+    // folder. Advisory only: the decision that counts is taken again under the lock.
+    {
+        let tx = store.snapshot()?;
+        tx.check_clock(ctx.clock.kind())?;
+        let (lease, record) = (tx.lease(&resource)?, tx.sink(&resource)?);
+        check_issued_owner(&resource, args, lease.as_ref())?;
+        if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) =
+            decide(record.as_ref(), lease.map(|l| l.epoch), args.epoch, "", args.unfenced)
+        {
+            return Err(refusal(&resource, args.epoch, d));
+        }
+    }
+
+    let doc = crate::resource::locate(&ctx.root, &resource, true)?
+        .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
+    if is_state_file(&doc, &ctx.db) {
+        return Err(Error::usage(format!("resource {resource} is the state file itself")));
+    }
+    let existing = atomic::inspect_document(&doc)?;
+    atomic::remove_abandoned_temps(&doc)?;
+    if let Some(path) = &args.from
+        && let Ok(meta) = std::fs::metadata(path)
+    {
+        atomic::ensure_space(&doc.dir, meta.len())?;
+    }
+    let staged = atomic::stage(&doc, &mut source, existing.as_ref())?;
+
+    crate::failpoint!("write.before_lock");
+    let now = ctx.clock.now();
+    let tx = ctx.begin(&mut store, &resource)?;
+    let lease = tx.lease(&resource)?;
+    check_issued_owner(&resource, args, lease.as_ref())?;
+    let record = tx.sink(&resource)?;
+    let decision = decide(
+        record.as_ref(),
+        lease.map(|l| l.epoch),
+        args.epoch,
+        &staged.sha256,
+        args.unfenced,
+    );
+    let (sha256, size) = (staged.sha256.clone(), staged.size);
+    let outcome = match decision {
+        WriteDecision::Write => {
+            publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, now)?;
+            "written"
+        }
+        WriteDecision::Replay => "replay",
+        refused => return Err(refusal(&resource, args.epoch, refused)),
+    };
+    Ok(Report::new(
+        outcome,
+        json!({
+            "outcome": outcome,
+            "resource": resource.as_str(),
+            "epoch": args.epoch,
+            "owner": args.owner,
+            "sha256": sha256,
+            "size": size,
+            "unfenced": args.unfenced,
+            "previous_fence": record.map(|r| r.fence),
+        }),
+    ))
+}
+
+/// The part under the lock once the write is accepted: links, rename, folder fsync,
+/// record, COMMIT. On any failure the document is put back as it was.
+#[allow(clippy::too_many_arguments)]
+fn publish(
+    ctx: &Ctx,
+    tx: Txn<'_>,
+    doc: &DocPath,
+    resource: &Resource,
+    args: &WriteArgs,
+    record: Option<&SinkRecord>,
+    staged: Staged,
+    now: i64,
+) -> Result<()> {
+    let content = Content {
+        epoch: args.epoch,
+        sha256: staged.sha256.clone(),
+        size: staged.size,
+        written_at: now,
+        file: Some(staged.id),
+    };
+    let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
+    let exists = atomic::inspect_document(doc)?.is_some();
+    let staged_change = staged
+        .link_for_recovery(doc, exists)
+        .and_then(|()| staged.rename_into_place(doc))
+        .and_then(|()| {
+            let fence = fence_after_write(record, args.epoch, args.unfenced);
+            tx.record_write(resource, fence, &content, args.owner.as_deref())
+        });
+    if let Err(e) = staged_change {
+        // Still under the lock, and the transaction will roll back: undo the rename
+        // against the record as it was before this write.
+        super::recover::undo(doc, recorded_before)?;
+        return Err(e);
+    }
+    if let Err(e) = tx.commit() {
+        // The lock is gone with the failed commit; recover against whatever the state
+        // file now says, in a transaction of its own.
+        let mut store = ctx.store()?;
+        let _ = ctx.begin(&mut store, resource).and_then(Txn::commit);
+        return Err(e);
+    }
+    atomic::drop_links(doc);
+    Ok(())
+}
+
+/// With `--owner`, the epoch must have been issued to that owner (when the lease still
+/// carries it; older epochs are decided by the fence).
+fn check_issued_owner(resource: &Resource, args: &WriteArgs, lease: Option<&Lease>) -> Result<()> {
+    match (args.owner.as_deref(), lease) {
+        (Some(owner), Some(lease)) if lease.epoch == args.epoch && lease.owner != owner => {
+            Err(Error::Refused(Refusal::new(
+                RefusalKind::Unissued,
+                format!(
+                    "epoch {} of {resource} was issued to {}, not {owner}",
+                    args.epoch, lease.owner
+                ),
+                json!({
+                    "resource": resource.as_str(),
+                    "epoch": args.epoch,
+                    "owner": owner,
+                    "issued_to": lease.owner,
+                }),
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn refusal(resource: &Resource, epoch: i64, decision: WriteDecision) -> Error {
+    let (kind, message, extra) = match decision {
+        WriteDecision::Stale { fence } => (
+            RefusalKind::Stale,
+            format!("epoch {epoch} is older than epoch {fence} already accepted for {resource}"),
+            json!({ "fence": fence }),
+        ),
+        WriteDecision::Conflict { recorded_sha256 } => (
+            RefusalKind::Conflict,
+            format!("epoch {epoch} already wrote different content to {resource}"),
+            json!({ "fence": epoch, "recorded_sha256": recorded_sha256 }),
+        ),
+        WriteDecision::Unissued { issued } => (
+            RefusalKind::Unissued,
+            match issued {
+                Some(max) => format!(
+                    "epoch {epoch} was never issued for {resource} (highest issued: {max})"
+                ),
+                None => format!("no epoch was ever issued for {resource}: claim it first"),
+            },
+            json!({ "issued": issued }),
+        ),
+        WriteDecision::Write | WriteDecision::Replay => {
+            return Error::usage("internal: accepted write reported as refusal");
+        }
+    };
+    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch });
+    if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), extra) {
+        map.extend(more);
+    }
+    Error::Refused(Refusal::new(kind, message, fields))
+}
+
+fn open_source(path: &PathBuf) -> Result<File> {
+    let file = File::open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {
+            Error::usage(format!("cannot read --from {}: {e}", path.display()))
+        }
+        _ => Error::io("cannot open", path)(e),
+    })?;
+    match file.metadata() {
+        Ok(meta) if meta.is_dir() => Err(Error::usage(format!(
+            "cannot read --from {}: it is a folder",
+            path.display()
+        ))),
+        _ => Ok(file),
+    }
+}
+
+/// True when the document would be the state file or one of SQLite's files beside it.
+fn is_state_file(doc: &DocPath, db: &std::path::Path) -> bool {
+    let (Some(dir), Some(name)) = (db.parent(), db.file_name()) else {
+        return false;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.dir.as_path()) {
+        return false;
+    }
+    ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {
+        let mut n = name.to_os_string();
+        n.push(suffix);
+        n == doc.name
+    })
+}

@@ -1,0 +1,176 @@
+//! The one error type of the library, and the only place that knows the exit codes.
+//!
+//! Refusals (held, lost, stale, conflict, unissued) are not crashes: they are
+//! [`Refusal`] values that carry what a script needs to log why, and each has its own
+//! exit code. [`Error::exit_code`] is the exit-code table of the README; keep the two
+//! in step.
+
+use std::io;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+/// Everything that can stop a command.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A defined refusal of the protocol; prints its outcome and exits with its code.
+    #[error("{0}")]
+    Refused(Refusal),
+
+    /// Bad usage or bad input: nothing was changed.
+    #[error("{message}")]
+    Usage {
+        message: String,
+        hint: Option<String>,
+    },
+
+    /// The state file stayed locked by another process past the busy timeout.
+    #[error("state file {path} is locked by another process (waited {waited_ms} ms)")]
+    Busy { path: PathBuf, waited_ms: u64 },
+
+    /// An operating-system error on a file the tool was working with.
+    #[error("{context} {path}: {source}")]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// SQLite failed in a way that is neither busy nor a foreign file.
+    #[error("state file {path}: {source}")]
+    Database {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    /// A failure injected by a failpoint (test builds only).
+    #[error("failpoint {0} fired")]
+    Injected(String),
+}
+
+/// The kinds of refusal, each with its own exit code and outcome word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// claim: someone else holds a live lease.
+    Held,
+    /// renew, complete, release: not your lease any more, or expired.
+    Lost,
+    /// write: a newer epoch has been accepted for this resource.
+    Stale,
+    /// write: same epoch, different bytes.
+    Conflict,
+    /// write: an epoch that `claim` never issued for this resource (or to this owner).
+    Unissued,
+}
+
+impl RefusalKind {
+    /// The word printed on stdout and in `outcome` of the JSON object.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            RefusalKind::Held => "held",
+            RefusalKind::Lost => "lost",
+            RefusalKind::Stale => "stale",
+            RefusalKind::Conflict => "conflict",
+            RefusalKind::Unissued => "unissued",
+        }
+    }
+}
+
+/// A refusal: its kind, a one-line explanation and the facts behind it.
+#[derive(Debug)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    pub message: String,
+    /// Fields for `--json` (resource, epoch, current holder, ...).
+    pub fields: Map<String, Value>,
+}
+
+impl Refusal {
+    /// A refusal whose `--json` fields are the members of `fields` (an object).
+    pub fn new(kind: RefusalKind, message: String, fields: Value) -> Refusal {
+        let fields = match fields {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        Refusal {
+            kind,
+            message,
+            fields,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.outcome(), self.message)
+    }
+}
+
+impl Error {
+    /// The process exit code: the README's table, in one exhaustive match.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => 1,
+            Error::Usage { .. } => 2,
+            Error::Refused(r) => match r.kind {
+                RefusalKind::Held => 3,
+                RefusalKind::Lost => 4,
+                RefusalKind::Stale => 5,
+                RefusalKind::Conflict => 6,
+                RefusalKind::Unissued => 8,
+            },
+            Error::Busy { .. } => 7,
+        }
+    }
+
+    /// The outcome word for `--json` error objects.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Error::Refused(r) => r.kind.outcome(),
+            Error::Usage { .. } => "usage",
+            Error::Busy { .. } => "busy",
+            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => "error",
+        }
+    }
+
+    /// A line telling the user how to fix it, when there is one.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            Error::Usage { hint, .. } => hint.as_deref(),
+            Error::Busy { .. } => {
+                Some("raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT) or find the process holding it")
+            }
+            _ => None,
+        }
+    }
+
+    /// Shorthand for a usage error without a hint.
+    pub fn usage(message: impl Into<String>) -> Error {
+        Error::Usage {
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// Shorthand for a usage error with a hint.
+    pub fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::Usage {
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+
+    /// Wraps an I/O error with what was being done and to which path.
+    pub fn io(context: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io {
+            context,
+            path,
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

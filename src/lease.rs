@@ -1,0 +1,204 @@
+//! The scheduler's rules: who may act on a resource, as pure functions over plain values.
+//!
+//! A lease is valid while `now < deadline` (half-open: at the deadline it has expired).
+//! Every successful claim gets the previous epoch plus one, so an epoch is never reused
+//! and never goes backwards, even when the same owner name claims again. Renew,
+//! complete and release are compare-and-set: owner AND epoch must match a live lease.
+//! The store runs these functions inside one `BEGIN IMMEDIATE` transaction.
+
+/// What happened to the lease last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Claimed (and maybe renewed); live until its deadline.
+    Held,
+    /// Given up by its holder before the deadline.
+    Released,
+    /// Finished with a result by its holder before the deadline.
+    Completed,
+}
+
+impl LeaseState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Held => "held",
+            LeaseState::Released => "released",
+            LeaseState::Completed => "completed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LeaseState> {
+        match s {
+            "held" => Some(LeaseState::Held),
+            "released" => Some(LeaseState::Released),
+            "completed" => Some(LeaseState::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// One resource's lease row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: String,
+    pub epoch: i64,
+    pub deadline: i64,
+    pub state: LeaseState,
+    pub result: Option<String>,
+}
+
+impl Lease {
+    /// True while the holder may still act: held and `now < deadline`.
+    pub fn is_live(&self, now: i64) -> bool {
+        self.state == LeaseState::Held && now < self.deadline
+    }
+
+    /// The state as a person reads it: `held`, `expired`, `released`, `completed`.
+    pub fn view(&self, now: i64) -> &'static str {
+        match self.state {
+            LeaseState::Held if now < self.deadline => "held",
+            LeaseState::Held => "expired",
+            other => other.as_str(),
+        }
+    }
+}
+
+/// Why a claim was not granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimRefusal {
+    /// Someone holds a live lease.
+    Held,
+    /// The epoch counter is exhausted (never in practice; refused rather than wrapped).
+    EpochExhausted,
+}
+
+/// The epoch a claim at `now` gets, or why it is refused.
+pub fn next_epoch(current: Option<&Lease>, now: i64) -> Result<i64, ClaimRefusal> {
+    match current {
+        None => Ok(1),
+        Some(lease) if lease.is_live(now) => Err(ClaimRefusal::Held),
+        Some(lease) => lease
+            .epoch
+            .checked_add(1)
+            .ok_or(ClaimRefusal::EpochExhausted),
+    }
+}
+
+/// Why a holder's renew, complete or release was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostReason {
+    /// No lease was ever issued for this resource.
+    NoLease,
+    /// The lease now has another epoch (taken over, or reclaimed under the same name).
+    Superseded,
+    /// Same epoch but another owner name: the request does not hold this lease.
+    WrongOwner,
+    /// The deadline has passed (`now >= deadline`).
+    Expired,
+    /// The lease was already released or completed.
+    Finished(LeaseState),
+}
+
+impl LostReason {
+    pub fn describe(&self) -> &'static str {
+        match self {
+            LostReason::NoLease => "no lease was ever claimed",
+            LostReason::Superseded => "the lease has a newer epoch",
+            LostReason::WrongOwner => "the lease belongs to another owner",
+            LostReason::Expired => "the lease expired",
+            LostReason::Finished(LeaseState::Completed) => "the lease was already completed",
+            LostReason::Finished(_) => "the lease was already released",
+        }
+    }
+}
+
+/// The compare-and-set behind renew, complete and release: the lease must be live and
+/// carry exactly this owner and epoch. `complete` relies on this being the same test as
+/// `UPDATE lease ... WHERE owner=? AND epoch=? AND deadline > ?`.
+pub fn check_holder(
+    current: Option<&Lease>,
+    owner: &str,
+    epoch: i64,
+    now: i64,
+) -> Result<(), LostReason> {
+    let lease = current.ok_or(LostReason::NoLease)?;
+    if lease.epoch != epoch {
+        return Err(LostReason::Superseded);
+    }
+    if lease.owner != owner {
+        return Err(LostReason::WrongOwner);
+    }
+    if lease.state != LeaseState::Held {
+        return Err(LostReason::Finished(lease.state));
+    }
+    if now >= lease.deadline {
+        return Err(LostReason::Expired);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(owner: &str, epoch: i64, deadline: i64) -> Lease {
+        Lease {
+            owner: owner.into(),
+            epoch,
+            deadline,
+            state: LeaseState::Held,
+            result: None,
+        }
+    }
+
+    #[test]
+    fn first_claim_gets_epoch_one() {
+        assert_eq!(next_epoch(None, 0), Ok(1));
+    }
+
+    #[test]
+    fn lease_is_half_open_at_the_deadline() {
+        let a = held("A", 1, 10);
+        assert_eq!(next_epoch(Some(&a), 9), Err(ClaimRefusal::Held));
+        assert_eq!(next_epoch(Some(&a), 10), Ok(2));
+        assert_eq!(check_holder(Some(&a), "A", 1, 9), Ok(()));
+        assert_eq!(check_holder(Some(&a), "A", 1, 10), Err(LostReason::Expired));
+    }
+
+    #[test]
+    fn released_or_completed_lease_is_claimable_before_its_deadline() {
+        for state in [LeaseState::Released, LeaseState::Completed] {
+            let lease = Lease {
+                state,
+                ..held("A", 4, 100)
+            };
+            assert_eq!(next_epoch(Some(&lease), 1), Ok(5));
+            assert_eq!(
+                check_holder(Some(&lease), "A", 4, 1),
+                Err(LostReason::Finished(state))
+            );
+        }
+    }
+
+    #[test]
+    fn same_name_with_old_epoch_is_refused() {
+        let reclaimed = held("A", 2, 30);
+        assert_eq!(
+            check_holder(Some(&reclaimed), "A", 1, 20),
+            Err(LostReason::Superseded)
+        );
+        assert_eq!(
+            check_holder(Some(&reclaimed), "B", 2, 20),
+            Err(LostReason::WrongOwner)
+        );
+        assert_eq!(check_holder(None, "A", 1, 0), Err(LostReason::NoLease));
+    }
+
+    #[test]
+    fn epoch_counter_never_wraps() {
+        let last = held("A", i64::MAX, 0);
+        assert_eq!(
+            next_epoch(Some(&last), 1),
+            Err(ClaimRefusal::EpochExhausted)
+        );
+    }
+}

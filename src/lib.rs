@@ -1,0 +1,205 @@
+//! fencepost: publish a document safely when a job can be taken over.
+//!
+//! A worker claims a resource and gets an *epoch*; the sink (`write`) replaces the
+//! document only while that epoch is still the newest, checking it in the same
+//! transaction as the rename. A paused or late worker whose lease was taken over is
+//! refused (`stale`) instead of overwriting the new holder's document.
+//!
+//! The binary is a thin shell over [`run`]: parsing, dispatch and error printing live
+//! here so they can be tested in-process.
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+pub mod atomic;
+pub mod clock;
+pub mod cmd;
+pub mod error;
+#[cfg(feature = "failpoints")]
+pub mod failpoints;
+pub mod lease;
+pub mod resource;
+pub mod sink;
+pub mod store;
+
+use clock::{Clock, ClockKind, parse_duration};
+use cmd::{Ctx, Report};
+use error::{Error, Result};
+
+/// `--version`: says when the crash-test failpoints are compiled in.
+const VERSION: &str = if cfg!(feature = "failpoints") {
+    concat!(env!("CARGO_PKG_VERSION"), " (failpoints)")
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (including `replay`)
+  1  I/O or internal error
+  2  bad usage or bad input (nothing was changed)
+  3  held: someone else holds a live lease (claim)
+  4  lost: not your lease any more, or expired (renew, complete, release)
+  5  stale: a newer epoch was accepted for this resource (write)
+  6  conflict: this epoch already wrote different content (write)
+  7  busy: the state file stayed locked past --busy-timeout
+  8  unissued: claim never issued this epoch for this resource (write)";
+
+/// Fenced, atomic document publishing for workers whose jobs can be taken over.
+///
+/// A worker claims a resource and gets an epoch; `write` replaces the document only
+/// while that epoch is the newest, so a paused worker whose lease was taken over cannot
+/// overwrite its successor's result.
+#[derive(Debug, Parser)]
+#[command(name = "fencepost", version = VERSION, after_help = EXIT_CODES, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, clap::Args)]
+pub struct Global {
+    /// Publish root: resources are paths relative to it.
+    #[arg(long, global = true, env = "FENCEPOST_ROOT", default_value = ".", value_name = "DIR")]
+    pub root: PathBuf,
+
+    /// State file [default: <root>/.fencepost/state.db].
+    #[arg(long, global = true, env = "FENCEPOST_DB", value_name = "PATH")]
+    pub db: Option<PathBuf>,
+
+    /// Use logical tick N as the current time instead of wall-clock milliseconds.
+    /// A state file stays on the clock it was first used with.
+    #[arg(long, global = true, env = "FENCEPOST_NOW", value_name = "N", allow_negative_numbers = true)]
+    pub now: Option<i64>,
+
+    /// Print one JSON object on stdout (refusals and errors too).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// How long to wait for another process's lock on the state file before exiting 7.
+    #[arg(
+        long,
+        global = true,
+        env = "FENCEPOST_BUSY_TIMEOUT",
+        default_value = "10s",
+        value_name = "DURATION"
+    )]
+    pub busy_timeout: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Claim(cmd::claim::ClaimArgs),
+    Renew(cmd::renew::RenewArgs),
+    Complete(cmd::complete::CompleteArgs),
+    Release(cmd::release::ReleaseArgs),
+    Write(cmd::write::WriteArgs),
+    Status(cmd::status::StatusArgs),
+    Recover(cmd::recover::RecoverArgs),
+}
+
+/// Runs the command line and returns the process exit code. Prints results on stdout
+/// and one-line errors (`fencepost: ...`) on stderr.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    #[cfg(feature = "failpoints")]
+    let _scenario = fail::FailScenario::setup();
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let json = cli.global.json;
+    match context(&cli.global).and_then(|ctx| dispatch(&ctx, &cli.command)) {
+        Ok(report) => {
+            let text = if json {
+                let mut map = report.json;
+                map.entry("outcome").or_insert(json!("ok"));
+                Value::Object(map).to_string()
+            } else {
+                report.plain
+            };
+            emit(&text);
+            0
+        }
+        Err(err) => {
+            report_error(&err, json);
+            err.exit_code()
+        }
+    }
+}
+
+fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
+    match command {
+        Command::Claim(a) => cmd::claim::run(ctx, a),
+        Command::Renew(a) => cmd::renew::run(ctx, a),
+        Command::Complete(a) => cmd::complete::run(ctx, a),
+        Command::Release(a) => cmd::release::run(ctx, a),
+        Command::Write(a) => cmd::write::run(ctx, a),
+        Command::Status(a) => cmd::status::run(ctx, a),
+        Command::Recover(a) => cmd::recover::run(ctx, a),
+    }
+}
+
+fn context(global: &Global) -> Result<Ctx> {
+    let clock = Clock::from_option(global.now)?;
+    let root = std::fs::canonicalize(&global.root).map_err(|e| {
+        Error::usage_hint(
+            format!("publish root {} is not usable: {e}", global.root.display()),
+            "create it first, or pass --root DIR (FENCEPOST_ROOT)",
+        )
+    })?;
+    if !root.is_dir() {
+        return Err(Error::usage(format!(
+            "publish root {} is not a folder",
+            root.display()
+        )));
+    }
+    let busy_ms = parse_duration(&global.busy_timeout, ClockKind::Wall, "--busy-timeout")?;
+    let db = global.db.clone().unwrap_or_else(|| cmd::default_db(&root));
+    Ok(Ctx {
+        root,
+        db,
+        clock,
+        busy: Duration::from_millis(busy_ms.unsigned_abs()),
+    })
+}
+
+/// Prints a result line; a closed stdout (e.g. `| head`) is not an error.
+fn emit(text: &str) {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
+fn report_error(err: &Error, json: bool) {
+    if json {
+        let mut map = match err {
+            Error::Refused(r) => r.fields.clone(),
+            _ => serde_json::Map::new(),
+        };
+        map.insert("outcome".into(), json!(err.outcome()));
+        map.insert("error".into(), json!(err.to_string()));
+        emit(&Value::Object(map).to_string());
+    } else if let Error::Refused(r) = err {
+        emit(r.kind.outcome());
+    }
+    let mut stderr = io::stderr().lock();
+    let _ = writeln!(stderr, "fencepost: {err}");
+    if let Some(hint) = err.hint() {
+        let _ = writeln!(stderr, "hint: {hint}");
+    }
+}

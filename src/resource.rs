@@ -1,0 +1,189 @@
+//! Resource names and where their documents live.
+//!
+//! A resource is a document's path relative to the publish root (`reports/daily.md`).
+//! [`Resource::parse`] is lexical and refuses anything that could escape the root or
+//! touch the tool's own files; [`locate`] then walks the real directories one component
+//! at a time, so a symlink placed inside the root can never carry a write outside it.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The folder under the root that holds the default state file.
+pub const STATE_DIR: &str = ".fencepost";
+
+/// Marker inside file names that the tool reserves for its temp and link files.
+pub const RESERVED: &str = ".fencepost-";
+
+/// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXX` sibling
+/// names still fit in the usual 255-byte limit.
+const MAX_NAME: usize = 200;
+
+/// A validated resource name: relative, normalised, `/`-separated, UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource(String);
+
+impl Resource {
+    /// Checks a resource name as given on the command line.
+    pub fn parse(raw: &OsStr) -> Result<Resource> {
+        let text = raw.to_str().ok_or_else(|| {
+            Error::usage(format!("resource {raw:?} is not valid UTF-8"))
+        })?;
+        let bad = |why: &str| Error::usage(format!("resource {text:?} {why}"));
+        if text.is_empty() {
+            return Err(Error::usage("resource name is empty"));
+        }
+        if text.chars().any(char::is_control) {
+            return Err(bad("contains control characters"));
+        }
+        if text.ends_with('/') {
+            return Err(bad("ends with '/': a resource names a file, not a folder"));
+        }
+        let mut parts = Vec::new();
+        for component in Path::new(text).components() {
+            match component {
+                Component::Normal(part) => parts.push(part.to_str().unwrap_or_default()),
+                Component::CurDir => {}
+                Component::ParentDir => return Err(bad("contains '..'")),
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(Error::usage_hint(
+                        format!("resource {text:?} is absolute"),
+                        "name the document relative to --root, e.g. reports/daily.md",
+                    ));
+                }
+            }
+        }
+        let Some(name) = parts.last() else {
+            return Err(bad("names no file"));
+        };
+        if parts[0] == STATE_DIR {
+            return Err(bad("points into the tool's own .fencepost folder"));
+        }
+        if parts.iter().any(|p| p.contains(RESERVED)) {
+            return Err(bad("contains '.fencepost-', which is reserved for the tool's temp files"));
+        }
+        if name.len() > MAX_NAME {
+            return Err(bad(&format!("has a file name longer than {MAX_NAME} bytes")));
+        }
+        Ok(Resource(parts.join("/")))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a resource's document lives: its real (symlink-free) folder and file name.
+#[derive(Debug, Clone)]
+pub struct DocPath {
+    pub dir: PathBuf,
+    pub name: OsString,
+}
+
+impl DocPath {
+    /// The document's full path.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(&self.name)
+    }
+
+    /// A sibling name owned by the tool: `.<name>.fencepost-<what>`.
+    pub fn sibling(&self, what: &str) -> PathBuf {
+        let mut name = OsString::from(".");
+        name.push(&self.name);
+        name.push(RESERVED);
+        name.push(what);
+        self.dir.join(name)
+    }
+}
+
+/// Finds the folder of `resource` under `root` (already canonical), following symlinks
+/// only while they stay inside the root and out of its `.fencepost` folder. With
+/// `create`, missing folders are made inside the root; without it, a missing folder
+/// gives `Ok(None)` (there is no document).
+pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
+    let parts: Vec<&str> = resource.as_str().split('/').collect();
+    let (name, folders) = parts.split_last().unwrap_or((&"", &[]));
+    let state_dir = root.join(STATE_DIR);
+    let mut dir = root.to_path_buf();
+    for folder in folders {
+        let next = dir.join(folder);
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let real = std::fs::canonicalize(&next).map_err(Error::io("cannot follow", &next))?;
+                if !real.starts_with(root) || real.starts_with(&state_dir) {
+                    return Err(Error::usage_hint(
+                        format!(
+                            "resource {resource} passes through symlink {} that leads outside the root",
+                            next.display()
+                        ),
+                        format!("writes stay inside {}", root.display()),
+                    ));
+                }
+                if !real.is_dir() {
+                    return Err(Error::usage(format!("{} is not a folder", next.display())));
+                }
+                dir = real;
+            }
+            Ok(meta) if meta.is_dir() => dir = next,
+            Ok(_) => {
+                return Err(Error::usage(format!(
+                    "resource {resource}: {} is not a folder",
+                    next.display()
+                )));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                match std::fs::create_dir(&next) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && next.is_dir() => {}
+                    Err(e) => return Err(Error::io("cannot create folder", &next)(e)),
+                }
+                dir = next;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("cannot inspect", &next)(e)),
+        }
+    }
+    Ok(Some(DocPath {
+        dir,
+        name: OsString::from(name),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Resource> {
+        Resource::parse(OsStr::new(s))
+    }
+
+    #[test]
+    fn names_are_normalised() {
+        assert_eq!(parse("./reports//daily.md").ok().map(|r| r.0), Some("reports/daily.md".into()));
+    }
+
+    #[test]
+    fn escaping_and_reserved_names_are_refused() {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a/",
+            ".",
+            ".fencepost/state.db",
+            "a/.x.fencepost-tmp-1",
+            "bad\nname",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The state store: leases, the sink's records and the clock binding, in one SQLite file.
+//!
+//! All SQL lives here, behind a narrow interface ([`Store`], [`Txn`]) so a second
+//! backend can replace it. Every state change is one `BEGIN IMMEDIATE` transaction: the
+//! write lock is taken before the first read, so the reads that decide a change cannot be
+//! split from it by another writer.
+//!
+//! Durability: WAL with `synchronous=FULL`. FULL fsyncs the WAL at every commit, so an
+//! acknowledged write survives power loss. WAL rather than a rollback journal because a
+//! writer that holds the WAL write lock cannot get BUSY at COMMIT; in rollback-journal
+//! mode COMMIT can be BUSY (readers holding SHARED), and that would become a rollback
+//! after the document was already renamed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use crate::clock::ClockKind;
+use crate::error::{Error, Result};
+use crate::lease::{Lease, LeaseState};
+use crate::resource::Resource;
+use crate::sink::{Content, FileId, SinkRecord};
+
+/// `PRAGMA application_id` of a fencepost state file ("FPST").
+const APPLICATION_ID: i32 = 0x4650_5354;
+
+/// Numbered migrations; `PRAGMA user_version` is how many have run.
+const MIGRATIONS: &[&str] = &[
+    // 1: leases, sink records, settings.
+    "CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE lease (
+        resource   TEXT PRIMARY KEY,
+        owner      TEXT NOT NULL,
+        epoch      INTEGER NOT NULL CHECK (epoch > 0),
+        deadline   INTEGER NOT NULL,
+        state      TEXT NOT NULL CHECK (state IN ('held', 'released', 'completed')),
+        result     TEXT,
+        updated_at INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE sink (
+        resource      TEXT PRIMARY KEY,
+        fence         INTEGER NOT NULL CHECK (fence >= 0),
+        content_epoch INTEGER,
+        sha256        TEXT,
+        size          INTEGER,
+        written_at    INTEGER,
+        dev           INTEGER,
+        ino           INTEGER,
+        owner         TEXT
+    ) WITHOUT ROWID;",
+];
+
+/// An open state file.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    busy: Duration,
+}
+
+impl Store {
+    /// Opens the state file, creating it (and its folder) if `create` and missing.
+    /// Returns `Ok(None)` when it does not exist and `create` is false.
+    pub fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<Store>> {
+        if !create && !path.exists() {
+            return Ok(None);
+        }
+        if create && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(Error::io("cannot create folder", dir))?;
+        }
+        let flags = if create {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| db_error(path, busy, e))?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+            busy,
+        };
+        store.configure()?;
+        Ok(Some(store))
+    }
+
+    fn configure(&mut self) -> Result<()> {
+        let (path, busy) = (self.path.clone(), self.busy);
+        let fail = |e| db_error(&path, busy, e);
+        self.conn.busy_timeout(busy).map_err(fail)?;
+        let (app_id, version): (i32, i64) = self
+            .conn
+            .query_row(
+                "SELECT application_id, user_version FROM pragma_application_id, pragma_user_version",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(fail)?;
+        if app_id == APPLICATION_ID && version == MIGRATIONS.len() as i64 {
+            self.conn.pragma_update(None, "synchronous", "FULL").map_err(fail)?;
+            return Ok(());
+        }
+        self.migrate()
+    }
+
+    /// Initialises a new file or brings an older one up to date, refusing files that are
+    /// not ours. Runs in an IMMEDIATE transaction so two first users cannot both create.
+    fn migrate(&mut self) -> Result<()> {
+        let (path, busy) = (self.path.clone(), self.busy);
+        let fail = |e| db_error(&path, busy, e);
+        // journal_mode cannot change inside a transaction; it is persistent once set.
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(fail)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::usage(format!(
+                "state file {} cannot use WAL journaling (got {mode}); is it on a network filesystem?",
+                path.display()
+            )));
+        }
+        self.conn.pragma_update(None, "synchronous", "FULL").map_err(fail)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(fail)?;
+        let (app_id, version, tables): (i32, i64, i64) = tx
+            .query_row(
+                "SELECT application_id, user_version,
+                        (SELECT count(*) FROM sqlite_schema)
+                 FROM pragma_application_id, pragma_user_version",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(fail)?;
+        let fresh = app_id == 0 && version == 0 && tables == 0;
+        if !fresh && app_id != APPLICATION_ID {
+            return Err(not_ours(&path));
+        }
+        let version = usize::try_from(version).unwrap_or(usize::MAX);
+        if version > MIGRATIONS.len() {
+            return Err(Error::usage_hint(
+                format!(
+                    "state file {} has schema version {version}, newer than this fencepost knows ({})",
+                    path.display(),
+                    MIGRATIONS.len()
+                ),
+                "upgrade fencepost",
+            ));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+            tx.execute_batch(sql).map_err(fail)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(fail)?;
+        }
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(fail)?;
+        tx.commit().map_err(fail)
+    }
+
+    /// Begins a `BEGIN IMMEDIATE` transaction: the write lock is held from here to
+    /// [`Txn::commit`] (or drop, which rolls back).
+    pub fn immediate(&mut self) -> Result<Txn<'_>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| db_error(&self.path, self.busy, e))?;
+        Ok(Txn {
+            tx,
+            path: &self.path,
+            busy: self.busy,
+        })
+    }
+
+    /// Begins a read-only (deferred) transaction: a consistent snapshot for `status`.
+    pub fn snapshot(&mut self) -> Result<Txn<'_>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(|e| db_error(&self.path, self.busy, e))?;
+        Ok(Txn {
+            tx,
+            path: &self.path,
+            busy: self.busy,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// One transaction on the state file.
+#[derive(Debug)]
+pub struct Txn<'a> {
+    tx: rusqlite::Transaction<'a>,
+    path: &'a Path,
+    busy: Duration,
+}
+
+impl Txn<'_> {
+    fn fail(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        move |e| db_error(self.path, self.busy, e)
+    }
+
+    /// Commits: the single point where a change becomes real.
+    pub fn commit(self) -> Result<()> {
+        let (path, busy) = (self.path, self.busy);
+        crate::failpoint!("txn.before_commit");
+        self.tx.commit().map_err(|e| db_error(path, busy, e))?;
+        crate::failpoint!("txn.after_commit");
+        Ok(())
+    }
+
+    /// Binds the state file to a clock on its first change, and refuses the other one.
+    pub fn bind_clock(&self, kind: ClockKind) -> Result<()> {
+        match self.clock()? {
+            Some(bound) if bound == kind => Ok(()),
+            Some(bound) => Err(clock_mismatch(self.path, bound)),
+            None => {
+                self.tx
+                    .execute(
+                        "INSERT INTO meta (key, value) VALUES ('clock', ?1)",
+                        [kind.as_str()],
+                    )
+                    .map_err(self.fail())?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Refuses to read deadlines on the other clock (without binding a fresh file).
+    pub fn check_clock(&self, kind: ClockKind) -> Result<()> {
+        match self.clock()? {
+            Some(bound) if bound != kind => Err(clock_mismatch(self.path, bound)),
+            _ => Ok(()),
+        }
+    }
+
+    fn clock(&self) -> Result<Option<ClockKind>> {
+        let value: Option<String> = self
+            .tx
+            .query_row("SELECT value FROM meta WHERE key = 'clock'", [], |r| r.get(0))
+            .optional()
+            .map_err(self.fail())?;
+        Ok(value.as_deref().and_then(ClockKind::parse))
+    }
+
+    pub fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.tx
+            .query_row(
+                "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
+                [resource.as_str()],
+                lease_row,
+            )
+            .optional()
+            .map_err(self.fail())
+    }
+
+    pub fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO lease (resource, owner, epoch, deadline, state, result, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (resource) DO UPDATE SET owner = ?2, epoch = ?3, deadline = ?4,
+                     state = ?5, result = ?6, updated_at = ?7",
+                params![
+                    resource.as_str(),
+                    lease.owner,
+                    lease.epoch,
+                    lease.deadline,
+                    lease.state.as_str(),
+                    lease.result,
+                    now
+                ],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// The holder's compare-and-set, as the seed writes it: owner, epoch and a live
+    /// deadline must all match, or zero rows change and the caller is refused.
+    pub fn update_held_lease(
+        &self,
+        resource: &Resource,
+        owner: &str,
+        epoch: i64,
+        now: i64,
+        change: HolderChange<'_>,
+    ) -> Result<bool> {
+        let (state, deadline, result) = match change {
+            HolderChange::Renew { deadline } => ("held", Some(deadline), None),
+            HolderChange::Complete { result } => ("completed", None, result),
+            HolderChange::Release => ("released", None, None),
+        };
+        let rows = self
+            .tx
+            .execute(
+                "UPDATE lease SET state = ?1, deadline = coalesce(?2, deadline),
+                     result = coalesce(?3, result), updated_at = ?4
+                 WHERE resource = ?5 AND owner = ?6 AND epoch = ?7 AND state = 'held'
+                   AND deadline > ?4",
+                params![state, deadline, result, now, resource.as_str(), owner, epoch],
+            )
+            .map_err(self.fail())?;
+        Ok(rows == 1)
+    }
+
+    pub fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+        self.tx
+            .query_row(
+                "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
+                 FROM sink WHERE resource = ?1",
+                [resource.as_str()],
+                sink_row,
+            )
+            .optional()
+            .map_err(self.fail())
+    }
+
+    /// Raises the sink's fence without touching its content record (takeover fencing).
+    pub fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO sink (resource, fence) VALUES (?1, ?2)
+                 ON CONFLICT (resource) DO UPDATE SET fence = max(fence, ?2)",
+                params![resource.as_str(), epoch],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// Records an accepted write: the fence and the content now on disk.
+    pub fn record_write(
+        &self,
+        resource: &Resource,
+        fence: i64,
+        content: &Content,
+        owner: Option<&str>,
+    ) -> Result<()> {
+        let file = content.file;
+        self.tx
+            .execute(
+                "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev, ino, owner)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (resource) DO UPDATE SET fence = ?2, content_epoch = ?3, sha256 = ?4,
+                     size = ?5, written_at = ?6, dev = ?7, ino = ?8, owner = ?9",
+                params![
+                    resource.as_str(),
+                    fence,
+                    content.epoch,
+                    content.sha256,
+                    content.size as i64,
+                    content.written_at,
+                    file.map(|f| f.dev as i64),
+                    file.map(|f| f.ino as i64),
+                    owner
+                ],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// Every resource with a lease or a sink record, sorted by name.
+    pub fn resources(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .tx
+            .prepare("SELECT resource FROM lease UNION SELECT resource FROM sink ORDER BY 1")
+            .map_err(self.fail())?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(self.fail())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.fail())
+    }
+}
+
+/// A holder's change to its own lease.
+#[derive(Debug, Clone, Copy)]
+pub enum HolderChange<'a> {
+    Renew { deadline: i64 },
+    Complete { result: Option<&'a str> },
+    Release,
+}
+
+fn lease_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
+    let state: String = r.get(3)?;
+    Ok(Lease {
+        owner: r.get(0)?,
+        epoch: r.get(1)?,
+        deadline: r.get(2)?,
+        state: LeaseState::parse(&state).unwrap_or(LeaseState::Held),
+        result: r.get(4)?,
+    })
+}
+
+fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
+    let content_epoch: Option<i64> = r.get(1)?;
+    let content = match content_epoch {
+        None => None,
+        Some(epoch) => {
+            let dev: Option<i64> = r.get(5)?;
+            let ino: Option<i64> = r.get(6)?;
+            let size: i64 = r.get::<_, Option<i64>>(3)?.unwrap_or(0);
+            Some(Content {
+                epoch,
+                sha256: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                size: size as u64,
+                written_at: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                file: dev.zip(ino).map(|(dev, ino)| FileId {
+                    dev: dev as u64,
+                    ino: ino as u64,
+                    size: size as u64,
+                }),
+            })
+        }
+    };
+    Ok(SinkRecord {
+        fence: r.get(0)?,
+        content,
+    })
+}
+
+fn clock_mismatch(path: &Path, bound: ClockKind) -> Error {
+    match bound {
+        ClockKind::Logical => Error::usage_hint(
+            format!(
+                "state file {} runs on logical ticks, but this call uses the wall clock",
+                path.display()
+            ),
+            "pass --now N (FENCEPOST_NOW), or use another --db for wall-clock leases",
+        ),
+        ClockKind::Wall => Error::usage_hint(
+            format!(
+                "state file {} runs on the wall clock, but this call passes --now",
+                path.display()
+            ),
+            "drop --now, or use another --db for logical ticks",
+        ),
+    }
+}
+
+fn not_ours(path: &Path) -> Error {
+    Error::usage_hint(
+        format!("{} is not a fencepost state file", path.display()),
+        "point --db at a fencepost state file, or at a path that does not exist yet",
+    )
+}
+
+/// Maps SQLite's errors to ours: busy (exit 7), a foreign file (exit 2), the rest (1).
+fn db_error(path: &Path, busy: Duration, e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Busy {
+            path: path.to_path_buf(),
+            waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
+        },
+        Some(ErrorCode::NotADatabase) => not_ours(path),
+        _ => Error::Database {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    }
+}
