@@ -1,0 +1,206 @@
+//! A small builder over `assert_cmd`: each [`Env`] owns a temp publish root, each
+//! [`Run`] is one `fencepost` process with a cleared environment, and `expect` asserts
+//! the exit code, stdout and stderr together.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fencepost"))
+}
+
+/// A scratch publish root, removed when dropped.
+pub struct Env {
+    dir: TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            dir: tempfile::Builder::new()
+                .prefix("fencepost-test-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+
+    /// The publish root.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A path inside the root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root().join(rel)
+    }
+
+    /// The document's bytes, or None if absent.
+    pub fn read(&self, rel: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.path(rel)).ok()
+    }
+
+    /// The document as text; panics if absent.
+    pub fn text(&self, rel: &str) -> String {
+        String::from_utf8(self.read(rel).unwrap_or_else(|| panic!("{rel} is absent")))
+            .expect("utf-8 document")
+    }
+
+    /// Every file name under the root (recursively, relative), excluding `.fencepost/`.
+    pub fn files(&self) -> Vec<String> {
+        fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).expect("read_dir") {
+                let entry = entry.expect("entry");
+                let path = entry.path();
+                let rel = path.strip_prefix(base).expect("prefix").to_string_lossy().into_owned();
+                if rel == ".fencepost" {
+                    continue;
+                }
+                if entry.file_type().expect("type").is_dir() {
+                    walk(base, &path, out);
+                } else {
+                    out.push(rel);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(self.root(), self.root(), &mut out);
+        out.sort();
+        out
+    }
+
+    /// A `fencepost` invocation with `--root` set to this env.
+    pub fn fp(&self, args: &[&str]) -> Run {
+        Run {
+            root: self.root().to_path_buf(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            now: None,
+            stdin: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Shorthand: claim at tick `now`, asserting success, returning the epoch.
+    pub fn claim(&self, res: &str, owner: &str, ttl: i64, now: i64) -> i64 {
+        let out = self
+            .fp(&["claim", res, "--owner", owner, "--ttl", &ttl.to_string()])
+            .now(now)
+            .expect(0);
+        out.stdout.trim().parse().expect("claim prints an epoch")
+    }
+
+    /// Shorthand: write `content` with `epoch` at tick `now`, asserting the exit code.
+    pub fn write(&self, res: &str, epoch: i64, content: &str, now: i64, code: i32) -> Done {
+        self.fp(&["write", res, "--epoch", &epoch.to_string()])
+            .now(now)
+            .stdin(content)
+            .expect(code)
+    }
+}
+
+/// One process to run.
+#[must_use = "a Run does nothing until expect() is called"]
+pub struct Run {
+    root: PathBuf,
+    args: Vec<String>,
+    now: Option<i64>,
+    stdin: Vec<u8>,
+    env: Vec<(String, String)>,
+}
+
+/// A finished process.
+#[derive(Debug)]
+pub struct Done {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Done {
+    /// stdout parsed as the one JSON object `--json` promises.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {:?}", self.stdout))
+    }
+}
+
+impl Run {
+    /// Sets the logical clock (`--now`).
+    pub fn now(mut self, now: i64) -> Run {
+        self.now = Some(now);
+        self
+    }
+
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Run {
+        self.stdin = bytes.into();
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Run {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs without asserting.
+    pub fn output(self) -> Done {
+        let mut cmd = Command::new(bin());
+        cmd.env_clear().current_dir(&self.root).arg("--root").arg(&self.root);
+        if let Some(now) = self.now {
+            cmd.arg("--now").arg(now.to_string());
+        }
+        cmd.args(&self.args);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out: Output = cmd.write_stdin(self.stdin).output().expect("run fencepost");
+        Done {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs and asserts the exit code. A success must be silent on stderr; a failure must
+    /// say one `fencepost: ` line (and maybe a `hint:` line) on stderr.
+    pub fn expect(self, code: i32) -> Done {
+        let what = format!("fencepost {}", self.args.join(" "));
+        let done = self.output();
+        assert_eq!(
+            done.code, code,
+            "{what}: exit {} (wanted {code})\nstdout: {}\nstderr: {}",
+            done.code, done.stdout, done.stderr
+        );
+        if code == 0 {
+            assert_eq!(done.stderr, "", "{what}: stderr on success");
+        } else if done.stderr.starts_with("error:") {
+            // clap's own usage errors (exit 2), which print usage below the error.
+            assert_eq!(code, 2, "{what}: clap error with exit {code}");
+        } else {
+            let lines: Vec<&str> = done.stderr.lines().collect();
+            let shaped = match lines.as_slice() {
+                [first] => first.starts_with("fencepost: "),
+                [first, hint] => first.starts_with("fencepost: ") && hint.starts_with("hint: "),
+                _ => false,
+            };
+            assert!(
+                shaped,
+                "{what}: stderr must be one 'fencepost: ' line and at most a 'hint:' line: {:?}",
+                done.stderr
+            );
+        }
+        done
+    }
+
+    /// Runs and asserts the exit code and the exact stdout (trimmed).
+    pub fn expect_stdout(self, code: i32, stdout: &str) -> Done {
+        let done = self.expect(code);
+        assert_eq!(done.stdout.trim(), stdout, "stdout");
+        done
+    }
+}

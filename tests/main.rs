@@ -1,0 +1,6 @@
+//! The integration suite: one binary, one module per topic. Every test drives the real
+//! `fencepost` binary as separate processes through the `harness` builder.
+
+mod harness;
+
+mod leases;
