@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 pub mod atomic;
+pub mod audit;
 pub mod clock;
 pub mod cmd;
 pub mod error;
@@ -94,6 +95,16 @@ pub struct Global {
         value_name = "DURATION"
     )]
     pub busy_timeout: String,
+
+    /// How many audit-log events to keep (older ones are pruned as new ones arrive).
+    #[arg(
+        long,
+        global = true,
+        env = "FENCEPOST_LOG_KEEP",
+        default_value_t = store::DEFAULT_LOG_KEEP,
+        value_name = "N"
+    )]
+    pub log_keep: i64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,6 +116,7 @@ pub enum Command {
     Write(cmd::write::WriteArgs),
     Status(cmd::status::StatusArgs),
     Recover(cmd::recover::RecoverArgs),
+    Log(cmd::log::LogArgs),
 }
 
 /// Runs the command line and returns the process exit code. Prints results on stdout
@@ -124,7 +136,15 @@ where
         }
     };
     let json = cli.global.json;
-    match context(&cli.global).and_then(|ctx| dispatch(&ctx, &cli.command)) {
+    let ctx = context(&cli.global);
+    let result = ctx.as_ref().map_err(clone_usage).and_then(|ctx| {
+        dispatch(ctx, &cli.command).inspect_err(|err| {
+            if let Error::Refused(refusal) = err {
+                cmd::log_refusal(ctx, refusal);
+            }
+        })
+    });
+    match result {
         Ok(report) => {
             let text = if json {
                 let mut map = report.json;
@@ -143,6 +163,17 @@ where
     }
 }
 
+/// The context error, re-raised (context errors are always usage errors).
+fn clone_usage(err: &Error) -> Error {
+    match err {
+        Error::Usage { message, hint } => Error::Usage {
+            message: message.clone(),
+            hint: hint.clone(),
+        },
+        other => Error::usage(other.to_string()),
+    }
+}
+
 fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
     match command {
         Command::Claim(a) => cmd::claim::run(ctx, a),
@@ -152,6 +183,7 @@ fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
         Command::Write(a) => cmd::write::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
+        Command::Log(a) => cmd::log::run(ctx, a),
     }
 }
 
@@ -176,6 +208,7 @@ fn context(global: &Global) -> Result<Ctx> {
         db,
         clock,
         busy: Duration::from_millis(busy_ms.unsigned_abs()),
+        log_keep: global.log_keep.max(1),
     })
 }
 

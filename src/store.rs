@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use crate::audit::Event;
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
@@ -52,7 +53,29 @@ const MIGRATIONS: &[&str] = &[
         ino           INTEGER,
         owner         TEXT
     ) WITHOUT ROWID;",
+    // 2: the audit log.
+    "CREATE TABLE log (
+        id         INTEGER PRIMARY KEY,
+        at         INTEGER NOT NULL,
+        resource   TEXT NOT NULL,
+        event      TEXT NOT NULL,
+        owner      TEXT,
+        epoch      INTEGER,
+        prev_owner TEXT,
+        prev_epoch INTEGER,
+        sha256     TEXT,
+        pid        INTEGER NOT NULL,
+        host       TEXT NOT NULL,
+        detail     TEXT
+    );
+    CREATE INDEX log_by_resource ON log (resource, id);",
 ];
+
+/// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
+pub const DEFAULT_LOG_KEEP: i64 = 100_000;
+
+/// Automatic pruning runs when an event id is a multiple of this.
+const PRUNE_EVERY: i64 = 1_000;
 
 /// An open state file.
 #[derive(Debug)]
@@ -361,6 +384,80 @@ impl Txn<'_> {
             )
             .map_err(self.fail())?;
         Ok(())
+    }
+
+    /// Appends an event to the audit log, in this transaction. Every `PRUNE_EVERY`
+    /// events, the oldest beyond `keep` are dropped, so the log stays bounded.
+    pub fn append(&self, event: &Event, keep: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch,
+                                  sha256, pid, host, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    event.at,
+                    event.resource,
+                    event.kind,
+                    event.owner,
+                    event.epoch,
+                    event.prev_owner,
+                    event.prev_epoch,
+                    event.sha256,
+                    event.pid,
+                    event.host,
+                    event.detail
+                ],
+            )
+            .map_err(self.fail())?;
+        let id = self.tx.last_insert_rowid();
+        if id % PRUNE_EVERY == 0 {
+            self.prune(keep)?;
+        }
+        Ok(())
+    }
+
+    /// Drops all but the newest `keep` events; returns how many were dropped.
+    pub fn prune(&self, keep: i64) -> Result<usize> {
+        self.tx
+            .execute(
+                "DELETE FROM log WHERE id <= (SELECT max(id) FROM log) - ?1",
+                [keep.max(0)],
+            )
+            .map_err(self.fail())
+    }
+
+    /// Events, oldest first, optionally for one resource and from a time on.
+    pub fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
+        let mut stmt = self
+            .tx
+            .prepare(
+                "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
+                        pid, host, detail
+                 FROM log
+                 WHERE (?1 IS NULL OR resource = ?1) AND (?2 IS NULL OR at >= ?2)
+                 ORDER BY id",
+            )
+            .map_err(self.fail())?;
+        let rows = stmt
+            .query_map(params![resource.map(Resource::as_str), since], |r| {
+                Ok(Event {
+                    id: r.get(0)?,
+                    at: r.get(1)?,
+                    resource: r.get(2)?,
+                    kind: r.get(3)?,
+                    owner: r.get(4)?,
+                    epoch: r.get(5)?,
+                    prev_owner: r.get(6)?,
+                    prev_epoch: r.get(7)?,
+                    sha256: r.get(8)?,
+                    pid: r.get(9)?,
+                    host: r.get(10)?,
+                    detail: r.get(11)?,
+                })
+            })
+            .map_err(self.fail())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.fail())
     }
 
     /// Every resource with a lease or a sink record, sorted by name.

@@ -7,6 +7,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, Report, check_owner, lease_json};
+use crate::audit::Event;
 use crate::clock::{Clock, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
@@ -107,6 +108,18 @@ pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
         if !args.lazy_fence {
             tx.raise_fence(&resource, epoch)?;
         }
+        let prev = current.as_ref();
+        let kind = match prev {
+            Some(l) if l.state == LeaseState::Held => "takeover",
+            _ => "claim",
+        };
+        let fence = if args.lazy_fence { ", lazy fence" } else { "" };
+        let event = Event::new(now, resource.as_str(), kind)
+            .owner(Some(&args.owner))
+            .epoch(Some(epoch))
+            .previous(prev.map(|l| l.owner.as_str()), prev.map(|l| l.epoch))
+            .detail(format!("deadline {deadline}{fence}"));
+        ctx.log(&tx, &event)?;
         crate::failpoint!("claim.before_commit");
         tx.commit()?;
         return Ok(Report::new(

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use std::io::Write as _;
+
+use crate::audit::Event;
 use crate::clock::Clock;
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::{Lease, LostReason};
@@ -15,6 +18,7 @@ use crate::store::{Store, Txn};
 
 pub mod claim;
 pub mod complete;
+pub mod log;
 pub mod recover;
 pub mod release;
 pub mod renew;
@@ -30,6 +34,8 @@ pub struct Ctx {
     pub db: PathBuf,
     pub clock: Clock,
     pub busy: Duration,
+    /// Audit-log events to keep.
+    pub log_keep: i64,
 }
 
 /// What a successful command prints: a plain line for people and shell capture, and
@@ -66,6 +72,47 @@ impl Ctx {
         tx.bind_clock(self.clock.kind())?;
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)
+    }
+}
+
+impl Ctx {
+    /// Appends an event to the audit log inside `tx`.
+    pub fn log(&self, tx: &Txn<'_>, event: &Event) -> Result<()> {
+        tx.append(event, self.log_keep)
+    }
+}
+
+/// Records a refusal in the audit log, in a transaction of its own. Best effort: the
+/// refusal is the command's answer whether or not it could be logged (e.g. when the
+/// state file is busy).
+pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
+    let field = |k: &str| refusal.fields.get(k);
+    let text = |k: &str| field(k).and_then(Value::as_str);
+    let int = |k: &str| field(k).and_then(Value::as_i64);
+    let Some(resource) = text("resource") else {
+        return;
+    };
+    let lease = field("lease");
+    let prev_owner = text("holder")
+        .or_else(|| text("issued_to"))
+        .or_else(|| lease.and_then(|l| l.get("owner")).and_then(Value::as_str));
+    let prev_epoch = int("fence")
+        .or_else(|| int("issued"))
+        .or_else(|| lease.and_then(|l| l.get("epoch")).and_then(Value::as_i64));
+    let event = Event::new(ctx.clock.now(), resource, refusal.kind.outcome())
+        .owner(text("owner"))
+        .epoch(int("epoch"))
+        .previous(prev_owner, prev_epoch)
+        .detail(refusal.message.clone());
+    let logged = Store::open(&ctx.db, ctx.busy, false).and_then(|store| {
+        let Some(mut store) = store else { return Ok(()) };
+        let tx = store.immediate()?;
+        tx.bind_clock(ctx.clock.kind())?;
+        ctx.log(&tx, &event)?;
+        tx.commit()
+    });
+    if let Err(e) = logged {
+        let _ = writeln!(std::io::stderr(), "fencepost: warning: refusal not logged: {e}");
     }
 }
 
@@ -171,6 +218,20 @@ pub fn change_held(
     let mut store = ctx.store()?;
     let tx = ctx.begin(&mut store, &resource)?;
     if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
+        let (kind, detail) = match change {
+            crate::store::HolderChange::Renew { deadline } => ("renew", format!("deadline {deadline}")),
+            crate::store::HolderChange::Complete { result } => {
+                ("complete", result.map(|r| format!("result {r}")).unwrap_or_default())
+            }
+            crate::store::HolderChange::Release => ("release", String::new()),
+        };
+        let mut event = Event::new(now, resource.as_str(), kind)
+            .owner(Some(&holder.owner))
+            .epoch(Some(holder.epoch));
+        if !detail.is_empty() {
+            event = event.detail(detail);
+        }
+        ctx.log(&tx, &event)?;
         tx.commit()?;
         return Ok((resource, now));
     }

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::{Ctx, Report, check_epoch, check_owner};
 use crate::atomic::{self, Staged};
+use crate::audit::Event;
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::Lease;
 use crate::resource::{DocPath, Resource};
@@ -78,7 +79,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) =
             decide(record.as_ref(), lease.map(|l| l.epoch), args.epoch, "", args.unfenced)
         {
-            return Err(refusal(&resource, args.epoch, d));
+            return Err(refusal(&resource, args, d));
         }
     }
 
@@ -115,8 +116,16 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
             publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, now)?;
             "written"
         }
-        WriteDecision::Replay => "replay",
-        refused => return Err(refusal(&resource, args.epoch, refused)),
+        WriteDecision::Replay => {
+            let event = Event::new(now, resource.as_str(), "replay")
+                .owner(args.owner.as_deref())
+                .epoch(Some(args.epoch))
+                .sha256(Some(&sha256));
+            ctx.log(&tx, &event)?;
+            tx.commit()?;
+            "replay"
+        }
+        refused => return Err(refusal(&resource, args, refused)),
     };
     Ok(Report::new(
         outcome,
@@ -160,7 +169,16 @@ fn publish(
         .and_then(|()| staged.rename_into_place(doc))
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
-            tx.record_write(resource, fence, &content, args.owner.as_deref())
+            tx.record_write(resource, fence, &content, args.owner.as_deref())?;
+            let mut event = Event::new(now, resource.as_str(), "write")
+                .owner(args.owner.as_deref())
+                .epoch(Some(args.epoch))
+                .previous(None, record.map(|r| r.fence))
+                .sha256(Some(&content.sha256));
+            if args.unfenced {
+                event = event.detail("unfenced");
+            }
+            ctx.log(&tx, &event)
         });
     if let Err(e) = staged_change {
         // Still under the lock, and the transaction will roll back: undo the rename
@@ -202,7 +220,8 @@ fn check_issued_owner(resource: &Resource, args: &WriteArgs, lease: Option<&Leas
     }
 }
 
-fn refusal(resource: &Resource, epoch: i64, decision: WriteDecision) -> Error {
+fn refusal(resource: &Resource, args: &WriteArgs, decision: WriteDecision) -> Error {
+    let epoch = args.epoch;
     let (kind, message, extra) = match decision {
         WriteDecision::Stale { fence } => (
             RefusalKind::Stale,
@@ -228,7 +247,7 @@ fn refusal(resource: &Resource, epoch: i64, decision: WriteDecision) -> Error {
             return Error::usage("internal: accepted write reported as refusal");
         }
     };
-    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch });
+    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch, "owner": args.owner });
     if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), extra) {
         map.extend(more);
     }

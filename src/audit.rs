@@ -1,0 +1,228 @@
+//! The audit log's events and how they are shown: the record the seed's dashboard lacked.
+//!
+//! Every change (claim, takeover, renew, complete, release, write, replay) is logged in
+//! the same transaction as the change; every refusal (held, lost, stale, conflict,
+//! unissued) in a transaction of its own. Pure data and rendering; the store keeps them.
+
+use serde_json::{Value, json};
+
+/// One logged event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Sequence number in the state file (0 before it is stored).
+    pub id: i64,
+    /// Time on the state file's clock.
+    pub at: i64,
+    pub resource: String,
+    /// `claim`, `takeover`, `renew`, `complete`, `release`, `write`, `replay`, or a
+    /// refusal: `held`, `lost`, `stale`, `conflict`, `unissued`.
+    pub kind: String,
+    pub owner: Option<String>,
+    pub epoch: Option<i64>,
+    /// For a takeover, the holder it replaced; for a refusal, who or what refused it.
+    pub prev_owner: Option<String>,
+    pub prev_epoch: Option<i64>,
+    /// Content hash, for writes.
+    pub sha256: Option<String>,
+    pub pid: u32,
+    pub host: String,
+    pub detail: Option<String>,
+}
+
+impl Event {
+    /// A new event from this process.
+    pub fn new(at: i64, resource: &str, kind: &str) -> Event {
+        Event {
+            id: 0,
+            at,
+            resource: resource.to_string(),
+            kind: kind.to_string(),
+            owner: None,
+            epoch: None,
+            prev_owner: None,
+            prev_epoch: None,
+            sha256: None,
+            pid: std::process::id(),
+            host: hostname(),
+            detail: None,
+        }
+    }
+
+    pub fn owner(mut self, owner: Option<&str>) -> Event {
+        self.owner = owner.map(str::to_string);
+        self
+    }
+
+    pub fn epoch(mut self, epoch: Option<i64>) -> Event {
+        self.epoch = epoch;
+        self
+    }
+
+    pub fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
+        self.prev_owner = owner.map(str::to_string);
+        self.prev_epoch = epoch;
+        self
+    }
+
+    pub fn sha256(mut self, sha: Option<&str>) -> Event {
+        self.sha256 = sha.map(str::to_string);
+        self
+    }
+
+    pub fn detail(mut self, detail: impl Into<String>) -> Event {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// True for the refusals.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self.kind.as_str(),
+            "held" | "lost" | "stale" | "conflict" | "unissued"
+        )
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "at": self.at,
+            "resource": self.resource,
+            "event": self.kind,
+            "owner": self.owner,
+            "epoch": self.epoch,
+            "prev_owner": self.prev_owner,
+            "prev_epoch": self.prev_epoch,
+            "sha256": self.sha256,
+            "pid": self.pid,
+            "host": self.host,
+            "detail": self.detail,
+            "refused": self.is_refusal(),
+        })
+    }
+
+    /// A short description for tables and lanes: `write e2`, `STALE e1 (fence 2)`.
+    pub fn summary(&self) -> String {
+        let epoch = self.epoch.map(|e| format!(" e{e}")).unwrap_or_default();
+        let kind = if self.is_refusal() {
+            self.kind.to_uppercase()
+        } else {
+            self.kind.clone()
+        };
+        let extra = match (self.kind.as_str(), &self.prev_owner, self.prev_epoch) {
+            ("takeover", Some(o), Some(e)) => format!(" (from {o} e{e})"),
+            ("stale", _, Some(e)) => format!(" (fence {e})"),
+            ("held" | "lost", Some(o), Some(e)) => format!(" (holder {o} e{e})"),
+            _ => String::new(),
+        };
+        format!("{kind}{epoch}{extra}")
+    }
+}
+
+/// The events as a table, one per line.
+pub fn table(events: &[Event]) -> String {
+    if events.is_empty() {
+        return "no events".to_string();
+    }
+    let mut rows = vec![["AT", "RESOURCE", "EVENT", "OWNER", "EPOCH", "DETAIL"].map(String::from)];
+    for e in events {
+        rows.push([
+            e.at.to_string(),
+            e.resource.clone(),
+            e.kind.clone(),
+            e.owner.clone().unwrap_or_else(|| "-".into()),
+            e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
+            e.detail.clone().unwrap_or_default(),
+        ]);
+    }
+    align(&rows)
+}
+
+/// The story as lanes: one column per owner (in order of first appearance), one row
+/// per event, so a takeover and a refused late write stand out at a glance.
+pub fn timeline(events: &[Event]) -> String {
+    if events.is_empty() {
+        return "no events".to_string();
+    }
+    let mut owners: Vec<String> = Vec::new();
+    for e in events {
+        let owner = e.owner.clone().unwrap_or_else(|| "?".into());
+        if !owners.contains(&owner) {
+            owners.push(owner);
+        }
+    }
+    let several = events.iter().any(|e| e.resource != events[0].resource);
+    let mut header = vec!["AT".to_string()];
+    if several {
+        header.push("RESOURCE".into());
+    }
+    header.extend(owners.iter().cloned());
+    let mut rows = vec![header];
+    for e in events {
+        let owner = e.owner.clone().unwrap_or_else(|| "?".into());
+        let mut row = vec![e.at.to_string()];
+        if several {
+            row.push(e.resource.clone());
+        }
+        row.extend(owners.iter().map(|o| if *o == owner { e.summary() } else { String::new() }));
+        rows.push(row);
+    }
+    align(&rows)
+}
+
+fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let cols = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.as_ref().get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r
+                .as_ref()
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// This machine's name, for the log (Linux; `?` elsewhere).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(at: i64, kind: &str, owner: &str, epoch: i64) -> Event {
+        Event::new(at, "doc.md", kind).owner(Some(owner)).epoch(Some(epoch))
+    }
+
+    #[test]
+    fn timeline_puts_each_owner_in_its_own_lane() {
+        let events = vec![
+            ev(0, "claim", "A", 1),
+            ev(10, "takeover", "B", 2).previous(Some("A"), Some(1)),
+            ev(11, "stale", "A", 1).previous(None, Some(2)),
+        ];
+        let text = timeline(&events);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["AT", "A", "B"]);
+        assert!(lines[2].contains("takeover e2 (from A e1)"));
+        let b_col = lines[0].find('B').unwrap_or(0);
+        assert!(lines[2].find("takeover").unwrap_or(0) >= b_col);
+        assert!(lines[3].contains("STALE e1 (fence 2)"));
+        assert!(lines[3].find("STALE").unwrap_or(usize::MAX) < b_col);
+    }
+}

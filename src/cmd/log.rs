@@ -1,0 +1,71 @@
+//! `fencepost log`: the audit log, as a table, as lanes, or as JSON.
+
+use std::ffi::OsString;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Ctx, Report};
+use crate::audit;
+use crate::error::Result;
+use crate::store::Store;
+
+/// Show the audit log: every claim, takeover, renew, complete, release and write, and
+/// every refusal (held, lost, stale, conflict, unissued), with time, owner, epoch, pid and
+/// host.
+///
+/// `--timeline` draws one column per owner, so a takeover and a refused late write stand
+/// out. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops
+/// the older ones now.
+///
+/// Example:
+///   fencepost log reports/daily.md --timeline
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Only this resource (default: all).
+    pub resource: Option<OsString>,
+
+    /// Only events at or after this time (on the state file's clock).
+    #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
+    pub since: Option<i64>,
+
+    /// Draw lanes: one column per owner, one row per event.
+    #[arg(long, conflicts_with = "prune")]
+    pub timeline: bool,
+
+    /// Drop all but the newest --log-keep events, and print how many were dropped.
+    #[arg(long)]
+    pub prune: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
+    let only = args.resource.as_deref().map(super::resource).transpose()?;
+    if args.prune {
+        let mut store = ctx.store()?;
+        let tx = store.immediate()?;
+        let dropped = tx.prune(ctx.log_keep)?;
+        tx.commit()?;
+        return Ok(Report::new(
+            format!("pruned {dropped} event(s)"),
+            json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
+        ));
+    }
+    let events = match Store::open(&ctx.db, ctx.busy, false)? {
+        Some(mut store) => {
+            let tx = store.snapshot()?;
+            tx.events(only.as_ref(), args.since)?
+        }
+        None => Vec::new(),
+    };
+    let plain = if args.timeline {
+        audit::timeline(&events)
+    } else {
+        audit::table(&events)
+    };
+    let list: Vec<Value> = events.iter().map(audit::Event::to_json).collect();
+    let mut out = json!({ "outcome": "log", "events": list });
+    if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
+        map.insert("resource".into(), json!(resource.as_str()));
+    }
+    Ok(Report::new(plain, out))
+}
