@@ -223,6 +223,15 @@ pub fn remove_uncommitted(doc: &DocPath) -> Result<()> {
 /// still running, or paused, still holds its lock, and its file is left alone.
 /// Returns how many were removed.
 pub fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
+    sweep_temps(doc, true)
+}
+
+/// Counts temp files of writers that are gone, without removing them.
+pub fn abandoned_temps(doc: &DocPath) -> Result<usize> {
+    sweep_temps(doc, false)
+}
+
+fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(&doc.name);
     prefix.push(".fencepost-tmp-");
@@ -239,7 +248,7 @@ pub fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
         }
         let path = entry.path();
         let Ok(file) = File::open(&path) else { continue };
-        if file.try_lock().is_ok() && fs::remove_file(&path).is_ok() {
+        if file.try_lock().is_ok() && (!remove || fs::remove_file(&path).is_ok()) {
             removed += 1;
         }
     }

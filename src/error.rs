@@ -45,6 +45,14 @@ pub enum Error {
         source: rusqlite::Error,
     },
 
+    /// `verify` found inconsistencies; `report` lists them, one per line.
+    #[error("{message}")]
+    Diverged {
+        message: String,
+        report: String,
+        fields: Value,
+    },
+
     /// A failure injected by a failpoint (test builds only).
     #[error("failpoint {0} fired")]
     Injected(String),
@@ -122,6 +130,7 @@ impl Error {
                 RefusalKind::Unissued => 8,
             },
             Error::Busy { .. } => 7,
+            Error::Diverged { .. } => 9,
         }
     }
 
@@ -131,6 +140,7 @@ impl Error {
             Error::Refused(r) => r.kind.outcome(),
             Error::Usage { .. } => "usage",
             Error::Busy { .. } => "busy",
+            Error::Diverged { .. } => "diverged",
             Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => "error",
         }
     }

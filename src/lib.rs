@@ -49,7 +49,8 @@ Exit codes:
   5  stale: a newer epoch was accepted for this resource (write)
   6  conflict: this epoch already wrote different content (write)
   7  busy: the state file stayed locked past --busy-timeout
-  8  unissued: claim never issued this epoch for this resource (write)";
+  8  unissued: claim never issued this epoch for this resource (write)
+  9  diverged: verify found a document, record or lease out of step";
 
 /// Fenced, atomic document publishing for workers whose jobs can be taken over.
 ///
@@ -117,6 +118,7 @@ pub enum Command {
     Status(cmd::status::StatusArgs),
     Recover(cmd::recover::RecoverArgs),
     Log(cmd::log::LogArgs),
+    Verify(cmd::verify::VerifyArgs),
 }
 
 /// Runs the command line and returns the process exit code. Prints results on stdout
@@ -184,6 +186,7 @@ fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
         Command::Log(a) => cmd::log::run(ctx, a),
+        Command::Verify(a) => cmd::verify::run(ctx, a),
     }
 }
 
@@ -222,6 +225,7 @@ fn report_error(err: &Error, json: bool) {
     if json {
         let mut map = match err {
             Error::Refused(r) => r.fields.clone(),
+            Error::Diverged { fields, .. } => fields.as_object().cloned().unwrap_or_default(),
             _ => serde_json::Map::new(),
         };
         map.insert("outcome".into(), json!(err.outcome()));
@@ -229,6 +233,8 @@ fn report_error(err: &Error, json: bool) {
         emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         emit(r.kind.outcome());
+    } else if let Error::Diverged { report, .. } = err {
+        emit(report);
     }
     let mut stderr = io::stderr().lock();
     let _ = writeln!(stderr, "fencepost: {err}");

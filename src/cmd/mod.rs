@@ -23,6 +23,7 @@ pub mod recover;
 pub mod release;
 pub mod renew;
 pub mod status;
+pub mod verify;
 pub mod write;
 
 /// The global options, resolved.
