@@ -58,7 +58,11 @@ impl Env {
             for entry in std::fs::read_dir(dir).expect("read_dir") {
                 let entry = entry.expect("entry");
                 let path = entry.path();
-                let rel = path.strip_prefix(base).expect("prefix").to_string_lossy().into_owned();
+                let rel = path
+                    .strip_prefix(base)
+                    .expect("prefix")
+                    .to_string_lossy()
+                    .into_owned();
                 if rel == ".fencepost" {
                     continue;
                 }
@@ -83,6 +87,7 @@ impl Env {
             now: None,
             stdin: Vec::new(),
             env: Vec::new(),
+            umask: None,
         }
     }
 
@@ -112,6 +117,7 @@ pub struct Run {
     now: Option<i64>,
     stdin: Vec<u8>,
     env: Vec<(String, String)>,
+    umask: Option<u32>,
 }
 
 /// A finished process.
@@ -127,6 +133,26 @@ impl Done {
     pub fn json(&self) -> Value {
         serde_json::from_str(self.stdout.trim())
             .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {:?}", self.stdout))
+    }
+
+    /// The `--json` contract: stdout is exactly one line holding one JSON object with at
+    /// least `outcome`, `resource` and `epoch`. Returns the object.
+    pub fn json_contract(&self) -> Value {
+        assert_eq!(
+            self.stdout.lines().count(),
+            1,
+            "--json must print exactly one line: {:?}",
+            self.stdout
+        );
+        let j = self.json();
+        let obj = j
+            .as_object()
+            .unwrap_or_else(|| panic!("not a JSON object: {j}"));
+        for key in ["outcome", "resource", "epoch"] {
+            assert!(obj.contains_key(key), "--json object lacks {key:?}: {j}");
+        }
+        assert!(j["outcome"].is_string(), "outcome is not a string: {j}");
+        j
     }
 }
 
@@ -147,10 +173,28 @@ impl Run {
         self
     }
 
+    /// Runs the process under this umask (through `sh -c 'umask M; exec ...'`).
+    pub fn umask(mut self, mask: u32) -> Run {
+        self.umask = Some(mask);
+        self
+    }
+
     /// Runs without asserting.
     pub fn output(self) -> Done {
-        let mut cmd = Command::new(bin());
-        cmd.env_clear().current_dir(&self.root).arg("--root").arg(&self.root);
+        let mut cmd = match self.umask {
+            None => Command::new(bin()),
+            Some(mask) => {
+                let mut sh = Command::new("/bin/sh");
+                sh.arg("-c")
+                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(bin());
+                sh
+            }
+        };
+        cmd.env_clear()
+            .current_dir(&self.root)
+            .arg("--root")
+            .arg(&self.root);
         if let Some(now) = self.now {
             cmd.arg("--now").arg(now.to_string());
         }

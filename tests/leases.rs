@@ -24,3 +24,353 @@ fn takeover_at_deadline_is_allowed() {
     assert_eq!(j["epoch"], 1);
     assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
 }
+
+/// `status RES --json` for one resource at tick `now`: its row.
+fn row(env: &Env, res: &str, now: i64) -> serde_json::Value {
+    let j = env.fp(&["--json", "status", res]).now(now).expect(0).json();
+    j["resources"][0].clone()
+}
+
+fn holder(verb: &str, res: &str, owner: &str, epoch: i64) -> Vec<String> {
+    [
+        "--json",
+        verb,
+        res,
+        "--owner",
+        owner,
+        "--epoch",
+        &epoch.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn claim_before_deadline_is_held_and_changes_nothing() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let before = row(&env, "doc.md", 9);
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(9)
+        .expect_stdout(3, "held");
+    assert_eq!(row(&env, "doc.md", 9), before);
+    assert_eq!(before["lease"]["owner"], "A");
+    assert_eq!(before["lease"]["epoch"], 1);
+    assert_eq!(before["lease"]["deadline"], 10);
+}
+
+#[test]
+fn claim_at_deadline_records_new_owner_epoch_and_deadline() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = env
+        .fp(&["--json", "claim", "doc.md", "--owner", "B", "--ttl", "7"])
+        .now(10)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "claimed");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 2);
+    assert_eq!(j["owner"], "B");
+    assert_eq!(j["deadline"], 17);
+    assert_eq!(j["previous"]["owner"], "A");
+    assert_eq!(j["previous"]["state"], "expired");
+    let lease = &row(&env, "doc.md", 10)["lease"];
+    assert_eq!(lease["owner"], "B");
+    assert_eq!(lease["epoch"], 2);
+    assert_eq!(lease["deadline"], 17);
+    assert_eq!(lease["state"], "held");
+}
+
+#[test]
+fn renew_before_deadline_extends_it_and_delays_takeover() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&[
+        "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+    ])
+    .now(9)
+    .expect_stdout(0, "19");
+    // At the old deadline the lease is still A's.
+    let held = env
+        .fp(&["--json", "claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(10)
+        .expect(3)
+        .json_contract();
+    assert_eq!(held["holder"], "A");
+    assert_eq!(held["deadline"], 19);
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(18)
+        .expect_stdout(3, "held");
+    // At the new deadline it has expired.
+    assert_eq!(env.claim("doc.md", "B", 10, 19), 2);
+}
+
+#[test]
+fn renew_at_deadline_is_lost() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let v = holder("renew", "doc.md", "A", 1);
+    let mut a = args(&v);
+    a.extend(["--ttl", "10"]);
+    let j = env.fp(&a).now(10).expect(4).json_contract();
+    assert_eq!(j["outcome"], "lost");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["reason"], "the lease expired");
+    // The refused renew did not move the deadline: B can take over at 10.
+    assert_eq!(row(&env, "doc.md", 10)["lease"]["deadline"], 10);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+}
+
+#[test]
+fn taken_over_holder_cannot_renew_complete_or_release() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    let before = row(&env, "doc.md", 11);
+    for verb in ["renew", "complete", "release"] {
+        let v = holder(verb, "doc.md", "A", 1);
+        let mut a = args(&v);
+        if verb == "renew" {
+            a.extend(["--ttl", "100"]);
+        }
+        let done = env.fp(&a).now(11).expect(4);
+        let j = done.json_contract();
+        assert_eq!(j["outcome"], "lost", "{verb}");
+        assert_eq!(j["resource"], "doc.md", "{verb}");
+        assert_eq!(j["epoch"], 1, "{verb}: the refused request's epoch");
+        assert_eq!(j["lease"]["owner"], "B", "{verb}: shows the current holder");
+        assert_eq!(j["lease"]["epoch"], 2, "{verb}: shows the current epoch");
+        assert_eq!(j["lease"]["state"], "held", "{verb}");
+        assert!(
+            done.stderr.contains("current: owner B epoch 2"),
+            "{verb}: {}",
+            done.stderr
+        );
+        assert_eq!(row(&env, "doc.md", 11), before, "{verb} changed the lease");
+    }
+}
+
+#[test]
+fn plain_refusal_prints_outcome_word() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.claim("doc.md", "B", 10, 10);
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(11)
+        .expect_stdout(4, "lost");
+}
+
+#[test]
+fn same_name_reclaim_gets_new_epoch_and_old_epoch_is_refused() {
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.write("doc.md", 1, "first", 1, 0);
+    assert_eq!(env.claim("doc.md", "A", 10, 10), 2);
+    for verb in ["renew", "complete", "release"] {
+        let v = holder(verb, "doc.md", "A", 1);
+        let mut a = args(&v);
+        if verb == "renew" {
+            a.extend(["--ttl", "100"]);
+        }
+        let j = env.fp(&a).now(11).expect(4).json_contract();
+        assert_eq!(j["reason"], "the lease has a newer epoch", "{verb}");
+        assert_eq!(j["lease"]["owner"], "A", "{verb}");
+        assert_eq!(j["lease"]["epoch"], 2, "{verb}");
+    }
+    let j = env
+        .fp(&["--json", "write", "doc.md", "--epoch", "1", "--owner", "A"])
+        .now(11)
+        .stdin("late")
+        .expect(5)
+        .json_contract();
+    assert_eq!(j["outcome"], "stale");
+    assert_eq!(env.text("doc.md"), "first");
+    // The new epoch works.
+    env.fp(&[
+        "renew", "doc.md", "--owner", "A", "--epoch", "2", "--ttl", "10",
+    ])
+    .now(11)
+    .expect_stdout(0, "21");
+}
+
+#[test]
+fn complete_after_expiry_is_refused_and_records_nothing() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = env
+        .fp(&[
+            "--json", "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "ok",
+        ])
+        .now(10)
+        .expect(4)
+        .json_contract();
+    assert_eq!(j["outcome"], "lost");
+    assert_eq!(j["reason"], "the lease expired");
+    assert_eq!(j["lease"]["state"], "expired");
+    let lease = &row(&env, "doc.md", 10)["lease"];
+    assert_eq!(lease["state"], "expired");
+    assert_eq!(lease["result"], serde_json::Value::Null);
+}
+
+#[test]
+fn complete_by_wrong_owner_is_refused() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = env
+        .fp(&[
+            "--json", "complete", "doc.md", "--owner", "B", "--epoch", "1",
+        ])
+        .now(5)
+        .expect(4)
+        .json_contract();
+    assert_eq!(j["reason"], "the lease belongs to another owner");
+    assert_eq!(row(&env, "doc.md", 5)["lease"]["state"], "held");
+}
+
+#[test]
+fn holder_commands_on_unclaimed_resource_are_lost() {
+    let env = Env::new();
+    let j = env
+        .fp(&[
+            "--json", "release", "doc.md", "--owner", "A", "--epoch", "1",
+        ])
+        .now(0)
+        .expect(4)
+        .json_contract();
+    assert_eq!(j["reason"], "no lease was ever claimed");
+    assert_eq!(j["lease"], serde_json::Value::Null);
+}
+
+#[test]
+fn release_lets_next_claim_succeed_at_once_with_next_epoch() {
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 100, 0), 1);
+    let j = env
+        .fp(&[
+            "--json", "release", "doc.md", "--owner", "A", "--epoch", "1",
+        ])
+        .now(5)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "released");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(row(&env, "doc.md", 5)["lease"]["state"], "released");
+    // Long before the old deadline of 100.
+    assert_eq!(env.claim("doc.md", "B", 10, 6), 2);
+    // A released lease cannot be released, renewed or completed again.
+    env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(7)
+        .expect_stdout(4, "lost");
+}
+
+#[test]
+fn release_twice_is_refused() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 100, 0);
+    env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(5)
+        .expect_stdout(0, "released");
+    let j = env
+        .fp(&[
+            "--json", "release", "doc.md", "--owner", "A", "--epoch", "1",
+        ])
+        .now(6)
+        .expect(4)
+        .json_contract();
+    assert_eq!(j["reason"], "the lease was already released");
+}
+
+#[test]
+fn complete_records_result_in_status() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = env
+        .fp(&[
+            "--json", "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "42 rows",
+        ])
+        .now(9)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "completed");
+    assert_eq!(j["result"], "42 rows");
+    let lease = &row(&env, "doc.md", 9)["lease"];
+    assert_eq!(lease["state"], "completed");
+    assert_eq!(lease["result"], "42 rows");
+    assert_eq!(lease["owner"], "A");
+    assert_eq!(lease["epoch"], 1);
+    // The result is kept after the deadline passes.
+    assert_eq!(row(&env, "doc.md", 50)["lease"]["result"], "42 rows");
+    // A finished lease cannot be completed again.
+    let again = env
+        .fp(&[
+            "--json", "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "x",
+        ])
+        .now(9)
+        .expect(4)
+        .json_contract();
+    assert_eq!(again["reason"], "the lease was already completed");
+    assert_eq!(row(&env, "doc.md", 9)["lease"]["result"], "42 rows");
+}
+
+#[test]
+fn claim_after_complete_gets_next_epoch() {
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(3)
+        .expect_stdout(0, "completed");
+    // Before the old deadline: the finished lease does not block.
+    assert_eq!(env.claim("doc.md", "B", 10, 4), 2);
+    let lease = &row(&env, "doc.md", 4)["lease"];
+    assert_eq!(lease["owner"], "B");
+    assert_eq!(lease["result"], serde_json::Value::Null);
+}
+
+#[test]
+fn epochs_never_repeat_across_claims_releases_and_expiries() {
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    assert_eq!(env.claim("doc.md", "A", 10, 10), 2);
+    env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "2"])
+        .now(11)
+        .expect(0);
+    assert_eq!(env.claim("doc.md", "B", 10, 11), 3);
+    env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "3"])
+        .now(12)
+        .expect(0);
+    assert_eq!(env.claim("doc.md", "A", 10, 12), 4);
+}
+
+#[test]
+fn leases_are_per_resource() {
+    let env = Env::new();
+    assert_eq!(env.claim("a.md", "A", 10, 0), 1);
+    assert_eq!(env.claim("b.md", "B", 10, 0), 1);
+    env.fp(&["claim", "a.md", "--owner", "B", "--ttl", "10"])
+        .now(5)
+        .expect_stdout(3, "held");
+}
+
+#[test]
+fn renew_prints_new_deadline_in_json() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = env
+        .fp(&[
+            "--json", "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "30",
+        ])
+        .now(4)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "renewed");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["deadline"], 34);
+    assert_eq!(row(&env, "doc.md", 4)["lease"]["deadline"], 34);
+}

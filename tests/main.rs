@@ -3,4 +3,7 @@
 
 mod harness;
 
+mod documents;
+mod inputs;
 mod leases;
+mod sink;

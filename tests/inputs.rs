@@ -1,0 +1,1 @@
+//! Bad inputs: exit 2, one clear line, nothing changed.
