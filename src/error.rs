@@ -53,6 +53,14 @@ pub enum Error {
         fields: Value,
     },
 
+    /// `run`: the command failed; run exits with the command's own code.
+    #[error("{message}")]
+    Child {
+        code: i32,
+        message: String,
+        fields: Value,
+    },
+
     /// A failure injected by a failpoint (test builds only).
     #[error("failpoint {0} fired")]
     Injected(String),
@@ -131,6 +139,7 @@ impl Error {
             },
             Error::Busy { .. } => 7,
             Error::Diverged { .. } => 9,
+            Error::Child { code, .. } => *code,
         }
     }
 
@@ -141,6 +150,7 @@ impl Error {
             Error::Usage { .. } => "usage",
             Error::Busy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
+            Error::Child { .. } => "failed",
             Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => "error",
         }
     }

@@ -71,7 +71,13 @@ pub struct Cli {
 #[derive(Debug, clap::Args)]
 pub struct Global {
     /// Publish root: resources are paths relative to it.
-    #[arg(long, global = true, env = "FENCEPOST_ROOT", default_value = ".", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "FENCEPOST_ROOT",
+        default_value = ".",
+        value_name = "DIR"
+    )]
     pub root: PathBuf,
 
     /// State file [default: <root>/.fencepost/state.db].
@@ -80,7 +86,13 @@ pub struct Global {
 
     /// Use logical tick N as the current time instead of wall-clock milliseconds.
     /// A state file stays on the clock it was first used with.
-    #[arg(long, global = true, env = "FENCEPOST_NOW", value_name = "N", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "FENCEPOST_NOW",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub now: Option<i64>,
 
     /// Print one JSON object on stdout (refusals and errors too).
@@ -117,8 +129,11 @@ pub enum Command {
     Write(cmd::write::WriteArgs),
     Status(cmd::status::StatusArgs),
     Recover(cmd::recover::RecoverArgs),
+    Run(cmd::run::RunArgs),
     Log(cmd::log::LogArgs),
     Verify(cmd::verify::VerifyArgs),
+    Completions(cmd::completions::CompletionsArgs),
+    Man(cmd::completions::ManArgs),
 }
 
 /// Runs the command line and returns the process exit code. Prints results on stdout
@@ -130,11 +145,22 @@ where
 {
     #[cfg(feature = "failpoints")]
     let _scenario = fail::FailScenario::setup();
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
+        Err(e)
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
             let _ = e.print();
             return if e.use_stderr() { 2 } else { 0 };
+        }
+        Err(e) => {
+            // Bad usage is bad input like any other: one `fencepost:` line (and a usage
+            // hint), and the `--json` object a script parses.
+            let json = args.iter().any(|a| a == "--json");
+            report_error(&usage_from_clap(&e), json);
+            return 2;
         }
     };
     let json = cli.global.json;
@@ -151,11 +177,15 @@ where
             let text = if json {
                 let mut map = report.json;
                 map.entry("outcome").or_insert(json!("ok"));
+                map.entry("resource").or_insert(Value::Null);
+                map.entry("epoch").or_insert(Value::Null);
                 Value::Object(map).to_string()
             } else {
                 report.plain
             };
-            emit(&text);
+            if !text.is_empty() {
+                emit(&text);
+            }
             0
         }
         Err(err) => {
@@ -163,6 +193,28 @@ where
             err.exit_code()
         }
     }
+}
+
+/// A clap parse error as one line: clap's message without its `error:` prefix, its
+/// indented continuation lines joined, and its usage line as the hint.
+fn usage_from_clap(e: &clap::Error) -> Error {
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    let mut message = first
+        .strip_prefix("error: ")
+        .unwrap_or(first)
+        .trim()
+        .to_string();
+    for line in lines.by_ref().take_while(|l| !l.trim().is_empty()) {
+        message.push(' ');
+        message.push_str(line.trim());
+    }
+    let hint = match text.lines().find_map(|l| l.strip_prefix("Usage: ")) {
+        Some(usage) => format!("usage: {usage} (see --help)"),
+        None => "see fencepost --help".to_string(),
+    };
+    Error::usage_hint(message, hint)
 }
 
 /// The context error, re-raised (context errors are always usage errors).
@@ -185,8 +237,11 @@ fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
         Command::Write(a) => cmd::write::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
+        Command::Run(a) => cmd::run::run(ctx, a),
         Command::Log(a) => cmd::log::run(ctx, a),
         Command::Verify(a) => cmd::verify::run(ctx, a),
+        Command::Completions(a) => cmd::completions::completions(a),
+        Command::Man(a) => cmd::completions::man(a),
     }
 }
 
@@ -225,11 +280,15 @@ fn report_error(err: &Error, json: bool) {
     if json {
         let mut map = match err {
             Error::Refused(r) => r.fields.clone(),
-            Error::Diverged { fields, .. } => fields.as_object().cloned().unwrap_or_default(),
+            Error::Diverged { fields, .. } | Error::Child { fields, .. } => {
+                fields.as_object().cloned().unwrap_or_default()
+            }
             _ => serde_json::Map::new(),
         };
         map.insert("outcome".into(), json!(err.outcome()));
         map.insert("error".into(), json!(err.to_string()));
+        map.entry("resource").or_insert(Value::Null);
+        map.entry("epoch").or_insert(Value::Null);
         emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         emit(r.kind.outcome());

@@ -18,16 +18,18 @@ use crate::store::{Store, Txn};
 
 pub mod claim;
 pub mod complete;
+pub mod completions;
 pub mod log;
 pub mod recover;
 pub mod release;
 pub mod renew;
+pub mod run;
 pub mod status;
 pub mod verify;
 pub mod write;
 
 /// The global options, resolved.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Ctx {
     /// The publish root, canonical.
     pub root: PathBuf,
@@ -106,14 +108,19 @@ pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
         .previous(prev_owner, prev_epoch)
         .detail(refusal.message.clone());
     let logged = Store::open(&ctx.db, ctx.busy, false).and_then(|store| {
-        let Some(mut store) = store else { return Ok(()) };
+        let Some(mut store) = store else {
+            return Ok(());
+        };
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;
         ctx.log(&tx, &event)?;
         tx.commit()
     });
     if let Err(e) = logged {
-        let _ = writeln!(std::io::stderr(), "fencepost: warning: refusal not logged: {e}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "fencepost: warning: refusal not logged: {e}"
+        );
     }
 }
 
@@ -123,7 +130,9 @@ pub fn check_owner(owner: &str) -> Result<()> {
         return Err(Error::usage("owner name is empty"));
     }
     if owner.chars().any(char::is_control) {
-        return Err(Error::usage(format!("owner name {owner:?} contains control characters")));
+        return Err(Error::usage(format!(
+            "owner name {owner:?} contains control characters"
+        )));
     }
     Ok(())
 }
@@ -131,7 +140,9 @@ pub fn check_owner(owner: &str) -> Result<()> {
 /// Refuses an epoch that is not positive.
 pub fn check_epoch(epoch: i64) -> Result<()> {
     if epoch <= 0 {
-        return Err(Error::usage(format!("--epoch must be positive, got {epoch}")));
+        return Err(Error::usage(format!(
+            "--epoch must be positive, got {epoch}"
+        )));
     }
     Ok(())
 }
@@ -165,7 +176,12 @@ pub fn lost(
     now: i64,
 ) -> Error {
     let holder = match current {
-        Some(l) => format!(" (current: owner {} epoch {}, {})", l.owner, l.epoch, l.view(now)),
+        Some(l) => format!(
+            " (current: owner {} epoch {}, {})",
+            l.owner,
+            l.epoch,
+            l.view(now)
+        ),
         None => String::new(),
     };
     let fields = json!({
@@ -220,10 +236,13 @@ pub fn change_held(
     let tx = ctx.begin(&mut store, &resource)?;
     if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
         let (kind, detail) = match change {
-            crate::store::HolderChange::Renew { deadline } => ("renew", format!("deadline {deadline}")),
-            crate::store::HolderChange::Complete { result } => {
-                ("complete", result.map(|r| format!("result {r}")).unwrap_or_default())
+            crate::store::HolderChange::Renew { deadline } => {
+                ("renew", format!("deadline {deadline}"))
             }
+            crate::store::HolderChange::Complete { result } => (
+                "complete",
+                result.map(|r| format!("result {r}")).unwrap_or_default(),
+            ),
             crate::store::HolderChange::Release => ("release", String::new()),
         };
         let mut event = Event::new(now, resource.as_str(), kind)
@@ -240,5 +259,12 @@ pub fn change_held(
     let reason = crate::lease::check_holder(current.as_ref(), &holder.owner, holder.epoch, now)
         .err()
         .unwrap_or(LostReason::Expired);
-    Err(lost(&resource, &holder.owner, holder.epoch, current.as_ref(), reason, now))
+    Err(lost(
+        &resource,
+        &holder.owner,
+        holder.epoch,
+        current.as_ref(),
+        reason,
+        now,
+    ))
 }

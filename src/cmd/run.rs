@@ -1,0 +1,222 @@
+//! `fencepost run`: claim, run a command under the lease, keep renewing it, and finish.
+//!
+//! The kill on a lost lease only stops wasted work: what keeps the document safe is the
+//! sink's fence, which refuses the old epoch whether or not the child is still alive.
+
+use std::ffi::OsString;
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::json;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use super::claim::{self, ClaimArgs};
+use super::{Ctx, HolderArgs, Report, change_held};
+use crate::clock::{Clock, parse_duration};
+use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::store::HolderChange;
+
+/// Claim RESOURCE, run CMD while renewing the lease, then complete (or release) it.
+///
+/// CMD runs in its own process group with FENCEPOST_RESOURCE, FENCEPOST_EPOCH,
+/// FENCEPOST_OWNER, FENCEPOST_ROOT and FENCEPOST_DB set, so inside it a plain
+/// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch. The lease is
+/// renewed every TTL/3. If a renewal is refused (taken over) or cannot be made before
+/// the deadline, CMD's group gets SIGTERM, then SIGKILL after --grace, and run exits 4.
+/// The sink's fence, not this kill, is what keeps the document safe.
+/// When CMD exits 0 the lease is completed (result: --result, or "exit 0"); when it
+/// fails the lease is released and run exits with CMD's code (128+N for signal N).
+/// SIGINT, SIGTERM and SIGHUP sent to run are forwarded to CMD. Needs the wall clock:
+/// with --now, time would not pass, so run refuses it.
+///
+/// Example:
+///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
+///     sh -c 'render-report | fencepost write "$FENCEPOST_RESOURCE"'
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The document's path relative to --root, e.g. reports/daily.md.
+    pub resource: OsString,
+
+    /// Who is claiming (free text: host, pid, job id).
+    #[arg(long, env = "FENCEPOST_OWNER")]
+    pub owner: String,
+
+    /// Lease length: 500ms, 30s, 2m, 1h (or bare milliseconds).
+    #[arg(long, env = "FENCEPOST_TTL")]
+    pub ttl: String,
+
+    /// If the lease is held, wait up to this long for it.
+    #[arg(long, value_name = "DURATION")]
+    pub wait: Option<String>,
+
+    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub grace: String,
+
+    /// Result to record on success (default: "exit 0").
+    #[arg(long)]
+    pub result: Option<String>,
+
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
+    if matches!(ctx.clock, Clock::Logical(_)) {
+        return Err(Error::usage_hint(
+            "run renews its lease in real time and cannot use --now (logical time does not pass)",
+            "use claim, write and complete with --now, or drop --now",
+        ));
+    }
+    let ttl_ms = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl")?.unsigned_abs();
+    let grace = Duration::from_millis(
+        parse_duration(&args.grace, ctx.clock.kind(), "--grace")?.unsigned_abs(),
+    );
+    let claimed = claim::run(
+        ctx,
+        &ClaimArgs {
+            resource: args.resource.clone(),
+            owner: args.owner.clone(),
+            ttl: args.ttl.clone(),
+            wait: args.wait.clone(),
+            lazy_fence: false,
+        },
+    )?;
+    let epoch = claimed.json["epoch"].as_i64().unwrap_or(0);
+    let resource = claimed.json["resource"].as_str().unwrap_or_default().to_string();
+    let mut deadline = Instant::now() + Duration::from_millis(ttl_ms);
+    let holder = HolderArgs {
+        resource: args.resource.clone(),
+        owner: args.owner.clone(),
+        epoch,
+    };
+
+    let (program, rest) = args.command.split_first().ok_or_else(|| Error::usage("no CMD given"))?;
+    let spawned = {
+        use std::os::unix::process::CommandExt;
+        Command::new(program)
+            .args(rest)
+            .env("FENCEPOST_RESOURCE", &resource)
+            .env("FENCEPOST_EPOCH", epoch.to_string())
+            .env("FENCEPOST_OWNER", &args.owner)
+            .env("FENCEPOST_ROOT", &ctx.root)
+            .env("FENCEPOST_DB", &ctx.db)
+            .process_group(0)
+            .spawn()
+    };
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = change_held(ctx, &holder, HolderChange::Release);
+            return Err(Error::usage(format!("cannot run {}: {e}", program.to_string_lossy())));
+        }
+    };
+    let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+
+    // Forward the signals a user or supervisor sends us to the child's group.
+    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
+    let signal_handle = signals.handle();
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if let Ok(sig) = Signal::try_from(sig) {
+                let _ = killpg(group, sig);
+            }
+        }
+    });
+    let (tx, rx) = mpsc::channel::<std::io::Result<ExitStatus>>();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+
+    let interval = Duration::from_millis((ttl_ms / 3).max(1));
+    let mut next_renew = Instant::now() + interval;
+    let status = loop {
+        match rx.recv_timeout(next_renew.saturating_duration_since(Instant::now())) {
+            Ok(status) => break status.map_err(Error::io("cannot wait for", "the command"))?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::usage("internal: lost track of the command"));
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        // Renew, never waiting on a busy state file past our own deadline.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let renew_ctx = Ctx {
+            busy: ctx.busy.min(left),
+            ..ctx.clone()
+        };
+        let renewed = if left.is_zero() {
+            Err(Error::usage("deadline passed"))
+        } else {
+            change_held(&renew_ctx, &holder, HolderChange::Renew {
+                deadline: crate::clock::wall_millis().saturating_add(ttl_ms as i64),
+            })
+        };
+        match renewed {
+            Ok(_) => {
+                deadline = Instant::now() + Duration::from_millis(ttl_ms);
+                next_renew = Instant::now() + interval;
+            }
+            Err(e) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
+                stop_group(group, grace, &rx);
+                signal_handle.close();
+                return Err(Error::Refused(Refusal::new(
+                    RefusalKind::Lost,
+                    format!("lease on {resource} (epoch {epoch}) was lost while the command ran ({e}); the command was stopped"),
+                    json!({ "resource": resource, "epoch": epoch, "owner": args.owner }),
+                )));
+            }
+            // A transient failure (busy, I/O): try again soon, while the lease still runs.
+            Err(_) => next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1)),
+        }
+    };
+    signal_handle.close();
+    let code = exit_code(status);
+    if code == 0 {
+        let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
+        change_held(ctx, &holder, HolderChange::Complete { result: Some(&result) })?;
+        return Ok(Report::new(
+            String::new(),
+            json!({
+                "outcome": "completed",
+                "resource": resource,
+                "epoch": epoch,
+                "owner": args.owner,
+                "exit_code": 0,
+                "result": result,
+            }),
+        ));
+    }
+    let _ = change_held(ctx, &holder, HolderChange::Release);
+    Err(Error::Child {
+        code,
+        message: format!(
+            "{} exited with code {code}; lease on {resource} (epoch {epoch}) released",
+            program.to_string_lossy()
+        ),
+        fields: json!({ "resource": resource, "epoch": epoch, "owner": args.owner, "exit_code": code }),
+    })
+}
+
+/// SIGTERM to the group, SIGKILL after `grace` if the child has not exited.
+fn stop_group(group: Pid, grace: Duration, rx: &mpsc::Receiver<std::io::Result<ExitStatus>>) {
+    let _ = killpg(group, Signal::SIGTERM);
+    if rx.recv_timeout(grace).is_err() {
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = rx.recv();
+    }
+}
+
+/// The shell's convention: the exit code, or 128 + N when killed by signal N.
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
