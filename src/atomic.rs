@@ -94,13 +94,16 @@ pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) 
             .tempfile_in(&doc.dir)
             .map_err(Error::io("cannot create temp file in", &doc.dir))?;
         let (file, path) = temp.into_parts();
-        file.lock().map_err(Error::io("cannot lock", path.to_path_buf()))?;
+        file.lock()
+            .map_err(Error::io("cannot lock", path.to_path_buf()))?;
         // A cleaner may have removed the file between its creation and our lock (it looked
         // abandoned). Only a file still at its path is ours to use.
         let ours = fs::symlink_metadata(&path)
             .ok()
             .zip(file.metadata().ok())
-            .is_some_and(|(at_path, open)| at_path.ino() == open.ino() && at_path.dev() == open.dev());
+            .is_some_and(|(at_path, open)| {
+                at_path.ino() == open.ino() && at_path.dev() == open.dev()
+            });
         if ours {
             break (file, path);
         }
@@ -109,7 +112,9 @@ pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) 
     if let Some(meta) = existing {
         file.set_permissions(Permissions::from_mode(mode))
             .map_err(Error::io("cannot set mode of", path.to_path_buf()))?;
-        let own = file.metadata().map_err(Error::io("cannot inspect", path.to_path_buf()))?;
+        let own = file
+            .metadata()
+            .map_err(Error::io("cannot inspect", path.to_path_buf()))?;
         if own.uid() != meta.uid() || own.gid() != meta.gid() {
             // Best effort: only root may give a file away; others keep their own ids.
             let _ = std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()));
@@ -136,7 +141,11 @@ pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) 
     file.sync_all()
         .map_err(Error::io("cannot fsync", path.to_path_buf()))?;
     crate::failpoint!("write.after_temp_fsync");
-    let id = file_id(&file.metadata().map_err(Error::io("cannot inspect", path.to_path_buf()))?);
+    let id = file_id(
+        &file
+            .metadata()
+            .map_err(Error::io("cannot inspect", path.to_path_buf()))?,
+    );
     Ok(Staged {
         file,
         path,
@@ -247,7 +256,9 @@ fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
             continue;
         }
         let path = entry.path();
-        let Ok(file) = File::open(&path) else { continue };
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
         if file.try_lock().is_ok() && (!remove || fs::remove_file(&path).is_ok()) {
             removed += 1;
         }

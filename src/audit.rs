@@ -163,7 +163,13 @@ pub fn timeline(events: &[Event]) -> String {
         if several {
             row.push(e.resource.clone());
         }
-        row.extend(owners.iter().map(|o| if *o == owner { e.summary() } else { String::new() }));
+        row.extend(owners.iter().map(|o| {
+            if *o == owner {
+                e.summary()
+            } else {
+                String::new()
+            }
+        }));
         rows.push(row);
     }
     align(&rows)
@@ -206,7 +212,9 @@ mod tests {
     use super::*;
 
     fn ev(at: i64, kind: &str, owner: &str, epoch: i64) -> Event {
-        Event::new(at, "doc.md", kind).owner(Some(owner)).epoch(Some(epoch))
+        Event::new(at, "doc.md", kind)
+            .owner(Some(owner))
+            .epoch(Some(epoch))
     }
 
     #[test]
@@ -218,7 +226,10 @@ mod tests {
         ];
         let text = timeline(&events);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["AT", "A", "B"]);
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["AT", "A", "B"]
+        );
         assert!(lines[2].contains("takeover e2 (from A e1)"));
         let b_col = lines[0].find('B').unwrap_or(0);
         assert!(lines[2].find("takeover").unwrap_or(0) >= b_col);

@@ -88,16 +88,18 @@ pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
     let (digits, unit) = text.split_at(split);
     let bad = || {
         Error::usage_hint(
-            format!("{what} must be a positive integer or a duration like 500ms, 30s, 2m, 1h; got {text:?}"),
+            format!(
+                "{what} must be a positive integer or a duration like 500ms, 30s, 2m, 1h; got {text:?}"
+            ),
             "a bare integer is ticks of the clock in use (milliseconds on the wall clock)",
         )
     };
     if digits.is_empty() {
         return Err(bad());
     }
-    let value: i64 = digits.parse().map_err(|_| {
-        Error::usage(format!("{what} {text:?} is too large"))
-    })?;
+    let value: i64 = digits
+        .parse()
+        .map_err(|_| Error::usage(format!("{what} {text:?} is too large")))?;
     let factor: i64 = match unit {
         "" => 1,
         "ms" | "s" | "m" | "h" if kind == ClockKind::Logical => {
@@ -116,7 +118,9 @@ pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
         .checked_mul(factor)
         .ok_or_else(|| Error::usage(format!("{what} {text:?} is too large")))?;
     if total <= 0 {
-        return Err(Error::usage(format!("{what} must be positive, got {text:?}")));
+        return Err(Error::usage(format!(
+            "{what} must be positive, got {text:?}"
+        )));
     }
     Ok(total)
 }
@@ -145,7 +149,16 @@ mod tests {
     #[test]
     fn zero_negative_garbage_and_overflow_are_refused() {
         let w = ClockKind::Wall;
-        for bad in ["0", "-5", "", "s", "5x", "1.5s", "99999999999999999999", "9999999999999999h"] {
+        for bad in [
+            "0",
+            "-5",
+            "",
+            "s",
+            "5x",
+            "1.5s",
+            "99999999999999999999",
+            "9999999999999999h",
+        ] {
             assert!(parse_duration(bad, w, "--ttl").is_err(), "{bad:?} accepted");
         }
     }

@@ -28,9 +28,9 @@ pub struct Resource(String);
 impl Resource {
     /// Checks a resource name as given on the command line.
     pub fn parse(raw: &OsStr) -> Result<Resource> {
-        let text = raw.to_str().ok_or_else(|| {
-            Error::usage(format!("resource {raw:?} is not valid UTF-8"))
-        })?;
+        let text = raw
+            .to_str()
+            .ok_or_else(|| Error::usage(format!("resource {raw:?} is not valid UTF-8")))?;
         let bad = |why: &str| Error::usage(format!("resource {text:?} {why}"));
         if text.is_empty() {
             return Err(Error::usage("resource name is empty"));
@@ -62,10 +62,14 @@ impl Resource {
             return Err(bad("points into the tool's own .fencepost folder"));
         }
         if parts.iter().any(|p| p.contains(RESERVED)) {
-            return Err(bad("contains '.fencepost-', which is reserved for the tool's temp files"));
+            return Err(bad(
+                "contains '.fencepost-', which is reserved for the tool's temp files",
+            ));
         }
         if name.len() > MAX_NAME {
-            return Err(bad(&format!("has a file name longer than {MAX_NAME} bytes")));
+            return Err(bad(&format!(
+                "has a file name longer than {MAX_NAME} bytes"
+            )));
         }
         Ok(Resource(parts.join("/")))
     }
@@ -117,7 +121,8 @@ pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<D
         let next = dir.join(folder);
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                let real = std::fs::canonicalize(&next).map_err(Error::io("cannot follow", &next))?;
+                let real =
+                    std::fs::canonicalize(&next).map_err(Error::io("cannot follow", &next))?;
                 if !real.starts_with(root) || real.starts_with(&state_dir) {
                     return Err(Error::usage_hint(
                         format!(
@@ -167,7 +172,10 @@ mod tests {
 
     #[test]
     fn names_are_normalised() {
-        assert_eq!(parse("./reports//daily.md").ok().map(|r| r.0), Some("reports/daily.md".into()));
+        assert_eq!(
+            parse("./reports//daily.md").ok().map(|r| r.0),
+            Some("reports/daily.md".into())
+        );
     }
 
     #[test]

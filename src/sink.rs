@@ -173,7 +173,10 @@ mod tests {
     #[test]
     fn same_epoch_same_bytes_is_replay_and_different_bytes_conflict() {
         let r = record(2, Some(2));
-        assert_eq!(decide(Some(&r), Some(2), 2, H1, false), WriteDecision::Replay);
+        assert_eq!(
+            decide(Some(&r), Some(2), 2, H1, false),
+            WriteDecision::Replay
+        );
         assert_eq!(
             decide(Some(&r), Some(2), 2, H2, false),
             WriteDecision::Conflict {
@@ -185,7 +188,10 @@ mod tests {
     #[test]
     fn higher_issued_epoch_is_written() {
         let r = record(1, Some(1));
-        assert_eq!(decide(Some(&r), Some(2), 2, H2, false), WriteDecision::Write);
+        assert_eq!(
+            decide(Some(&r), Some(2), 2, H2, false),
+            WriteDecision::Write
+        );
         assert_eq!(decide(None, Some(1), 1, H2, false), WriteDecision::Write);
     }
 
@@ -193,7 +199,10 @@ mod tests {
     fn fence_registered_by_takeover_accepts_its_own_first_write() {
         // B's claim raised the fence to 2 without content: B's write is new, A's is stale.
         let r = record(2, Some(1));
-        assert_eq!(decide(Some(&r), Some(2), 2, H2, false), WriteDecision::Write);
+        assert_eq!(
+            decide(Some(&r), Some(2), 2, H2, false),
+            WriteDecision::Write
+        );
         assert_eq!(
             decide(Some(&r), Some(2), 1, H2, false),
             WriteDecision::Stale { fence: 2 }
@@ -240,7 +249,10 @@ mod tests {
             doc: Some(NEW),
         };
         assert_eq!(recovery(Some(OLD), found), Recovery::RestorePre);
-        let first = Leftovers { pre: false, ..found };
+        let first = Leftovers {
+            pre: false,
+            ..found
+        };
         assert_eq!(recovery(None, first), Recovery::RemoveDoc);
     }
 

@@ -123,7 +123,9 @@ impl Store {
             )
             .map_err(fail)?;
         if app_id == APPLICATION_ID && version == MIGRATIONS.len() as i64 {
-            self.conn.pragma_update(None, "synchronous", "FULL").map_err(fail)?;
+            self.conn
+                .pragma_update(None, "synchronous", "FULL")
+                .map_err(fail)?;
             return Ok(());
         }
         self.migrate()
@@ -145,7 +147,9 @@ impl Store {
                 path.display()
             )));
         }
-        self.conn.pragma_update(None, "synchronous", "FULL").map_err(fail)?;
+        self.conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(fail)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -176,7 +180,8 @@ impl Store {
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
             tx.execute_batch(sql).map_err(fail)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(fail)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)
+                .map_err(fail)?;
         }
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .map_err(fail)?;
@@ -265,7 +270,9 @@ impl Txn<'_> {
     fn clock(&self) -> Result<Option<ClockKind>> {
         let value: Option<String> = self
             .tx
-            .query_row("SELECT value FROM meta WHERE key = 'clock'", [], |r| r.get(0))
+            .query_row("SELECT value FROM meta WHERE key = 'clock'", [], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(self.fail())?;
         Ok(value.as_deref().and_then(ClockKind::parse))
@@ -325,7 +332,15 @@ impl Txn<'_> {
                      result = coalesce(?3, result), updated_at = ?4
                  WHERE resource = ?5 AND owner = ?6 AND epoch = ?7 AND state = 'held'
                    AND deadline > ?4",
-                params![state, deadline, result, now, resource.as_str(), owner, epoch],
+                params![
+                    state,
+                    deadline,
+                    result,
+                    now,
+                    resource.as_str(),
+                    owner,
+                    epoch
+                ],
             )
             .map_err(self.fail())?;
         Ok(rows == 1)

@@ -138,7 +138,8 @@ pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
 }
 
 fn held(resource: &crate::resource::Resource, holder: Option<&Lease>, now: i64) -> Error {
-    let (who, epoch, deadline) = holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
+    let (who, epoch, deadline) =
+        holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
     let fields = json!({
         "resource": resource.as_str(),
         "epoch": epoch,

@@ -89,7 +89,10 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         },
     )?;
     let epoch = claimed.json["epoch"].as_i64().unwrap_or(0);
-    let resource = claimed.json["resource"].as_str().unwrap_or_default().to_string();
+    let resource = claimed.json["resource"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let mut deadline = Instant::now() + Duration::from_millis(ttl_ms);
     let holder = HolderArgs {
         resource: args.resource.clone(),
@@ -97,7 +100,10 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         epoch,
     };
 
-    let (program, rest) = args.command.split_first().ok_or_else(|| Error::usage("no CMD given"))?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Error::usage("no CMD given"))?;
     let spawned = {
         use std::os::unix::process::CommandExt;
         Command::new(program)
@@ -114,13 +120,17 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         Ok(child) => child,
         Err(e) => {
             let _ = change_held(ctx, &holder, HolderChange::Release);
-            return Err(Error::usage(format!("cannot run {}: {e}", program.to_string_lossy())));
+            return Err(Error::usage(format!(
+                "cannot run {}: {e}",
+                program.to_string_lossy()
+            )));
         }
     };
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
 
     // Forward the signals a user or supervisor sends us to the child's group.
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
     let signal_handle = signals.handle();
     std::thread::spawn(move || {
         for sig in signals.forever() {
@@ -153,9 +163,13 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         let renewed = if left.is_zero() {
             Err(Error::usage("deadline passed"))
         } else {
-            change_held(&renew_ctx, &holder, HolderChange::Renew {
-                deadline: crate::clock::wall_millis().saturating_add(ttl_ms as i64),
-            })
+            change_held(
+                &renew_ctx,
+                &holder,
+                HolderChange::Renew {
+                    deadline: crate::clock::wall_millis().saturating_add(ttl_ms as i64),
+                },
+            )
         };
         match renewed {
             Ok(_) => {
@@ -167,7 +181,9 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
                 signal_handle.close();
                 return Err(Error::Refused(Refusal::new(
                     RefusalKind::Lost,
-                    format!("lease on {resource} (epoch {epoch}) was lost while the command ran ({e}); the command was stopped"),
+                    format!(
+                        "lease on {resource} (epoch {epoch}) was lost while the command ran ({e}); the command was stopped"
+                    ),
                     json!({ "resource": resource, "epoch": epoch, "owner": args.owner }),
                 )));
             }
@@ -179,7 +195,13 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
     let code = exit_code(status);
     if code == 0 {
         let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
-        change_held(ctx, &holder, HolderChange::Complete { result: Some(&result) })?;
+        change_held(
+            ctx,
+            &holder,
+            HolderChange::Complete {
+                result: Some(&result),
+            },
+        )?;
         return Ok(Report::new(
             String::new(),
             json!({

@@ -44,11 +44,7 @@ struct DocState {
 }
 
 pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
-    let only = args
-        .resource
-        .as_deref()
-        .map(super::resource)
-        .transpose()?;
+    let only = args.resource.as_deref().map(super::resource).transpose()?;
     let now = ctx.clock.now();
     let rows = match crate::store::Store::open(&ctx.db, ctx.busy, false)? {
         Some(store) => collect(ctx, store, only.as_ref())?,
@@ -66,6 +62,9 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     let mut out = json!({ "outcome": "status", "now": now, "resources": json_rows });
     if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
         map.insert("resource".into(), json!(resource.as_str()));
+        // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
+        let epoch = rows.first().and_then(|r| r.lease.as_ref()).map(|l| l.epoch);
+        map.insert("epoch".into(), json!(epoch));
     }
     Ok(Report::new(table(&rows, now), out))
 }
@@ -103,7 +102,11 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
         size: None,
     };
     let Some(doc) = locate(&ctx.root, resource, false)? else {
-        return Ok(none(if recorded.is_some() { "missing" } else { "absent" }));
+        return Ok(none(if recorded.is_some() {
+            "missing"
+        } else {
+            "absent"
+        }));
     };
     let leftovers = atomic::leftovers(&doc)?;
     let meta = match atomic::inspect_document(&doc) {
@@ -111,7 +114,11 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
         Err(_) => return Ok(none("not-a-file")),
     };
     let Some(_) = meta else {
-        return Ok(none(if recorded.is_some() { "missing" } else { "absent" }));
+        return Ok(none(if recorded.is_some() {
+            "missing"
+        } else {
+            "absent"
+        }));
     };
     let (sha256, size) = atomic::hash_file(&doc.path())
         .map_err(crate::error::Error::io("cannot read", doc.path()))?;
@@ -161,8 +168,10 @@ fn table(rows: &[Row], now: i64) -> String {
     }
     let dash = || "-".to_string();
     let mut cells = vec![
-        ["RESOURCE", "LEASE", "OWNER", "EPOCH", "DEADLINE", "FENCE", "WRITTEN", "DOCUMENT"]
-            .map(String::from),
+        [
+            "RESOURCE", "LEASE", "OWNER", "EPOCH", "DEADLINE", "FENCE", "WRITTEN", "DOCUMENT",
+        ]
+        .map(String::from),
     ];
     for row in rows {
         let lease = row.lease.as_ref();
@@ -179,7 +188,13 @@ fn table(rows: &[Row], now: i64) -> String {
         ]);
     }
     let widths: Vec<usize> = (0..8)
-        .map(|i| cells.iter().map(|c| c[i].chars().count()).max().unwrap_or(0))
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     cells
         .iter()

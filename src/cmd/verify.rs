@@ -108,8 +108,8 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             (Err(_), _) => found("not-a-file", "the document is not a regular file".into()),
             (Ok(None), Some(_)) => found("missing", "the recorded document is missing".into()),
             (Ok(Some(_)), Some(c)) if pending == Recovery::Nothing => {
-                let (sha, _) = atomic::hash_file(&doc.path())
-                    .map_err(Error::io("cannot read", doc.path()))?;
+                let (sha, _) =
+                    atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
                 if sha != c.sha256 {
                     found(
                         "drifted",

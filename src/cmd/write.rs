@@ -76,9 +76,13 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         tx.check_clock(ctx.clock.kind())?;
         let (lease, record) = (tx.lease(&resource)?, tx.sink(&resource)?);
         check_issued_owner(&resource, args, lease.as_ref())?;
-        if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) =
-            decide(record.as_ref(), lease.map(|l| l.epoch), args.epoch, "", args.unfenced)
-        {
+        if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
+            record.as_ref(),
+            lease.map(|l| l.epoch),
+            args.epoch,
+            "",
+            args.unfenced,
+        ) {
             return Err(refusal(&resource, args, d));
         }
     }
@@ -86,7 +90,9 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
     if is_state_file(&doc, &ctx.db) {
-        return Err(Error::usage(format!("resource {resource} is the state file itself")));
+        return Err(Error::usage(format!(
+            "resource {resource} is the state file itself"
+        )));
     }
     let existing = atomic::inspect_document(&doc)?;
     atomic::remove_abandoned_temps(&doc)?;
@@ -236,9 +242,9 @@ fn refusal(resource: &Resource, args: &WriteArgs, decision: WriteDecision) -> Er
         WriteDecision::Unissued { issued } => (
             RefusalKind::Unissued,
             match issued {
-                Some(max) => format!(
-                    "epoch {epoch} was never issued for {resource} (highest issued: {max})"
-                ),
+                Some(max) => {
+                    format!("epoch {epoch} was never issued for {resource} (highest issued: {max})")
+                }
                 None => format!("no epoch was ever issued for {resource}: claim it first"),
             },
             json!({ "issued": issued }),
