@@ -1,0 +1,573 @@
+//! The sink (`write`): written, replay, conflict, stale, unissued, resource scoping,
+//! takeover fencing versus `--lazy-fence`, `--unfenced`, and the seed's main scenario.
+
+use std::os::unix::fs::MetadataExt;
+
+use serde_json::Value;
+
+use crate::harness::Env;
+
+/// `status RES --json` at tick `now`: the resource's row.
+fn row(env: &Env, res: &str, now: i64) -> Value {
+    let j = env.fp(&["--json", "status", res]).now(now).expect(0).json();
+    j["resources"][0].clone()
+}
+
+/// (inode, mtime seconds, mtime nanoseconds, ctime nanoseconds) of a document.
+fn stamp(env: &Env, rel: &str) -> (u64, i64, i64, i64) {
+    let m = std::fs::symlink_metadata(env.path(rel)).expect("document exists");
+    (m.ino(), m.mtime(), m.mtime_nsec(), m.ctime_nsec())
+}
+
+/// A `--json` write at tick `now`, asserting the exit code and the JSON contract.
+fn write_json(env: &Env, res: &str, epoch: i64, content: &str, now: i64, code: i32) -> Value {
+    env.fp(&["--json", "write", res, "--epoch", &epoch.to_string()])
+        .now(now)
+        .stdin(content)
+        .expect(code)
+        .json_contract()
+}
+
+/// Names in the document's folder that are not documents (temp files, recovery links).
+fn debris(env: &Env) -> Vec<String> {
+    env.files()
+        .into_iter()
+        .filter(|f| f.contains(".fencepost-"))
+        .collect()
+}
+
+#[test]
+fn write_with_issued_epoch_is_written() {
+    let env = Env::new();
+    let e = env.claim("doc.md", "A", 10, 0);
+    let done = env.write("doc.md", e, "hello\n", 1, 0);
+    assert_eq!(done.stdout.trim(), "written");
+    assert_eq!(env.text("doc.md"), "hello\n");
+    assert_eq!(env.files(), ["doc.md"]);
+    let r = row(&env, "doc.md", 1);
+    assert_eq!(r["sink"]["fence"], 1);
+    assert_eq!(r["sink"]["content_epoch"], 1);
+    assert_eq!(r["sink"]["size"], 6);
+    assert_eq!(r["sink"]["written_at"], 1);
+    assert_eq!(r["document"]["state"], "matches");
+    assert_eq!(r["document"]["sha256"], r["sink"]["sha256"]);
+}
+
+#[test]
+fn write_json_reports_hash_size_and_previous_fence() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = write_json(&env, "doc.md", 1, "abc", 1, 0);
+    assert_eq!(j["outcome"], "written");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["size"], 3);
+    // SHA-256("abc").
+    assert_eq!(
+        j["sha256"],
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    // The takeover claim registered epoch 1 with the sink already.
+    assert_eq!(j["previous_fence"], 1);
+}
+
+#[test]
+fn same_epoch_same_bytes_is_replay_and_file_is_not_rewritten() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "v1", 1, 0);
+    let before = stamp(&env, "doc.md");
+    let row_before = row(&env, "doc.md", 1);
+    // Make any rewrite visible in the mtime even on coarse-grained filesystems.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .now(2)
+        .stdin("v1")
+        .expect_stdout(0, "replay");
+    let j = write_json(&env, "doc.md", 1, "v1", 3, 0);
+    assert_eq!(j["outcome"], "replay");
+    assert_eq!(
+        stamp(&env, "doc.md"),
+        before,
+        "a replay must not touch the file"
+    );
+    assert_eq!(env.text("doc.md"), "v1");
+    // The record keeps the original write time.
+    assert_eq!(row(&env, "doc.md", 1), row_before);
+    assert!(debris(&env).is_empty(), "{:?}", env.files());
+}
+
+#[test]
+fn same_epoch_different_bytes_is_conflict_and_file_is_unchanged() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "v1", 1, 0);
+    let before = stamp(&env, "doc.md");
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .now(2)
+        .stdin("v2")
+        .expect_stdout(6, "conflict");
+    let j = write_json(&env, "doc.md", 1, "v2", 2, 6);
+    assert_eq!(j["outcome"], "conflict");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(
+        j["recorded_sha256"],
+        row(&env, "doc.md", 2)["sink"]["sha256"]
+    );
+    assert_eq!(env.text("doc.md"), "v1");
+    assert_eq!(stamp(&env, "doc.md"), before);
+    assert_eq!(env.files(), ["doc.md"], "no temp file after a conflict");
+    assert_eq!(row(&env, "doc.md", 2)["document"]["state"], "matches");
+}
+
+#[test]
+fn lower_epoch_than_accepted_is_stale_and_file_is_unchanged() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.claim("doc.md", "B", 10, 10);
+    env.write("doc.md", 2, "B's", 11, 0);
+    let before = stamp(&env, "doc.md");
+    let row_before = row(&env, "doc.md", 12);
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .now(12)
+        .stdin("A's")
+        .expect_stdout(5, "stale");
+    let j = write_json(&env, "doc.md", 1, "A's", 12, 5);
+    assert_eq!(j["outcome"], "stale");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["fence"], 2);
+    assert_eq!(env.text("doc.md"), "B's");
+    assert_eq!(stamp(&env, "doc.md"), before);
+    assert_eq!(row(&env, "doc.md", 12), row_before);
+    assert_eq!(env.files(), ["doc.md"]);
+}
+
+#[test]
+fn higher_issued_epoch_replaces_document() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "old", 1, 0);
+    env.claim("doc.md", "B", 10, 10);
+    env.write("doc.md", 2, "new", 11, 0);
+    assert_eq!(env.text("doc.md"), "new");
+    let r = row(&env, "doc.md", 11);
+    assert_eq!(r["sink"]["fence"], 2);
+    assert_eq!(r["sink"]["content_epoch"], 2);
+    assert_eq!(r["document"]["state"], "matches");
+}
+
+#[test]
+fn never_claimed_resource_is_unissued() {
+    let env = Env::new();
+    let j = write_json(&env, "doc.md", 1, "x", 0, 8);
+    assert_eq!(j["outcome"], "unissued");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["issued"], Value::Null);
+    assert!(env.files().is_empty(), "{:?}", env.files());
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .now(0)
+        .stdin("x")
+        .expect_stdout(8, "unissued");
+    assert_eq!(env.read("doc.md"), None);
+}
+
+#[test]
+fn epoch_above_highest_issued_is_unissued() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "ok", 1, 0);
+    // An unauthenticated huge epoch must not block later legitimate writers.
+    let j = write_json(&env, "doc.md", 1_000_000, "evil", 2, 8);
+    assert_eq!(j["outcome"], "unissued");
+    assert_eq!(j["issued"], 1);
+    write_json(&env, "doc.md", 2, "evil", 2, 8);
+    assert_eq!(env.text("doc.md"), "ok");
+    assert_eq!(row(&env, "doc.md", 2)["sink"]["fence"], 1);
+    // The next legitimate holder is not blocked.
+    env.claim("doc.md", "B", 10, 10);
+    env.write("doc.md", 2, "B", 11, 0);
+    assert_eq!(env.text("doc.md"), "B");
+}
+
+#[test]
+fn owner_mismatch_is_unissued() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    let j = env
+        .fp(&["--json", "write", "doc.md", "--epoch", "1", "--owner", "B"])
+        .now(1)
+        .stdin("B pretending")
+        .expect(8)
+        .json_contract();
+    assert_eq!(j["outcome"], "unissued");
+    assert_eq!(j["issued_to"], "A");
+    assert_eq!(j["owner"], "B");
+    assert_eq!(env.read("doc.md"), None);
+    assert!(env.files().is_empty(), "{:?}", env.files());
+    // The right owner is accepted.
+    env.fp(&["write", "doc.md", "--epoch", "1", "--owner", "A"])
+        .now(1)
+        .stdin("A")
+        .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "A");
+}
+
+#[test]
+fn epoch_of_one_resource_does_not_fence_another() {
+    let env = Env::new();
+    let mut epoch = 0;
+    for now in 0..99 {
+        epoch = env.claim("x.md", "A", 1, now);
+    }
+    assert_eq!(epoch, 99);
+    env.write("x.md", 99, "x at 99", 99, 0);
+    assert_eq!(env.claim("y.md", "B", 10, 100), 1);
+    env.write("y.md", 1, "y at 1", 100, 0);
+    assert_eq!(env.text("y.md"), "y at 1");
+    // And the other way round: y's epoch 1 is no claim on x.
+    write_json(&env, "x.md", 1, "x at 1", 100, 5);
+    assert_eq!(env.text("x.md"), "x at 99");
+    // Nor does an epoch issued for x count as issued for y.
+    let j = write_json(&env, "y.md", 99, "y at 99", 100, 8);
+    assert_eq!(j["issued"], 1);
+    assert_eq!(row(&env, "x.md", 100)["sink"]["fence"], 99);
+    assert_eq!(row(&env, "y.md", 100)["sink"]["fence"], 1);
+}
+
+#[test]
+fn takeover_fences_old_holder_before_new_holder_writes() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "A v1", 5, 0);
+    let j = env
+        .fp(&["--json", "claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(10)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["fenced_at_sink"], true);
+    // B has only claimed; the sink already knows epoch 2.
+    assert_eq!(row(&env, "doc.md", 10)["sink"]["fence"], 2);
+    let j = write_json(&env, "doc.md", 1, "A v2", 11, 5);
+    assert_eq!(j["fence"], 2);
+    assert_eq!(env.text("doc.md"), "A v1");
+    env.write("doc.md", 2, "B", 12, 0);
+    assert_eq!(env.text("doc.md"), "B");
+}
+
+#[test]
+fn takeover_fences_old_holder_even_on_first_write() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.claim("doc.md", "B", 10, 10);
+    write_json(&env, "doc.md", 1, "A", 11, 5);
+    assert_eq!(env.read("doc.md"), None);
+    assert!(env.files().is_empty(), "{:?}", env.files());
+}
+
+#[test]
+fn lazy_fence_accepts_old_epoch_until_new_holder_writes() {
+    // The seed's third table: B has claimed epoch 2 but the sink learns it only from
+    // B's first write.
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    let j = env
+        .fp(&[
+            "--json",
+            "claim",
+            "doc.md",
+            "--owner",
+            "B",
+            "--ttl",
+            "10",
+            "--lazy-fence",
+        ])
+        .now(10)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["epoch"], 2);
+    assert_eq!(j["fenced_at_sink"], false);
+    // A, epoch 1 (B has only claimed): written.
+    assert_eq!(
+        write_json(&env, "doc.md", 1, "A old", 11, 0)["outcome"],
+        "written"
+    );
+    assert_eq!(env.text("doc.md"), "A old");
+    // B, epoch 2: written.
+    assert_eq!(
+        write_json(&env, "doc.md", 2, "B new", 11, 0)["outcome"],
+        "written"
+    );
+    assert_eq!(env.text("doc.md"), "B new");
+    // A, epoch 1 again: stale; the document stays new.
+    assert_eq!(
+        write_json(&env, "doc.md", 1, "A old", 11, 5)["outcome"],
+        "stale"
+    );
+    assert_eq!(env.text("doc.md"), "B new");
+    let r = row(&env, "doc.md", 11);
+    assert_eq!(r["sink"]["fence"], 2);
+    assert_eq!(r["document"]["state"], "matches");
+}
+
+#[test]
+fn unfenced_write_accepts_old_epoch_reproducing_the_bug() {
+    // The seed's "no fencing" row: the table says B, the document says A.
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.claim("doc.md", "B", 10, 10);
+    env.write("doc.md", 2, "B new", 10, 0);
+    env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "2"])
+        .now(11)
+        .expect(0);
+    let j = env
+        .fp(&["--json", "write", "doc.md", "--epoch", "1", "--unfenced"])
+        .now(11)
+        .stdin("A old")
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "written");
+    assert_eq!(j["unfenced"], true);
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(11)
+        .expect_stdout(4, "lost");
+    assert_eq!(env.text("doc.md"), "A old");
+    let r = row(&env, "doc.md", 11);
+    assert_eq!(r["lease"]["owner"], "B");
+    assert_eq!(r["lease"]["state"], "completed");
+    // An unfenced write never raises (or lowers) the fence.
+    assert_eq!(r["sink"]["fence"], 2);
+    assert_eq!(r["sink"]["content_epoch"], 1);
+    // And a fenced writer with epoch 1 is still refused afterwards.
+    write_json(&env, "doc.md", 1, "A again", 12, 5);
+    assert_eq!(env.text("doc.md"), "A old");
+}
+
+#[test]
+fn unfenced_is_documented_as_dangerous_in_help() {
+    let env = Env::new();
+    let help = env.fp(&["write", "--help"]).expect(0).stdout;
+    let at = help.find("--unfenced").expect("--unfenced in write --help");
+    let text = &help[at..];
+    assert!(
+        text.contains("DANGER") && text.contains("bug"),
+        "--unfenced help must say it reproduces the bug: {text}"
+    );
+}
+
+#[test]
+fn seed_main_scenario_late_write_of_taken_over_worker_is_stale() {
+    let env = Env::new();
+    // A claims at 0 with deadline 10, then pauses.
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    // B takes over at 10, writes and completes.
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.fp(&["write", "doc.md", "--epoch", "2", "--owner", "B"])
+        .now(10)
+        .stdin("B's report\n")
+        .expect_stdout(0, "written");
+    env.fp(&[
+        "complete", "doc.md", "--owner", "B", "--epoch", "2", "--result", "done",
+    ])
+    .now(10)
+    .expect_stdout(0, "completed");
+    // A resumes at 11 with the write it prepared before pausing.
+    let j = env
+        .fp(&["--json", "write", "doc.md", "--epoch", "1", "--owner", "A"])
+        .now(11)
+        .stdin("A's report\n")
+        .expect(5)
+        .json_contract();
+    assert_eq!(j["outcome"], "stale");
+    assert_eq!(j["fence"], 2);
+    let j = env
+        .fp(&[
+            "--json", "complete", "doc.md", "--owner", "A", "--epoch", "1",
+        ])
+        .now(11)
+        .expect(4)
+        .json_contract();
+    assert_eq!(j["outcome"], "lost");
+    assert_eq!(j["lease"]["owner"], "B");
+    // The document holds B's bytes; both tables agree.
+    assert_eq!(env.text("doc.md"), "B's report\n");
+    assert_eq!(env.files(), ["doc.md"]);
+    let status = env.fp(&["--json", "status"]).now(11).expect(0).json();
+    let rows = status["resources"].as_array().expect("resources");
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["resource"], "doc.md");
+    assert_eq!(r["lease"]["owner"], "B");
+    assert_eq!(r["lease"]["epoch"], 2);
+    assert_eq!(r["lease"]["state"], "completed");
+    assert_eq!(r["lease"]["result"], "done");
+    assert_eq!(r["sink"]["fence"], 2);
+    assert_eq!(r["sink"]["content_epoch"], 2);
+    assert_eq!(r["document"]["state"], "matches");
+    assert_eq!(r["document"]["sha256"], r["sink"]["sha256"]);
+}
+
+#[test]
+fn status_reports_drifted_document() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "recorded", 1, 0);
+    std::fs::write(env.path("doc.md"), "edited by hand").expect("edit");
+    let r = row(&env, "doc.md", 2);
+    assert_eq!(r["document"]["state"], "drifted");
+    assert_ne!(r["document"]["sha256"], r["sink"]["sha256"]);
+}
+
+#[test]
+fn status_plain_shows_table() {
+    let env = Env::new();
+    env.fp(&["status"]).now(0).expect_stdout(0, "no resources");
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "x", 1, 0);
+    let out = env.fp(&["status"]).now(1).expect(0).stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].starts_with("RESOURCE"), "{out}");
+    let cells: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(cells[0], "doc.md", "{out}");
+    assert!(lines[1].ends_with("matches"), "{out}");
+}
+
+#[test]
+fn every_command_prints_one_json_object_with_outcome_resource_epoch() {
+    let env = Env::new();
+    let cases: Vec<(Vec<&str>, i64, &str, i32, &str)> = vec![
+        (
+            vec!["claim", "d.md", "--owner", "A", "--ttl", "10"],
+            0,
+            "",
+            0,
+            "claimed",
+        ),
+        (
+            vec!["claim", "d.md", "--owner", "B", "--ttl", "10"],
+            1,
+            "",
+            3,
+            "held",
+        ),
+        (
+            vec![
+                "renew", "d.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+            ],
+            2,
+            "",
+            0,
+            "renewed",
+        ),
+        (
+            vec!["write", "d.md", "--epoch", "1"],
+            3,
+            "one",
+            0,
+            "written",
+        ),
+        (vec!["write", "d.md", "--epoch", "1"], 3, "one", 0, "replay"),
+        (
+            vec!["write", "d.md", "--epoch", "1"],
+            3,
+            "two",
+            6,
+            "conflict",
+        ),
+        (
+            vec!["write", "d.md", "--epoch", "7"],
+            3,
+            "two",
+            8,
+            "unissued",
+        ),
+        (vec!["status", "d.md"], 3, "", 0, "status"),
+        (
+            vec!["complete", "d.md", "--owner", "A", "--epoch", "1"],
+            4,
+            "",
+            0,
+            "completed",
+        ),
+        (
+            vec!["complete", "d.md", "--owner", "A", "--epoch", "1"],
+            4,
+            "",
+            4,
+            "lost",
+        ),
+        (
+            vec!["claim", "d.md", "--owner", "B", "--ttl", "10"],
+            5,
+            "",
+            0,
+            "claimed",
+        ),
+        (
+            vec!["write", "d.md", "--epoch", "1"],
+            5,
+            "three",
+            5,
+            "stale",
+        ),
+        (
+            vec!["release", "d.md", "--owner", "B", "--epoch", "2"],
+            6,
+            "",
+            0,
+            "released",
+        ),
+        (
+            vec!["release", "d.md", "--owner", "B", "--epoch", "2"],
+            6,
+            "",
+            4,
+            "lost",
+        ),
+        (vec!["status"], 6, "", 0, "status"),
+    ];
+    for (args, now, stdin, code, outcome) in cases {
+        let mut a = vec!["--json"];
+        a.extend(&args);
+        let j = env
+            .fp(&a)
+            .now(now)
+            .stdin(stdin)
+            .expect(code)
+            .json_contract();
+        assert_eq!(j["outcome"], outcome, "{args:?}: {j}");
+        if args.contains(&"d.md") {
+            assert_eq!(j["resource"], "d.md", "{args:?}: {j}");
+        }
+    }
+}
+
+#[test]
+fn status_json_of_one_resource_carries_its_epoch() {
+    let env = Env::new();
+    let j = env
+        .fp(&["--json", "status", "d.md"])
+        .now(0)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["resource"], "d.md");
+    assert_eq!(j["epoch"], Value::Null);
+    env.claim("d.md", "A", 10, 0);
+    env.claim("d.md", "B", 10, 10);
+    let j = env
+        .fp(&["--json", "status", "d.md"])
+        .now(10)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["epoch"], 2);
+    // Without a resource there is no single epoch: the keys are there, null.
+    let j = env
+        .fp(&["--json", "status"])
+        .now(10)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["resource"], Value::Null);
+    assert_eq!(j["epoch"], Value::Null);
+}
