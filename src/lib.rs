@@ -99,6 +99,12 @@ pub struct Global {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// Print nothing on stdout that a script does not need: no `written`, `completed`,
+    /// `released`, `renewed` or refusal words (exit codes still say it all; errors still
+    /// go to stderr). claim's epoch, status, log and verify still print.
+    #[arg(short, long, global = true, env = "FENCEPOST_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
+    pub quiet: bool,
+
     /// How long to wait for another process's lock on the state file before exiting 7.
     #[arg(
         long,
@@ -159,11 +165,13 @@ where
             // Bad usage is bad input like any other: one `fencepost:` line (and a usage
             // hint), and the `--json` object a script parses.
             let json = args.iter().any(|a| a == "--json");
-            report_error(&usage_from_clap(&e), json);
+            report_error(&usage_from_clap(&e), json, false);
             return 2;
         }
     };
     let json = cli.global.json;
+    let quiet = cli.global.quiet && !json;
+    let quiet_success = quiet && cli.command.is_confirmation();
     let ctx = context(&cli.global);
     let result = ctx.as_ref().map_err(clone_usage).and_then(|ctx| {
         dispatch(ctx, &cli.command).inspect_err(|err| {
@@ -183,13 +191,13 @@ where
             } else {
                 report.plain
             };
-            if !text.is_empty() {
+            if !text.is_empty() && !quiet_success {
                 emit(&text);
             }
             0
         }
         Err(err) => {
-            report_error(&err, json);
+            report_error(&err, json, quiet);
             err.exit_code()
         }
     }
@@ -215,6 +223,20 @@ fn usage_from_clap(e: &clap::Error) -> Error {
         None => "see fencepost --help".to_string(),
     };
     Error::usage_hint(message, hint)
+}
+
+impl Command {
+    /// Commands whose stdout only confirms what the exit code already says.
+    fn is_confirmation(&self) -> bool {
+        matches!(
+            self,
+            Command::Write(_)
+                | Command::Renew(_)
+                | Command::Complete(_)
+                | Command::Release(_)
+                | Command::Recover(_)
+        )
+    }
 }
 
 /// The context error, re-raised (context errors are always usage errors).
@@ -276,7 +298,7 @@ fn emit(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
-fn report_error(err: &Error, json: bool) {
+fn report_error(err: &Error, json: bool, quiet: bool) {
     if json {
         let mut map = match err {
             Error::Refused(r) => r.fields.clone(),
@@ -291,7 +313,9 @@ fn report_error(err: &Error, json: bool) {
         map.entry("epoch").or_insert(Value::Null);
         emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
-        emit(r.kind.outcome());
+        if !quiet {
+            emit(r.kind.outcome());
+        }
     } else if let Error::Diverged { report, .. } = err {
         emit(report);
     }

@@ -37,6 +37,7 @@ use crate::store::Txn;
 #[derive(Debug, Args)]
 pub struct WriteArgs {
     /// The document's path relative to --root, e.g. reports/daily.md.
+    #[arg(env = "FENCEPOST_RESOURCE")]
     pub resource: OsString,
 
     /// The epoch `claim` printed for this resource.
