@@ -175,7 +175,9 @@ pub fn timeline(events: &[Event]) -> String {
     align(&rows)
 }
 
-fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
+/// Left-aligned columns separated by two spaces (the plain-text tables of `status`
+/// and `log`).
+pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
     let cols = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|i| {

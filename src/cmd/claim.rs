@@ -23,6 +23,18 @@ use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
 #[derive(Debug, Args)]
 pub struct ClaimArgs {
+    #[command(flatten)]
+    pub request: LeaseRequest,
+
+    /// Do not register the new epoch with the sink; old holders' writes are refused
+    /// only after this holder's first write (the source design's behaviour).
+    #[arg(long)]
+    pub lazy_fence: bool,
+}
+
+/// What a claim asks for; shared by `claim` and `run`.
+#[derive(Debug, Clone, Args)]
+pub struct LeaseRequest {
     /// The document's path relative to --root, e.g. reports/daily.md.
     pub resource: OsString,
 
@@ -38,14 +50,10 @@ pub struct ClaimArgs {
     /// (wall clock only; polls with back-off, never spins).
     #[arg(long, value_name = "DURATION")]
     pub wait: Option<String>,
-
-    /// Do not register the new epoch with the sink; old holders' writes are refused
-    /// only after this holder's first write (the source design's behaviour).
-    #[arg(long)]
-    pub lazy_fence: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
+pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
+    let args = &claim.request;
     let resource = super::resource(&args.resource)?;
     check_owner(&args.owner)?;
     let kind = ctx.clock.kind();
@@ -105,7 +113,7 @@ pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
             result: None,
         };
         tx.put_lease(&resource, &lease, now)?;
-        if !args.lazy_fence {
+        if !claim.lazy_fence {
             tx.raise_fence(&resource, epoch)?;
         }
         let prev = current.as_ref();
@@ -113,7 +121,7 @@ pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
             Some(l) if l.state == LeaseState::Held => "takeover",
             _ => "claim",
         };
-        let fence = if args.lazy_fence { ", lazy fence" } else { "" };
+        let fence = if claim.lazy_fence { ", lazy fence" } else { "" };
         let event = Event::new(now, resource.as_str(), kind)
             .owner(Some(&args.owner))
             .epoch(Some(epoch))
@@ -130,7 +138,7 @@ pub fn run(ctx: &Ctx, args: &ClaimArgs) -> Result<Report> {
                 "epoch": epoch,
                 "owner": args.owner,
                 "deadline": deadline,
-                "fenced_at_sink": !args.lazy_fence,
+                "fenced_at_sink": !claim.lazy_fence,
                 "previous": lease_json(current.as_ref(), now),
             }),
         ));

@@ -15,7 +15,7 @@ use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use super::claim::{self, ClaimArgs};
+use super::claim::{self, ClaimArgs, LeaseRequest};
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::clock::{Clock, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
@@ -39,20 +39,8 @@ use crate::store::HolderChange;
 ///     sh -c 'render-report | fencepost write "$FENCEPOST_RESOURCE"'
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The document's path relative to --root, e.g. reports/daily.md.
-    pub resource: OsString,
-
-    /// Who is claiming (free text: host, pid, job id).
-    #[arg(long, env = "FENCEPOST_OWNER")]
-    pub owner: String,
-
-    /// Lease length: 500ms, 30s, 2m, 1h (or bare milliseconds).
-    #[arg(long, env = "FENCEPOST_TTL")]
-    pub ttl: String,
-
-    /// If the lease is held, wait up to this long for it.
-    #[arg(long, value_name = "DURATION")]
-    pub wait: Option<String>,
+    #[command(flatten)]
+    pub request: LeaseRequest,
 
     /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
     #[arg(long, default_value = "10s", value_name = "DURATION")]
@@ -74,17 +62,14 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             "use claim, write and complete with --now, or drop --now",
         ));
     }
-    let ttl_ms = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl")?.unsigned_abs();
+    let ttl_ms = parse_duration(&args.request.ttl, ctx.clock.kind(), "--ttl")?.unsigned_abs();
     let grace = Duration::from_millis(
         parse_duration(&args.grace, ctx.clock.kind(), "--grace")?.unsigned_abs(),
     );
     let claimed = claim::run(
         ctx,
         &ClaimArgs {
-            resource: args.resource.clone(),
-            owner: args.owner.clone(),
-            ttl: args.ttl.clone(),
-            wait: args.wait.clone(),
+            request: args.request.clone(),
             lazy_fence: false,
         },
     )?;
@@ -95,8 +80,8 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         .to_string();
     let mut deadline = Instant::now() + Duration::from_millis(ttl_ms);
     let holder = HolderArgs {
-        resource: args.resource.clone(),
-        owner: args.owner.clone(),
+        resource: args.request.resource.clone(),
+        owner: args.request.owner.clone(),
         epoch,
     };
 
@@ -110,7 +95,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             .args(rest)
             .env("FENCEPOST_RESOURCE", &resource)
             .env("FENCEPOST_EPOCH", epoch.to_string())
-            .env("FENCEPOST_OWNER", &args.owner)
+            .env("FENCEPOST_OWNER", &args.request.owner)
             .env("FENCEPOST_ROOT", &ctx.root)
             .env("FENCEPOST_DB", &ctx.db)
             .process_group(0)
@@ -184,7 +169,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
                     format!(
                         "lease on {resource} (epoch {epoch}) was lost while the command ran ({e}); the command was stopped"
                     ),
-                    json!({ "resource": resource, "epoch": epoch, "owner": args.owner }),
+                    json!({ "resource": resource, "epoch": epoch, "owner": args.request.owner }),
                 )));
             }
             // A transient failure (busy, I/O): try again soon, while the lease still runs.
@@ -208,7 +193,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
                 "outcome": "completed",
                 "resource": resource,
                 "epoch": epoch,
-                "owner": args.owner,
+                "owner": args.request.owner,
                 "exit_code": 0,
                 "result": result,
             }),
@@ -221,7 +206,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             "{} exited with code {code}; lease on {resource} (epoch {epoch}) released",
             program.to_string_lossy()
         ),
-        fields: json!({ "resource": resource, "epoch": epoch, "owner": args.owner, "exit_code": code }),
+        fields: json!({ "resource": resource, "epoch": epoch, "owner": args.request.owner, "exit_code": code }),
     })
 }
 

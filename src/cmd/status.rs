@@ -187,25 +187,5 @@ fn table(rows: &[Row], now: i64) -> String {
             row.doc.state.to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..8)
-        .map(|i| {
-            cells
-                .iter()
-                .map(|c| c[i].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    cells
-        .iter()
-        .map(|c| {
-            let line: Vec<String> = c
-                .iter()
-                .zip(&widths)
-                .map(|(cell, w)| format!("{cell:<w$}"))
-                .collect();
-            line.join("  ").trim_end().to_string()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::audit::align(&cells)
 }
