@@ -22,6 +22,7 @@ use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
 /// Example:
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct ClaimArgs {
     #[command(flatten)]
     pub request: LeaseRequest,

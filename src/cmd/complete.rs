@@ -16,6 +16,7 @@ use crate::store::HolderChange;
 /// Example:
 ///   fencepost complete reports/daily.md --owner worker-b --epoch "$epoch" --result ok
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct CompleteArgs {
     #[command(flatten)]
     pub holder: HolderArgs,

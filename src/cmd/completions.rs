@@ -19,6 +19,7 @@ pub enum Shell {
 /// Example:
 ///   fencepost completions bash > /etc/bash_completion.d/fencepost
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct CompletionsArgs {
     pub shell: Shell,
 }

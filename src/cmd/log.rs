@@ -21,6 +21,7 @@ use crate::store::Store;
 /// Example:
 ///   fencepost log reports/daily.md --timeline
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct LogArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,

@@ -25,6 +25,7 @@ use crate::store::Txn;
 /// Example:
 ///   fencepost recover
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct RecoverArgs {
     /// Only this resource (default: every resource in the state file).
     pub resource: Option<OsString>,

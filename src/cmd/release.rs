@@ -15,6 +15,7 @@ use crate::store::HolderChange;
 /// Example:
 ///   fencepost release reports/daily.md --owner worker-b --epoch "$epoch"
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct ReleaseArgs {
     #[command(flatten)]
     pub holder: HolderArgs,

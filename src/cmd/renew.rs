@@ -17,6 +17,7 @@ use crate::store::HolderChange;
 /// Example:
 ///   fencepost renew reports/daily.md --owner worker-b --epoch "$epoch" --ttl 30s
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct RenewArgs {
     #[command(flatten)]
     pub holder: HolderArgs,

@@ -38,6 +38,7 @@ use crate::store::HolderChange;
 ///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
 ///     sh -c 'render-report | fencepost write "$FENCEPOST_RESOURCE"'
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct RunArgs {
     #[command(flatten)]
     pub request: LeaseRequest,

@@ -24,6 +24,7 @@ use crate::store::Store;
 /// Example:
 ///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct StatusArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,

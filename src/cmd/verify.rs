@@ -25,6 +25,7 @@ use crate::store::Store;
 /// Example (cron):
 ///   fencepost --root /srv/publish verify || mail -s "fencepost: divergence" ops < /dev/null
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct VerifyArgs {
     /// Only this resource (default: every resource in the state file).
     pub resource: Option<OsString>,

@@ -35,6 +35,7 @@ use crate::store::Txn;
 /// Example:
 ///   render-report | fencepost write reports/daily.md --epoch "$epoch"
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct WriteArgs {
     /// The document's path relative to --root, e.g. reports/daily.md.
     #[arg(env = "FENCEPOST_RESOURCE")]
