@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod crash;
 mod documents;
 mod inputs;
 mod leases;
