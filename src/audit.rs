@@ -14,7 +14,8 @@ pub struct Event {
     /// Time on the state file's clock.
     pub at: i64,
     pub resource: String,
-    /// `claim`, `takeover`, `renew`, `complete`, `release`, `write`, `replay`, or a
+    /// `claim`, `takeover`, `renew`, `complete`, `release`, `write`, `replay`,
+    /// `commit-failed` (a write whose COMMIT returned an error; recovery decided), or a
     /// refusal: `held`, `lost`, `stale`, `conflict`, `unissued`.
     pub kind: String,
     pub owner: Option<String>,

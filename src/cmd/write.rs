@@ -175,6 +175,7 @@ fn publish(
     let staged_change = staged
         .link_for_recovery(doc, exists)
         .and_then(|()| staged.rename_into_place(doc))
+        .and_then(|()| sync_state_dir(ctx, doc))
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
             tx.record_write(resource, fence, &content, args.owner.as_deref())?;
@@ -196,9 +197,21 @@ fn publish(
     }
     if let Err(e) = tx.commit() {
         // The lock is gone with the failed commit; recover against whatever the state
-        // file now says, in a transaction of its own.
+        // file now says, in a transaction of its own. That transaction must write: a
+        // COMMIT whose WAL fsync failed can leave its frames in the WAL past the last
+        // valid commit, and a later WAL recovery (after another connection dies without
+        // closing) would bring the write back over the rolled-back document. Committing
+        // an event overwrites those frames.
         let mut store = ctx.store()?;
-        let _ = ctx.begin(&mut store, resource).and_then(Txn::commit);
+        let _ = ctx.begin(&mut store, resource).and_then(|tx| {
+            let event = Event::new(now, resource.as_str(), "commit-failed")
+                .owner(args.owner.as_deref())
+                .epoch(Some(args.epoch))
+                .sha256(Some(&content.sha256))
+                .detail(e.to_string());
+            ctx.log(&tx, &event)?;
+            tx.commit()
+        });
         return Err(e);
     }
     atomic::drop_links(doc);
@@ -276,6 +289,22 @@ fn open_source(path: &PathBuf) -> Result<File> {
         ))),
         _ => Ok(file),
     }
+}
+
+/// fsyncs the state file's folder before COMMIT. SQLite creates the WAL when this process
+/// first reads the state file and fsyncs that folder at COMMIT, but ignores an error
+/// there; doing it first makes the WAL's name durable and turns an error into a failed
+/// write, never a success whose commit could be lost. Skipped when the folder is the
+/// document's (fsynced after the rename already).
+fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
+    let dir = match ctx.db.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.dir.as_path()) {
+        return Ok(());
+    }
+    atomic::fsync_dir(dir)
 }
 
 /// True when the document would be the state file or one of SQLite's files beside it.
