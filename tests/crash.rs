@@ -245,6 +245,50 @@ impl Paused {
     }
 }
 
+/// Another process (python3's sqlite3) with the state file open, having run `sql`
+/// (e.g. `BEGIN IMMEDIATE` to hold the write lock), until [`DbHolder::finish`] or
+/// [`DbHolder::kill`].
+pub struct DbHolder {
+    child: Child,
+}
+
+impl DbHolder {
+    pub fn start(env: &Env, sql: &str) -> DbHolder {
+        let script = "import sqlite3, sys\n\
+                      c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)\n\
+                      c.execute(sys.argv[2]).fetchall()\n\
+                      print('ready', flush=True)\n\
+                      sys.stdin.read()\n";
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(env.path(".fencepost/state.db"))
+            .arg(sql)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 is needed to hold the state file open");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read");
+        assert_eq!(line.trim(), "ready", "the python3 holder did not start");
+        DbHolder { child }
+    }
+
+    /// Lets it close the connection and exit.
+    pub fn finish(mut self) {
+        drop(self.child.stdin.take());
+        assert!(self.child.wait().expect("wait").success());
+    }
+
+    /// SIGKILLs it: its connection is never closed.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+}
+
 pub fn killed_by(status: ExitStatus) -> Option<i32> {
     status.signal()
 }
@@ -287,7 +331,7 @@ fn stage_of(point: &str) -> Stage {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scenario {
+pub enum Scenario {
     /// The document does not exist yet (no pre-image).
     First,
     /// The document holds epoch 1's bytes; epoch 2 rewrites it.
@@ -305,18 +349,18 @@ enum Next {
     Recover,
 }
 
-fn old() -> Vec<u8> {
+pub fn old() -> Vec<u8> {
     version("old", 3000)
 }
-fn new() -> Vec<u8> {
+pub fn new() -> Vec<u8> {
     version("new", 5000)
 }
-fn newer() -> Vec<u8> {
+pub fn newer() -> Vec<u8> {
     version("newer", 700)
 }
 
 /// Sets up the scenario; returns the crashing writer's epoch and what stands before it.
-fn setup(env: &Env, scenario: Scenario) -> (i64, Option<(Vec<u8>, i64)>) {
+pub fn setup(env: &Env, scenario: Scenario) -> (i64, Option<(Vec<u8>, i64)>) {
     match scenario {
         Scenario::First => {
             assert_eq!(env.claim(RES, "A", 100, 0), 1);
@@ -830,26 +874,7 @@ fn refused_writes_leave_nothing() {
 fn write_blocked_by_a_held_lock_exits_7_and_changes_nothing() {
     let env = Env::new();
     setup(&env, Scenario::Rewrite);
-    let db = env.path(".fencepost/state.db");
-    let script = "import sqlite3, sys\n\
-                  c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)\n\
-                  c.execute('BEGIN IMMEDIATE')\n\
-                  print('locked', flush=True)\n\
-                  sys.stdin.read()\n\
-                  c.execute('ROLLBACK')\n";
-    let mut holder = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 is needed for this test");
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read");
-    assert_eq!(line.trim(), "locked", "the lock holder did not start");
+    let holder = DbHolder::start(&env, "BEGIN IMMEDIATE");
 
     let started = Instant::now();
     let done = env
@@ -870,8 +895,7 @@ fn write_blocked_by_a_held_lock_exits_7_and_changes_nothing() {
     );
     assert_eq!(env.read(RES), Some(old()));
 
-    drop(holder.stdin.take());
-    assert!(holder.wait().expect("wait").success());
+    holder.finish();
     assert_consistent(
         &env,
         RES,

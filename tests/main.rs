@@ -8,3 +8,4 @@ mod documents;
 mod inputs;
 mod leases;
 mod sink;
+mod strace;

@@ -1,0 +1,562 @@
+//! Fault injection with strace (issue 4, invariant 4; docs/crash-safety.md): the order of
+//! the syscalls that make a write durable, an EIO injected into each fsync of a write,
+//! and a SIGKILL delivered at each rename, link and unlink.
+//!
+//! strace is required: these tests fail (they do not skip) when it is missing.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::crash::{
+    DbHolder, RES, Scenario, assert_consistent, new, setup, status_row, tool_files,
+};
+use crate::harness::{Env, bin};
+
+/// The strace binary, or a panic that says how to get it.
+fn strace() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("strace"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "strace is required by tests/strace.rs and is not in PATH: \
+                 install it (Debian/Ubuntu: apt-get install strace; .ci/run does)"
+            )
+        })
+}
+
+/// One traced `fencepost` run.
+struct Traced {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+    /// Syscalls in order: (name, whole line).
+    calls: Vec<Call>,
+}
+
+#[derive(Debug, Clone)]
+struct Call {
+    name: String,
+    line: String,
+}
+
+impl Call {
+    /// The path strace (`-y`) shows for the first fd argument, if any.
+    fn fd_path(&self) -> Option<&str> {
+        let open = self.line.find('<')?;
+        let close = self.line[open..].find('>')? + open;
+        Some(&self.line[open + 1..close])
+    }
+
+    /// The quoted string arguments.
+    fn strings(&self) -> Vec<&str> {
+        self.line.split('"').skip(1).step_by(2).collect()
+    }
+
+    fn injected(&self) -> bool {
+        self.line.contains("(INJECTED)")
+    }
+
+    fn is_sync(&self) -> bool {
+        self.name == "fsync" || self.name == "fdatasync"
+    }
+}
+
+fn traced(env: &Env, strace_args: &[&str], args: &[&str], now: i64, stdin: &[u8]) -> Traced {
+    let out_file = tempfile::NamedTempFile::new().expect("trace file");
+    let mut cmd = Command::new(strace());
+    cmd.env_clear()
+        .current_dir(env.root())
+        .args(["-f", "-y", "-qq", "-o"])
+        .arg(out_file.path())
+        .args(strace_args)
+        .arg(bin())
+        .arg("--root")
+        .arg(env.root())
+        .arg("--now")
+        .arg(now.to_string())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run strace");
+    {
+        use std::io::Write as _;
+        let mut input = child.stdin.take().expect("stdin");
+        input.write_all(stdin).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("strace");
+    let text = std::fs::read_to_string(out_file.path()).expect("read trace");
+    let calls = text
+        .lines()
+        .filter_map(|line| {
+            // "1234  fsync(6</path>) = 0": skip the pid, take the name up to '('.
+            let rest = line
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start();
+            let name = rest.split('(').next()?;
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return None;
+            }
+            Some(Call {
+                name: name.to_string(),
+                line: line.to_string(),
+            })
+        })
+        .collect();
+    use std::os::unix::process::ExitStatusExt;
+    Traced {
+        code: out.status.code(),
+        signal: out.status.signal(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        calls,
+    }
+}
+
+const TRACE_FILE_OPS: &str =
+    "trace=fsync,fdatasync,link,linkat,rename,renameat,renameat2,unlink,unlinkat,pwrite64,write";
+
+fn canonical(env: &Env) -> PathBuf {
+    env.root().canonicalize().expect("canonical root")
+}
+
+/// A traced path relative to the env's root (temp file names made generic), to compare
+/// two runs.
+fn rel(env: &Env, p: &str) -> String {
+    let root = canonical(env);
+    let p = p.strip_prefix(root.to_str().expect("utf-8")).unwrap_or(p);
+    match p.find(".fencepost-tmp-") {
+        Some(at) => format!("{}.fencepost-tmp-*", &p[..at]),
+        None => p.to_string(),
+    }
+}
+
+fn is_wal(p: &str) -> bool {
+    p.ends_with("state.db-wal")
+}
+
+/// Where in a traced write its steps happened.
+#[derive(Debug)]
+struct Steps {
+    temp_sync: usize,
+    pre_link: Option<usize>,
+    new_link: usize,
+    rename: usize,
+    dir_sync: usize,
+    /// fsync of the state file's folder (where the WAL lives), by fencepost before COMMIT.
+    state_dir_sync: Option<usize>,
+    first_wal_write: usize,
+    /// The first WAL write of a frame (not the 32-byte WAL header).
+    frames: usize,
+    commit_sync: usize,
+    unlink_new: usize,
+    unlink_pre: Option<usize>,
+}
+
+fn steps(env: &Env, calls: &[Call]) -> Steps {
+    let root = canonical(env);
+    let doc = root.join(RES);
+    let doc = doc.to_str().expect("utf-8 path");
+    let root_s = root.to_str().expect("utf-8 path");
+    let state_dir = root.join(".fencepost");
+    let state_dir = state_dir.to_str().expect("utf-8 path");
+    let find = |from: usize, what: &str, f: &dyn Fn(&Call) -> bool| -> usize {
+        (from..calls.len())
+            .find(|&i| f(&calls[i]))
+            .unwrap_or_else(|| panic!("no {what} in the trace:\n{}", dump(calls)))
+    };
+    let temp_sync = find(0, "fsync of the temp file", &|c| {
+        c.is_sync()
+            && c.fd_path()
+                .is_some_and(|p| p.contains(".doc.md.fencepost-tmp-"))
+    });
+    let link_to = |suffix: &'static str| {
+        move |c: &Call| {
+            c.name.starts_with("link") && c.strings().last().is_some_and(|t| t.ends_with(suffix))
+        }
+    };
+    let pre_link = (0..calls.len()).find(|&i| link_to(".fencepost-pre")(&calls[i]));
+    let new_link = find(0, "link of -new", &link_to(".fencepost-new"));
+    let rename = find(0, "rename over the document", &|c| {
+        c.name.starts_with("rename")
+            && c.strings()
+                .first()
+                .is_some_and(|s| s.contains(".fencepost-tmp-"))
+            && c.strings().last() == Some(&doc)
+    });
+    let dir_sync = find(rename, "fsync of the document's folder", &|c| {
+        c.is_sync() && c.fd_path() == Some(root_s)
+    });
+    let first_wal_write = find(0, "a WAL write", &|c| {
+        c.name == "pwrite64" && c.fd_path().is_some_and(is_wal)
+    });
+    let frames = find(0, "a WAL frame write", &|c| {
+        c.name == "pwrite64"
+            && c.fd_path().is_some_and(is_wal)
+            && !c.line.ends_with(", 32, 0) = 32")
+    });
+    let commit_sync = find(frames, "the COMMIT fsync of the WAL", &|c| {
+        c.is_sync() && c.fd_path().is_some_and(is_wal)
+    });
+    let state_dir_sync = (rename..first_wal_write)
+        .find(|&i| calls[i].is_sync() && calls[i].fd_path() == Some(state_dir));
+    let unlink = |suffix: &'static str| {
+        move |c: &Call| {
+            c.name.starts_with("unlink") && c.line.contains(suffix) && c.line.ends_with("= 0")
+        }
+    };
+    let unlink_new = find(commit_sync, "unlink of -new", &unlink(".fencepost-new\""));
+    let unlink_pre = (commit_sync..calls.len()).find(|&i| unlink(".fencepost-pre\"")(&calls[i]));
+    Steps {
+        temp_sync,
+        pre_link,
+        new_link,
+        rename,
+        dir_sync,
+        state_dir_sync,
+        first_wal_write,
+        frames,
+        commit_sync,
+        unlink_new,
+        unlink_pre,
+    }
+}
+
+fn dump(calls: &[Call]) -> String {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{i:3} {}", c.line))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn write_args(epoch: i64) -> Vec<String> {
+    vec![
+        "write".into(),
+        RES.into(),
+        "--epoch".into(),
+        epoch.to_string(),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Invariant 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
+/// fsync(WAL) = COMMIT → links removed. Nothing reaches the WAL before the folder fsync,
+/// and the state file's folder (the WAL's directory entry) is fsynced by fencepost before
+/// the COMMIT, because SQLite ignores errors of its own directory fsync.
+#[test]
+fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
+    for scenario in [Scenario::First, Scenario::Rewrite] {
+        let env = Env::new();
+        let (epoch, before) = setup(&env, scenario);
+        let args = write_args(epoch);
+        let t = traced(&env, &["-e", TRACE_FILE_OPS], &strs(&args), 20, &new());
+        assert_eq!(t.code, Some(0), "{scenario:?}: {}", t.stderr);
+        assert_eq!(t.stdout.trim(), "written");
+        let s = steps(&env, &t.calls);
+        let trace = dump(&t.calls);
+        let link = s.pre_link.unwrap_or(s.new_link);
+        assert_eq!(
+            s.pre_link.is_some(),
+            before.is_some(),
+            "{scenario:?}: pre link\n{trace}"
+        );
+        assert!(
+            s.temp_sync < link,
+            "{scenario:?}: temp fsync before the links\n{trace}"
+        );
+        assert!(
+            link <= s.new_link && s.new_link < s.rename,
+            "{scenario:?}\n{trace}"
+        );
+        assert!(
+            s.rename < s.dir_sync,
+            "{scenario:?}: folder fsync after rename\n{trace}"
+        );
+        assert!(
+            s.dir_sync < s.first_wal_write,
+            "{scenario:?}: the WAL is written before the folder fsync\n{trace}"
+        );
+        let state_dir_sync = s.state_dir_sync.unwrap_or_else(|| {
+            panic!("{scenario:?}: the state file's folder is not fsynced before COMMIT\n{trace}")
+        });
+        assert!(state_dir_sync < s.first_wal_write, "{scenario:?}\n{trace}");
+        assert!(s.frames < s.commit_sync, "{scenario:?}\n{trace}");
+        assert!(
+            s.commit_sync < s.unlink_new,
+            "{scenario:?}: links removed before COMMIT\n{trace}"
+        );
+        if let Some(pre) = s.unlink_pre {
+            assert!(s.commit_sync < pre, "{scenario:?}\n{trace}");
+        }
+        assert_eq!(tool_files(&env), Vec::<String>::new());
+    }
+}
+
+/// The syncs of a clean traced write, and which of them is the COMMIT.
+struct Syncs {
+    paths: Vec<String>,
+    /// 0-based index (among syncs) of the WAL fsync that commits.
+    commit: usize,
+    /// Syncs that SQLite issues on the state file's folder itself, after the WAL write
+    /// began: SQLite ignores their errors.
+    sqlite_dir: Vec<usize>,
+}
+
+fn syncs(env: &Env, calls: &[Call]) -> Syncs {
+    let s = steps(env, calls);
+    let state_dir = canonical(env).join(".fencepost");
+    let state_dir = state_dir.to_str().expect("utf-8");
+    let mut paths = Vec::new();
+    let mut commit = None;
+    let mut sqlite_dir = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        if !c.is_sync() {
+            continue;
+        }
+        assert_eq!(
+            c.name, "fsync",
+            "SQLite or fencepost used {}: adapt the test",
+            c.name
+        );
+        if i == s.commit_sync {
+            commit = Some(paths.len());
+        }
+        if i > s.first_wal_write && c.fd_path() == Some(state_dir) {
+            sqlite_dir.push(paths.len());
+        }
+        paths.push(c.fd_path().unwrap_or("?").to_string());
+    }
+    Syncs {
+        paths,
+        commit: commit.expect("commit sync"),
+        sqlite_dir,
+    }
+}
+
+/// Invariant 4, failures: an EIO from each fsync of a write, in turn. Up to the COMMIT
+/// fsync the command fails (exit 1, no outcome), and the old document and record stand;
+/// after it, the state is the new one and consistent. A write never reports success
+/// with a state it has not committed, and leaves no files behind.
+#[test]
+fn fsync_error_at_each_step_fails_the_write_and_keeps_the_old_state() {
+    for scenario in [Scenario::First, Scenario::Rewrite] {
+        let clean_env = Env::new();
+        let (epoch, _) = setup(&clean_env, scenario);
+        let args = write_args(epoch);
+        let clean = traced(
+            &clean_env,
+            &["-e", TRACE_FILE_OPS],
+            &strs(&args),
+            20,
+            &new(),
+        );
+        assert_eq!(clean.code, Some(0), "{}", clean.stderr);
+        let plan = syncs(&clean_env, &clean.calls);
+        assert!(plan.paths.len() >= 4, "too few fsyncs: {:?}", plan.paths);
+
+        for n in 1..=plan.paths.len() {
+            let k = n - 1;
+            let what = format!("{scenario:?}: EIO at fsync #{n} ({})", plan.paths[k]);
+            let env = Env::new();
+            let (epoch, before) = setup(&env, scenario);
+            let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+            let inject = format!("inject=fsync:error=EIO:when={n}");
+            let t = traced(
+                &env,
+                &["-e", "trace=fsync", "-e", &inject],
+                &strs(&args),
+                20,
+                &new(),
+            );
+            let hit: Vec<&Call> = t.calls.iter().filter(|c| c.injected()).collect();
+            assert_eq!(
+                hit.len(),
+                1,
+                "{what}: one injected fsync\n{}",
+                dump(&t.calls)
+            );
+            assert_eq!(
+                hit[0].fd_path().map(|p| rel(&env, p)),
+                Some(rel(&clean_env, &plan.paths[k])),
+                "{what}: the syscall sequence differs from the clean run"
+            );
+            let newv = new();
+            let committed = (epoch, newv.as_slice());
+            if t.code == Some(0) {
+                // Success only when the COMMIT fsync had succeeded: after it, or at
+                // SQLite's own directory fsync (whose error SQLite ignores; fencepost
+                // has fsynced that folder already, before COMMIT).
+                assert!(
+                    k > plan.commit || plan.sqlite_dir.contains(&k),
+                    "{what}: reported success after a failed fsync before COMMIT: {}",
+                    t.stdout
+                );
+                assert_eq!(t.stdout.trim(), "written", "{what}");
+                assert_consistent(&env, RES, Some(21), Some((committed.1, committed.0)), &what);
+            } else {
+                assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+                assert_eq!(t.stdout, "", "{what}: a failed write reports no outcome");
+                let io = t.stderr.contains("Input/output error") || t.stderr.contains("I/O error");
+                assert!(io, "{what}: {}", t.stderr);
+                let want = if k > plan.commit {
+                    Some((committed.1, committed.0))
+                } else {
+                    before
+                };
+                assert_consistent(&env, RES, Some(21), want, &what);
+            }
+            if k < plan.commit && !plan.sqlite_dir.contains(&k) {
+                assert_eq!(t.code, Some(1), "{what}: must fail");
+            }
+            assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+            // Nothing is stuck: the same write can be retried.
+            let retry = env.fp(&strs(&args)).now(22).stdin(new()).expect(0);
+            assert!(
+                ["written", "replay"].contains(&retry.stdout.trim()),
+                "{what}"
+            );
+            assert_consistent(&env, RES, Some(23), Some((committed.1, committed.0)), &what);
+        }
+    }
+}
+
+/// A failed COMMIT fsync can leave the transaction's frames in the WAL file beyond the
+/// last valid commit. If another connection keeps the WAL alive and then dies without
+/// closing it, the next opener rebuilds the WAL index from the file and would bring that
+/// commit back, after the write had already rolled its document back. The write's own
+/// recovery must commit over those frames.
+#[test]
+fn failed_commit_fsync_is_not_resurrected_by_wal_recovery() {
+    for scenario in [Scenario::First, Scenario::Rewrite] {
+        let clean_env = Env::new();
+        let (epoch, _) = setup(&clean_env, scenario);
+        let args = write_args(epoch);
+        let holder = DbHolder::start(&clean_env, "SELECT count(*) FROM sink");
+        let clean = traced(
+            &clean_env,
+            &["-e", TRACE_FILE_OPS],
+            &strs(&args),
+            20,
+            &new(),
+        );
+        holder.finish();
+        assert_eq!(clean.code, Some(0), "{}", clean.stderr);
+        let n = syncs(&clean_env, &clean.calls).commit + 1;
+
+        let env = Env::new();
+        let (_, before) = setup(&env, scenario);
+        let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+        let holder = DbHolder::start(&env, "SELECT count(*) FROM sink");
+        let inject = format!("inject=fsync:error=EIO:when={n}");
+        let t = traced(
+            &env,
+            &["-e", "trace=fsync", "-e", &inject],
+            &strs(&args),
+            20,
+            &new(),
+        );
+        assert_eq!(t.code, Some(1), "{scenario:?}: {}", t.stderr);
+        assert!(
+            t.calls
+                .iter()
+                .any(|c| c.injected() && c.fd_path().is_some_and(is_wal))
+        );
+        assert_consistent(&env, RES, Some(21), before, "right after the failed commit");
+        // The other connection dies without closing: the next opener recovers the WAL.
+        holder.kill();
+        assert_consistent(&env, RES, Some(22), before, "after WAL recovery");
+        assert_eq!(tool_files(&env), Vec::<String>::new());
+    }
+}
+
+/// A SIGKILL delivered at each link, rename and unlink of a write (strace
+/// `inject=SYSCALL:signal=SIGKILL:when=N`). Before the COMMIT fsync, recovery restores
+/// the old state; after it, the new state stands. `status` says `interrupted` exactly
+/// when the new bytes are in place without a commit.
+#[test]
+fn sigkill_at_each_rename_link_and_unlink_is_recovered() {
+    for scenario in [Scenario::First, Scenario::Rewrite] {
+        let clean_env = Env::new();
+        let (epoch, _) = setup(&clean_env, scenario);
+        let args = write_args(epoch);
+        let clean = traced(
+            &clean_env,
+            &["-e", TRACE_FILE_OPS],
+            &strs(&args),
+            20,
+            &new(),
+        );
+        assert_eq!(clean.code, Some(0), "{}", clean.stderr);
+        let s = steps(&clean_env, &clean.calls);
+        let mut count = std::collections::HashMap::<String, usize>::new();
+        let mut targets = Vec::new();
+        for (i, c) in clean.calls.iter().enumerate() {
+            if [
+                "link",
+                "linkat",
+                "rename",
+                "renameat",
+                "renameat2",
+                "unlink",
+                "unlinkat",
+            ]
+            .contains(&c.name.as_str())
+            {
+                let n = count.entry(c.name.clone()).or_default();
+                *n += 1;
+                targets.push((c.name.clone(), *n, i, c.line.clone()));
+            }
+        }
+        assert!(
+            targets.iter().any(|t| t.0.starts_with("rename")),
+            "no rename in {targets:?}"
+        );
+        for (name, n, index, line) in targets {
+            let what = format!("{scenario:?}: SIGKILL at {name} #{n}: {line}");
+            let env = Env::new();
+            let (_, before) = setup(&env, scenario);
+            let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+            let inject = format!("inject={name}:signal=SIGKILL:when={n}");
+            let t = traced(
+                &env,
+                &["-e", &format!("trace={name}"), "-e", &inject],
+                &strs(&args),
+                20,
+                &new(),
+            );
+            assert!(
+                t.signal == Some(9) || t.code == Some(128 + 9),
+                "{what}: not killed: {:?} {:?} {}",
+                t.code,
+                t.signal,
+                t.stderr
+            );
+            assert_eq!(t.stdout, "", "{what}");
+            let newv = new();
+            let committed = index > s.commit_sync;
+            let row = status_row(&env, RES, Some(21));
+            let doc = env.read(RES);
+            if row["document"]["state"] == "interrupted" {
+                assert!(!committed, "{what}");
+                assert_eq!(doc.as_deref(), Some(newv.as_slice()), "{what}");
+                assert!(index >= s.rename, "{what}: interrupted before the rename");
+            }
+            env.fp(&["recover"]).now(21).expect(0);
+            let want = if committed {
+                Some((newv.as_slice(), epoch))
+            } else {
+                before
+            };
+            assert_consistent(&env, RES, Some(22), want, &what);
+            assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+        }
+    }
+}
