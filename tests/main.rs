@@ -7,5 +7,6 @@ mod crash;
 mod documents;
 mod inputs;
 mod leases;
+mod reproduce;
 mod sink;
 mod strace;
