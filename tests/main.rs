@@ -7,6 +7,7 @@ mod crash;
 mod documents;
 mod inputs;
 mod leases;
+mod operator;
 mod reproduce;
 mod sink;
 mod strace;

@@ -1,0 +1,810 @@
+#!/usr/bin/env python3
+"""fencepost benchmarks (issue 6). Run through bench/run.sh, which builds and installs
+what this needs; this script runs every comparison side by side and writes the table.
+
+Ratios, not absolute times, are the result: the machines are shared and noisy. Every
+hyperfine comparison runs in ROUNDS rounds; each round runs all its commands back to back
+(the order reversed every other round, so a drift in load hits both sides alike), and the
+round's ratio is median(A) / median(B). The table gives the median of the round ratios
+and their min-max spread. Rows measured outside hyperfine (memory, lock hold, latency
+under load) say what their spread is taken over.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+FULL = dict(
+    rounds=5, runs=20, warmup=3,  # rows 1-3 and 6: per round, per command
+    start_runs=100,  # row 7
+    big=1 << 30, big_rounds=3, big_runs=2, rss_samples=3,  # row 4
+    workers=8, writes=200, cont_rounds=2, hold_writes=50,  # row 5
+    mid=64 << 20, pace_s=2.0, idle_writes=30, paced_reps=2, unpaced_reps=5,  # row 5 lock
+    resources=1_000_000, log_events=1_000_000,  # row 6
+)
+SMOKE = dict(
+    rounds=1, runs=3, warmup=1,
+    start_runs=5,
+    big=4 << 20, big_rounds=1, big_runs=1, rss_samples=1,
+    workers=8, writes=3, cont_rounds=1, hold_writes=2,
+    mid=4 << 20, pace_s=0.3, idle_writes=3, paced_reps=1, unpaced_reps=1,
+    resources=10_000, log_events=10_000,
+)
+
+MIB = 1 << 20
+
+
+def q(path):
+    return shlex.quote(str(path))
+
+
+def fmt_time(seconds):
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1000:.2f} ms"
+
+
+def fmt_size(n):
+    if n >= 1 << 30 and n % (1 << 30) == 0:
+        return f"{n >> 30} GiB"
+    if n >= MIB and n % MIB == 0:
+        return f"{n >> 20} MiB"
+    if n % 1024 == 0:
+        return f"{n >> 10} KiB"
+    return f"{n} B"
+
+
+def pct(p, values):
+    values = sorted(values)
+    if not values:
+        return None
+    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
+    return values[k]
+
+
+class Bench:
+    def __init__(self, args):
+        self.smoke = args.smoke
+        self.cfg = SMOKE if args.smoke else FULL
+        self.fp = Path(args.fp).resolve()
+        self.floor = Path(args.floor).resolve()
+        self.shim = Path(args.shim).resolve()
+        self.work = Path(args.work).resolve()
+        self.out = Path(args.out)
+        self.here = Path(__file__).resolve().parent
+        self.logs = self.work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ, FP=str(self.fp), LC_ALL="C")
+        for k in list(self.env):
+            if k.startswith("FENCEPOST_"):
+                del self.env[k]
+        self.rows = []  # the table
+        self.details = []  # markdown sections after the table
+        self.seq = 0
+        self.in4k = self.work / "in4k"
+        self.in4k.write_bytes(os.urandom(4096))
+
+    # ---------------------------------------------------------------- tools
+
+    def log(self, msg):
+        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    def sh(self, cmd, cwd=None, env=None, check=True, capture=True):
+        res = subprocess.run(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env or self.env,
+                             stdout=subprocess.PIPE if capture else None,
+                             stderr=subprocess.PIPE if capture else None, text=True)
+        if check and res.returncode != 0:
+            raise SystemExit(f"bench: command failed ({res.returncode}): {cmd}\n"
+                             f"{res.stdout or ''}{res.stderr or ''}")
+        return res
+
+    def fpc(self, root, *args, env=None, check=True):
+        return self.sh([str(self.fp), "--root", str(root), *map(str, args)], env=env, check=check)
+
+    def claim(self, root, doc, owner="bench", env=None):
+        return int(self.fpc(root, "claim", doc, "--owner", owner, "--ttl", "1ms", env=env).stdout)
+
+    def hyperfine(self, tag, cmds, runs, warmup, rounds, cwd, prepares=None, shell=True, env=None):
+        """cmds: [(name, command)]. Returns ({name: [round medians]}, {name: [all times]})."""
+        medians = {n: [] for n, _ in cmds}
+        times = {n: [] for n, _ in cmds}
+        for r in range(rounds):
+            order = list(range(len(cmds)))
+            if r % 2:
+                order.reverse()
+            self.seq += 1
+            jf = self.logs / f"{self.seq:02d}-{tag}-r{r}.json"
+            argv = ["hyperfine", "--style", "basic", "--runs", str(runs), "--warmup", str(warmup),
+                    "--export-json", str(jf)]
+            if not shell:
+                argv.append("-N")
+            if prepares:
+                for i in order:
+                    argv += ["--prepare", prepares[i]]
+            for i in order:
+                argv += ["-n", cmds[i][0], cmds[i][1]]
+            self.log(f"hyperfine {tag} round {r + 1}/{rounds}")
+            with open(self.logs / f"{self.seq:02d}-{tag}-r{r}.txt", "w") as out:
+                res = subprocess.run(argv, cwd=cwd, env=env or self.env, stdout=out,
+                                     stderr=subprocess.STDOUT)
+            if res.returncode != 0:
+                raise SystemExit(f"bench: hyperfine {tag} failed; see "
+                                 f"{self.logs}/{self.seq:02d}-{tag}-r{r}.txt:\n"
+                                 + (self.logs / f"{self.seq:02d}-{tag}-r{r}.txt").read_text()[-3000:])
+            for result in json.loads(jf.read_text())["results"]:
+                medians[result["command"]].append(result["median"])
+                times[result["command"]] += result["times"]
+        return medians, times
+
+    def ratio_row(self, num, title, medians, a, b, goal, limit=None, strict=False, note="",
+                  fmt=fmt_time, verdict=None):
+        ra, rb = medians[a], medians[b]
+        ratios = [x / y for x, y in zip(ra, rb)]
+        self.add_row(num, title, statistics.median(ra), statistics.median(rb), ratios, goal,
+                     limit, strict, note, fmt, verdict)
+
+    def add_row(self, num, title, a, b, ratios, goal, limit=None, strict=False, note="",
+                fmt=fmt_time, verdict=None):
+        med = statistics.median(ratios)
+        if verdict is None:
+            if limit is None:
+                verdict = "reported"
+            elif (med < limit) if strict else (med <= limit):
+                verdict = "met"
+            else:
+                verdict = f"**missed** by {(med / limit - 1) * 100:.0f}%"
+        if note:
+            verdict += f"; {note}"
+        self.rows.append(dict(num=num, title=title, a=fmt(a) if a is not None else "-",
+                              b=fmt(b) if b is not None else "-", ratio=med, lo=min(ratios),
+                              hi=max(ratios), n=len(ratios), goal=goal, verdict=verdict))
+
+    # ------------------------------------------------------------- rows 1-3
+
+    def publish_small(self):
+        c = self.cfg
+        root = self.work / "small"
+        root.mkdir()
+        shutil.copy(self.in4k, root / "in4k")
+        self.claim(root, "doc.md")  # creates the state file
+        fp = q(self.fp)
+        prep = f"{fp} claim doc.md --owner bench --ttl 1ms > ep"
+        cmds = [
+            ("fencepost-write", f'read e < ep; exec {fp} -q write doc.md --epoch "$e" --from in4k'),
+            ("floor", f"exec {q(self.floor)} floor.md in4k"),
+            ("flock-shell", "flock .today.lock sh -c 'cat in4k > .today.md.tmp && sync .today.md.tmp"
+                            " && mv .today.md.tmp today.md && sync .'"),
+        ]
+        med, _ = self.hyperfine("publish-4k", cmds, c["runs"], c["warmup"], c["rounds"], root,
+                                prepares=[prep] * len(cmds))
+        self.ratio_row("1", "Floor: `fencepost write` 4 KiB (fenced, durable) vs minimal C "
+                       "durable atomic replace (`bench/floor.c`)", med, "fencepost-write",
+                       "floor", "<= 1.5x", 1.5)
+        self.ratio_row("2", "Today: `fencepost write` 4 KiB vs `flock(1)` + `sh -c 'cat > tmp"
+                       " && sync tmp && mv tmp doc && sync .'`", med, "fencepost-write",
+                       "flock-shell", "< 1 (faster)", 1.0, strict=True)
+        assert (root / "doc.md").read_bytes() == self.in4k.read_bytes()
+
+        # claim cost
+        cmds = [
+            ("claim+release", f'e=$({fp} claim lk.md --owner bench --ttl 30s) && '
+                              f'exec {fp} -q release lk.md --owner bench --epoch "$e"'),
+            ("flock-n", "exec flock -n .lk.lock true"),
+        ]
+        med, _ = self.hyperfine("claim", cmds, c["runs"], c["warmup"], c["rounds"], root)
+        self.ratio_row("3", "Claim: `fencepost claim` + `release` vs `flock -n lockfile true`",
+                       med, "claim+release", "flock-n", "report")
+
+    # --------------------------------------------------------------- row 4
+
+    def big_documents(self):
+        c = self.cfg
+        root = self.work / "big"
+        root.mkdir()
+        src = root / "big.src"
+        block = os.urandom(MIB)
+        with open(src, "wb") as f:
+            for _ in range(c["big"] // MIB):
+                f.write(block)
+        self.sh(["sync", str(src)])
+        self.claim(root, "big.md")
+        fp = q(self.fp)
+        size = fmt_size(c["big"])
+        prep = f"{fp} claim big.md --owner bench --ttl 1ms > ep"
+        cmds = [
+            ("stdin", f'read e < ep; cat big.src | {fp} -q write big.md --epoch "$e"'),
+            ("from", f'read e < ep; exec {fp} -q write big.md --epoch "$e" --from big.src'),
+            ("cp+sync", "cp big.src big.cp && exec sync big.cp"),
+        ]
+        med, _ = self.hyperfine("big", cmds, c["big_runs"], 0, c["big_rounds"], root,
+                                prepares=[prep] * len(cmds))
+        self.ratio_row("4a", f"Big: {size} streamed from stdin (`cat src \\| fencepost write`) vs"
+                       " `cp src dst && sync dst`", med, "stdin", "cp+sync", "<= 1.25x", 1.25)
+        self.ratio_row("4b", f"Big: {size} with `--from` vs `cp src dst && sync dst`", med,
+                       "from", "cp+sync", "<= 1.25x", 1.25)
+
+        # peak resident memory, /usr/bin/time -v
+        def rss(cmd):
+            tf = self.work / "time.txt"
+            self.sh(cmd.replace("TIME", f"/usr/bin/time -v -o {q(tf)}"), cwd=root)
+            m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tf.read_text())
+            return int(m.group(1)) * 1024
+
+        samples = {"stdin": [], "from": [], "cp": []}
+        for _ in range(c["rss_samples"]):
+            for name, cmd in [
+                ("stdin", f"e=$({fp} claim big.md --owner bench --ttl 1ms) && cat big.src | TIME "
+                          f'{fp} -q write big.md --epoch "$e"'),
+                ("from", f"e=$({fp} claim big.md --owner bench --ttl 1ms) && TIME "
+                         f'{fp} -q write big.md --epoch "$e" --from big.src'),
+                ("cp", "TIME cp big.src big.cp"),
+            ]:
+                samples[name].append(rss(cmd))
+        self.rss = samples
+        mib = lambda n: f"{n / MIB:.1f} MiB"  # noqa: E731
+        for num, name, how in [("4c", "stdin", "stdin"), ("4d", "from", "`--from`")]:
+            peak = max(samples[name])
+            ratios = [x / y for x, y in zip(samples[name], samples["cp"])]
+            self.add_row(num, f"Peak RSS (`/usr/bin/time -v`), {size} via {how} vs `cp`",
+                         peak, statistics.median(samples["cp"]), ratios, "< 16 MiB",
+                         verdict="met" if peak < 16 * MIB else
+                         f"**missed** by {(peak / (16 * MIB) - 1) * 100:.0f}%",
+                         note=f"max of {len(samples[name])}", fmt=mib)
+        (root / "big.cp").unlink(missing_ok=True)
+        (root / "big.md").unlink(missing_ok=True)
+        src.unlink()
+
+    # --------------------------------------------------------------- row 5
+
+    def contention(self):
+        c = self.cfg
+        W, N = c["workers"], c["writes"]
+        contend = self.here / "lib" / "contend.sh"
+        cmds, outs = [], {}
+        for mode in ("fence", "flock"):
+            for share in ("distinct", "one"):
+                name = f"{mode}-{share}"
+                root = self.work / f"cont-{name}"
+                root.mkdir()
+                outs[name] = self.work / f"cont-{name}.out"
+                cmds.append((name, f"exec sh {q(contend)} {mode} {share} {W} {N} {q(root)} "
+                                   f"{q(self.in4k)} {q(outs[name])}"))
+        med, _ = self.hyperfine("contention", cmds, 1, 0, c["cont_rounds"], self.work)
+        tally = {}
+        for name, path in outs.items():
+            t = dict(ok=0, busy=0, other=0, codes=[])
+            for line in path.read_text().splitlines():
+                fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+                for k in ("ok", "busy", "other"):
+                    t[k] += int(fields.get(k, 0))
+                t["codes"] += line.split("codes=", 1)[1].split()
+            tally[name] = t
+        self.tally = tally
+        total = W * N
+        for num, share, what in [("5a", "distinct", f"{W} distinct documents"),
+                                 ("5b", "one", "one document, claiming in turn (`claim --wait`)")]:
+            f, t = tally[f"fence-{share}"], tally[f"flock-{share}"]
+            calls = f["ok"] * 3 + f["other"]
+            thr = total / statistics.median(med[f"fence-{share}"])
+            note = (f"{thr:.0f} writes/s; busy (exit 7): {f['busy']} of ~{calls} fencepost calls"
+                    f"; other failures: {f['other']}")
+            if f["codes"]:
+                note += f" ({' '.join(sorted(set(f['codes'])))})"
+            if t["busy"] or t["other"]:
+                note += f"; flock side failures: {t['busy'] + t['other']}"
+            self.ratio_row(num, f"Contention: {W} processes x {N} fenced publishes (claim, write,"
+                           f" release) to {what} vs the same with `flock(1)` + shell",
+                           med, f"fence-{share}", f"flock-{share}", "busy = 0",
+                           verdict="met" if f["busy"] == 0 else "**missed**", note=note)
+        self.cont_medians = med
+
+        # Lock hold under contention: an untimed pass with the LD_PRELOAD shim.
+        holds = {}
+        for share in ("distinct", "one"):
+            root = self.work / f"hold-{share}"
+            root.mkdir()
+            logf = self.work / f"hold-{share}.log"
+            env = dict(self.env, LD_PRELOAD=str(self.shim), LOCKHOLD_LOG=str(logf))
+            t0 = time.monotonic()
+            self.sh(["sh", str(contend), "fence", share, str(W), str(c["hold_writes"]), str(root),
+                     str(self.in4k), str(self.work / f"hold-{share}.out")], env=env)
+            wall = time.monotonic() - t0
+            holds[share] = (self.parse_holds(logf), wall)
+        self.cont_holds = holds
+
+    @staticmethod
+    def parse_holds(path):
+        """{command: [hold seconds]}: each process's last W..U pair (its transaction)."""
+        events = {}
+        for line in Path(path).read_text().splitlines():
+            pid, cmd, kind, ns = line.split()
+            events.setdefault((pid, cmd), []).append((kind, int(ns)))
+        out = {}
+        for (pid, cmd), evs in events.items():
+            pairs, start = [], None
+            for kind, ns in evs:
+                if kind == "W":
+                    start = ns
+                elif kind == "U" and start is not None:
+                    pairs.append((start, ns))
+                    start = None
+            if pairs:
+                out.setdefault(cmd, []).append(dict(pid=int(pid), w=pairs[-1][0], u=pairs[-1][1],
+                                                    hold=(pairs[-1][1] - pairs[-1][0]) / 1e9))
+        return out
+
+    def lock_scope(self):
+        """A 64 MiB write to doc A must not block writers of doc B while it stages."""
+        c = self.cfg
+        root = self.work / "lock"
+        root.mkdir()
+        mid = self.work / "mid.src"
+        block = os.urandom(MIB)
+        with open(mid, "wb") as f:
+            for _ in range(c["mid"] // MIB):
+                f.write(block)
+        self.sh(["sync", str(mid)])
+        logf = self.work / "lock.log"
+        env = dict(self.env, LD_PRELOAD=str(self.shim), LOCKHOLD_LOG=str(logf))
+        self.claim(root, "b.md")
+
+        def b_write():
+            e = self.claim(root, "b.md")
+            t0 = time.monotonic_ns()
+            self.sh([str(self.fp), "--root", str(root), "-q", "write", "b.md", "--epoch", str(e),
+                     "--from", str(self.in4k)], env=env)
+            return t0, time.monotonic_ns()
+
+        idle = [b_write() for _ in range(c["idle_writes"])]
+        idle_lat = [(u - t) / 1e9 for t, u in idle]
+
+        def run_a(paced):
+            """Starts A, runs B writes until A is done; returns A's record and B's latencies."""
+            e = self.claim(root, "a.md")
+            argv = [str(self.fp), "--root", str(root), "-q", "write", "a.md", "--epoch", str(e)]
+            if not paced:
+                argv += ["--from", str(mid)]
+            t0 = time.monotonic_ns()
+            proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE if paced else None)
+            feeder = None
+            if paced:
+                def feed():
+                    chunks = c["mid"] // MIB
+                    for i in range(chunks):
+                        proc.stdin.write(block)
+                        proc.stdin.flush()
+                        time.sleep(c["pace_s"] / chunks)
+                    proc.stdin.close()
+                feeder = threading.Thread(target=feed)
+                feeder.start()
+            bs = []
+            while proc.poll() is None:
+                bs.append(b_write())
+            if feeder:
+                feeder.join()
+            if proc.wait() != 0:
+                raise SystemExit("bench: the 64 MiB write failed")
+            return dict(pid=proc.pid, t0=t0, t1=time.monotonic_ns(), bs=bs)
+
+        runs = [("paced", run_a(True)) for _ in range(c["paced_reps"])]
+        runs += [("unpaced", run_a(False)) for _ in range(c["unpaced_reps"])]
+        holds = self.parse_holds(logf)
+        by_pid = {h["pid"]: h for h in holds.get("write", [])}
+        small_holds = [h["hold"] for h in holds.get("write", [])
+                       if h["pid"] not in {r["pid"] for _, r in runs}]
+        results = {}
+        for kind, r in runs:
+            h = by_pid[r["pid"]]
+            staging = (h["w"] - r["t0"]) / 1e9  # start of A to its lock acquisition
+            during = [(u - t) / 1e9 for t, u in r["bs"] if t >= r["t0"] and u <= h["w"]]
+            res = results.setdefault(kind, dict(holds=[], staging=[], during=[], total=[]))
+            res["holds"].append(h["hold"])
+            res["staging"].append(staging)
+            res["total"].append((r["t1"] - r["t0"]) / 1e9)
+            res["during"] += during
+        self.lock_results = dict(idle=idle_lat, small_holds=small_holds, runs=results)
+        size = fmt_size(c["mid"])
+        idle_med = statistics.median(idle_lat)
+        small_med = statistics.median(small_holds)
+        all_big = [x for r in results.values() for x in r["holds"]]
+        staging_min = min(x for r in results.values() for x in r["staging"])
+        self.add_row("5c", f"Lock hold per write (`BEGIN IMMEDIATE` to COMMIT, LD_PRELOAD shim):"
+                     f" {size} document vs 4 KiB", statistics.median(all_big), small_med,
+                     [x / small_med for x in all_big],
+                     f"hold independent of size", limit=2.0,
+                     note=f"{size} staged in {fmt_time(staging_min)} or more with no lock held")
+        for num, kind, what in [("5d", "paced", f"{size} fed over {c['pace_s']:g} s"),
+                                ("5e", "unpaced", f"{size} from `--from` at disk speed")]:
+            r = results.get(kind)
+            if not r or not r["during"]:
+                self.add_row(num, f"4 KiB write to doc B while doc A takes {what}", None, idle_med,
+                             [float("nan")], "not blocked", verdict="no overlapping B write")
+                continue
+            during = r["during"]
+            worst, staging = max(during), min(r["staging"])
+            self.add_row(num, f"4 KiB write to doc B while doc A stages {what} vs idle",
+                         statistics.median(during), idle_med, [x / idle_med for x in during],
+                         "B never waits for A's bytes" if kind == "paced" else "report",
+                         verdict=("met" if worst < staging / 2 else "**missed**")
+                         if kind == "paced" else "reported (shares the disk with A)",
+                         note=f"{len(during)} B writes, slowest {fmt_time(worst)} while A staged "
+                              f"for {fmt_time(staging)}")
+
+    # --------------------------------------------------------------- row 6
+
+    def scale(self):
+        c = self.cfg
+        roots = {}
+        keep = str(c["log_events"] * 10)
+        env = dict(self.env, FENCEPOST_LOG_KEEP=keep)
+        for name, n in (("empty", 0), ("large", c["resources"])):
+            root = self.work / f"scale-{name}"
+            root.mkdir()
+            shutil.copy(self.in4k, root / "in4k")
+            self.claim(root, "seed.md", env=env)
+            if n:
+                t0 = time.monotonic()
+                self.populate(root / ".fencepost" / "state.db", n, c["log_events"])
+                self.log(f"populated {n} resources in {time.monotonic() - t0:.1f} s")
+            roots[name] = root
+        target = f"d/{c['resources'] // 2:07d}.md"
+        wtarget = f"d/{c['resources'] // 2 + 1:07d}.md"
+        fp = q(self.fp)
+        cmds, preps = [], []
+        for name, root in roots.items():
+            cmds.append((f"claim-{name}", f"exec {fp} --root {q(root)} claim {target} --owner bench"
+                                          f" --ttl 1ms"))
+            preps.append("true")
+            cmds.append((f"write-{name}", f'read e < {q(root)}/ep; exec {fp} --root {q(root)} -q '
+                                          f'write {wtarget} --epoch "$e" --from {q(root)}/in4k'))
+            preps.append(f"{fp} --root {q(root)} claim {wtarget} --owner bench --ttl 1ms > "
+                         f"{q(root)}/ep")
+        med, _ = self.hyperfine("scale", cmds, c["runs"], c["warmup"], c["rounds"], self.work,
+                                prepares=preps, env=env)
+        n = f"{c['resources']:,}"
+        sz = (roots["large"] / ".fencepost" / "state.db").stat().st_size
+        self.ratio_row("6a", f"Scale: `claim` on a state file with {n} resources and "
+                       f"{c['log_events']:,} log events ({sz / MIB:.0f} MiB) vs an empty one",
+                       med, "claim-large", "claim-empty", "<= 1.2x", 1.2)
+        self.ratio_row("6b", f"Scale: `write` 4 KiB on the {n}-resource state file vs an empty one",
+                       med, "write-large", "write-empty", "<= 1.2x", 1.2)
+
+        # One-off: a log above the retention cap is pruned in one transaction.
+        logf = self.work / "prune.log"
+        penv = dict(self.env, LD_PRELOAD=str(self.shim), LOCKHOLD_LOG=str(logf),
+                    FENCEPOST_LOG_KEEP=str(max(1, c["log_events"] // 10)))
+        db = roots["large"] / ".fencepost" / "state.db"
+        con = sqlite3.connect(db)
+        top = con.execute("SELECT max(id) FROM log").fetchone()[0]
+        # Next event id lands on a multiple of 1000, which triggers the prune.
+        pad = (1000 - (top + 1) % 1000) % 1000
+        con.executemany("INSERT INTO log (at, resource, event, pid, host) VALUES (0, 'x', 'claim',"
+                        " 0, 'bench')", [()] * pad)
+        con.commit()
+        con.close()
+        e = self.claim(roots["large"], wtarget, env=env)
+        t0 = time.monotonic()
+        self.sh([str(self.fp), "--root", str(roots["large"]), "-q", "write", wtarget, "--epoch",
+                 str(e), "--from", str(self.in4k)], env=penv)
+        took = time.monotonic() - t0
+        hold = self.parse_holds(logf)["write"][-1]["hold"]
+        self.prune = dict(took=took, hold=hold, keep=int(penv["FENCEPOST_LOG_KEEP"]),
+                          events=c["log_events"])
+
+    def populate(self, db, n, events):
+        """Bulk-loads the state file fencepost created (its schema, application_id and
+        user_version are left as fencepost set them) with n resources and a log."""
+        con = sqlite3.connect(db, isolation_level=None)
+        app, ver = con.execute("SELECT application_id, user_version FROM pragma_application_id,"
+                               " pragma_user_version").fetchone()
+        con.execute("PRAGMA journal_mode=DELETE")
+        con.execute("PRAGMA synchronous=OFF")
+        con.execute("BEGIN")
+        now = int(time.time() * 1000)
+        name = lambda i: f"d/{i:07d}.md"  # noqa: E731
+        con.executemany(
+            "INSERT INTO lease (resource, owner, epoch, deadline, state, result, updated_at)"
+            " VALUES (?, ?, ?, ?, 'released', NULL, ?)",
+            ((name(i), f"worker-{i % 64}", 1 + i % 7, now - 1000, now) for i in range(n)))
+        con.executemany(
+            "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev,"
+            " ino, owner) VALUES (?, ?, ?, ?, 4096, ?, 2049, ?, ?)",
+            ((name(i), 1 + i % 7, 1 + i % 7, f"{i * 2654435761:064x}"[-64:], now, 1000 + i,
+              f"worker-{i % 64}") for i in range(n)))
+        kinds = ("claim", "write", "release", "takeover", "stale")
+        con.executemany(
+            "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,"
+            " pid, host, detail) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, 'bench-host', ?)",
+            ((now - events + j, name((j * 7919) % n), kinds[j % 5], f"worker-{j % 64}", 1 + j % 7,
+              f"{j:064x}" if j % 5 == 1 else None, 10000 + j % 30000,
+              f"deadline {now + j}" if j % 5 == 0 else None) for j in range(events)))
+        con.execute("COMMIT")
+        mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        app2, ver2 = con.execute("SELECT application_id, user_version FROM pragma_application_id,"
+                                 " pragma_user_version").fetchone()
+        con.close()
+        if mode != "wal" or (app, ver) != (app2, ver2) or app == 0:
+            raise SystemExit(f"bench: populated state file lost its identity ({mode}, {app2}, {ver2})")
+
+    # --------------------------------------------------------------- row 7
+
+    def startup(self):
+        c = self.cfg
+        empty = self.work / "empty-root"
+        empty.mkdir()
+        cmds = [("version", f"{self.fp} --version"),
+                ("status", f"{self.fp} --root {empty} status"),
+                ("true", "true")]
+        med, _ = self.hyperfine("startup", cmds, c["start_runs"], 10, c["rounds"], self.work,
+                                shell=False)
+        self.ratio_row("7a", "Start-up: `fencepost --version` vs `true`", med, "version", "true",
+                       "report")
+        self.ratio_row("7b", "Start-up: `fencepost status` on an empty root vs `true`", med,
+                       "status", "true", "report")
+        if (empty / ".fencepost").exists():
+            raise SystemExit("bench: status created a state file in an empty root")
+
+    # ------------------------------------------------------------ profiles
+
+    def profiles(self):
+        root = self.work / "profile"
+        root.mkdir()
+        fp = str(self.fp)
+        out = []
+
+        def strace(label, argv, cwd):
+            f = self.work / "strace.txt"
+            self.sh(["strace", "-f", "-y", "-T", "-o", str(f), "-e",
+                     "trace=fsync,fdatasync,sync_file_range,syncfs,rename,renameat,renameat2,"
+                     "unlink,unlinkat,linkat,openat,fcntl", *argv], cwd=cwd)
+            fsyncs, counts = [], {}
+            for line in f.read_text().splitlines():
+                m = re.search(r"(\w+)\((.*)\) += (-?\w+).*<([\d.]+)>$", line)
+                if not m:
+                    continue
+                call, args, _, secs = m.groups()
+                counts[call] = counts.get(call, 0) + 1
+                if call in ("fsync", "fdatasync"):
+                    path = re.search(r"<([^>]*)>", args)
+                    what = path.group(1) if path else args
+                    what = what.replace(str(root), "ROOT")
+                    fsyncs.append((what, float(secs)))
+            return fsyncs, counts
+
+        shutil.copy(self.in4k, root / "in4k")
+        self.claim(root, "doc.md")
+        e = self.claim(root, "doc.md")
+        self.sh([fp, "-q", "write", "doc.md", "--epoch", str(e), "--from", "in4k"], cwd=root)
+        e = self.claim(root, "doc.md")
+        w_fsync, w_counts = strace("write", [fp, "-q", "write", "doc.md", "--epoch", str(e),
+                                             "--from", "in4k"], root)
+        f_fsync, f_counts = strace("floor", [str(self.floor), "floor.md", "in4k"], root)
+        c_fsync, _ = strace("claim", [fp, "claim", "other.md", "--owner", "p", "--ttl", "1ms"], root)
+
+        def table(rows):
+            lines = ["| fsync of | time |", "|---|---|"]
+            lines += [f"| `{w}` | {s * 1000:.2f} ms |" for w, s in rows]
+            total = sum(s for _, s in rows)
+            lines.append(f"| **{len(rows)} fsyncs** | **{total * 1000:.2f} ms** |")
+            return "\n".join(lines)
+
+        out.append("### Where a 4 KiB write's time goes\n")
+        out.append("`strace -f -y -T` of one `fencepost write` (4 KiB, `--from`), of the floor "
+                   "program, and of one `claim`, on the same folder. strace slows each traced call "
+                   "a little; the fsync count, not the absolute time, is the point.\n")
+        out.append("`fencepost write`:\n\n" + table(w_fsync) + "\n")
+        out.append("Floor program:\n\n" + table(f_fsync) + "\n")
+        out.append("`fencepost claim`:\n\n" + table(c_fsync) + "\n")
+        calls = ", ".join(f"{k} {v}" for k, v in sorted(w_counts.items()))
+        out.append(f"Traced calls in the write: {calls}.\n")
+
+        # strace -c summary of the whole write
+        f = self.work / "strace-c.txt"
+        e = self.claim(root, "doc.md")
+        self.sh(["strace", "-f", "-c", "-S", "time", "-o", str(f), fp, "-q", "write", "doc.md",
+                 "--epoch", str(e), "--from", "in4k"], cwd=root)
+        summary = f.read_text().strip().splitlines()
+        out.append("`strace -c -f` of the same write (top 12 by time):\n\n```\n"
+                   + "\n".join(summary[:14] + summary[-2:]) + "\n```\n")
+
+        # perf stat on start-up, if perf works here
+        res = subprocess.run(["perf", "stat", "-r", "20", "-e", "task-clock,page-faults", fp,
+                              "--version"], capture_output=True, text=True, env=self.env)
+        if res.returncode == 0 and "task-clock" in res.stderr:
+            keep = [l.strip() for l in res.stderr.splitlines()
+                    if "task-clock" in l or "page-faults" in l or "elapsed" in l]
+            out.append("`perf stat -r 20 fencepost --version`:\n\n```\n" + "\n".join(keep)
+                       + "\n```\n")
+        self.details.append("\n".join(out))
+
+    # ----------------------------------------------------------- report
+
+    def machine(self):
+        def cmd(argv):
+            try:
+                return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+            except OSError:
+                return "?"
+        cpu = "?"
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem = "?"
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+        fs = cmd(["findmnt", "-n", "-o", "FSTYPE,SOURCE,OPTIONS", "--target", str(self.work)])
+        rev = cmd(["git", "-C", str(self.here.parent), "rev-parse", "--short", "HEAD"])
+        dirty = cmd(["git", "-C", str(self.here.parent), "status", "--porcelain", "--", "src",
+                     "Cargo.toml", "Cargo.lock"])
+        return dict(nproc=os.cpu_count(), cpu=cpu, kernel=platform.release(), mem=mem, fs=fs,
+                    rev=rev + (" (+ uncommitted changes in src/)" if dirty else ""),
+                    hyperfine=cmd(["hyperfine", "--version"]),
+                    rustc=cmd(["rustc", "--version"]), os=platform.platform())
+
+    def report(self, started, load0):
+        m = self.machine()
+        load1 = os.getloadavg()
+        c = self.cfg
+        L = []
+        L.append("# fencepost benchmarks\n")
+        if self.smoke:
+            L.append("**Smoke run** (`bench/run.sh --smoke`): tiny sizes and few runs, to keep the "
+                     "harness working. Its numbers mean nothing; see `bench/RESULTS.md`.\n")
+        L.append(f"Reproduce with `bench/run.sh` (full) or `bench/run.sh --smoke` (CI). Generated "
+                 f"{time.strftime('%Y-%m-%d %H:%M %Z')} from fencepost {m['rev']}, release build; "
+                 f"the run took {(time.monotonic() - started) / 60:.1f} min.\n")
+        L.append(f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem']} RAM, kernel {m['kernel']}; "
+                 f"bench folder on `{m['fs']}`. Load average (1/5/15 min) {load0[0]:.2f}/"
+                 f"{load0[1]:.2f}/{load0[2]:.2f} at the start, {load1[0]:.2f}/{load1[1]:.2f}/"
+                 f"{load1[2]:.2f} at the end (a shared machine). {m['hyperfine']}, {m['rustc']}.\n")
+        L.append("Ratio = A / B: below 1, A is faster. Each hyperfine row ran in "
+                 f"{c['rounds']} rounds (rows 4-5: {c['big_rounds']} and {c['cont_rounds']}) with "
+                 "A and B back to back in every round (order reversed every other round); the "
+                 "ratio is the median over rounds of median(A)/median(B), the spread the min and "
+                 "max of the round ratios. A and B columns are medians of the round medians. "
+                 "Rows 4c-4d, 5c-5e are measured outside hyperfine; their spread is over the "
+                 "samples named in the row.\n")
+        L.append("| # | Comparison: A vs B | A | B | Ratio A/B | Spread (min-max) | Goal | Result |")
+        L.append("|---|---|--:|--:|--:|--:|---|---|")
+        for r in self.rows:
+            ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
+            spread = "-" if r["lo"] != r["lo"] else f"{r['lo']:.2f}-{r['hi']:.2f}"
+            L.append(f"| {r['num']} | {r['title']} | {r['a']} | {r['b']} | {ratio} | {spread} | "
+                     f"{r['goal']} | {r['verdict']} |")
+        L.append("")
+        L.append(self.detail_text())
+        L += self.details
+        notes = self.here / "notes.md"
+        if notes.exists():
+            L.append(notes.read_text())
+        self.out.write_text("\n".join(L).rstrip() + "\n")
+
+    def detail_text(self):
+        c = self.cfg
+        L = ["## Details\n"]
+        if hasattr(self, "cont_medians"):
+            W, N = c["workers"], c["writes"]
+            L.append(f"### Contention ({W} processes x {N} publishes each, {W * N} in all)\n")
+            L.append("| Scenario | Wall time (median) | Publishes/s | ok | busy (exit 7) | other failures |")
+            L.append("|---|--:|--:|--:|--:|--:|")
+            for name, label in [("fence-distinct", f"fencepost, {W} documents"),
+                                ("flock-distinct", f"flock + shell, {W} documents"),
+                                ("fence-one", "fencepost, one document, in turn"),
+                                ("flock-one", "flock + shell, one document, in turn")]:
+                t = statistics.median(self.cont_medians[name])
+                tl = self.tally[name]
+                L.append(f"| {label} | {fmt_time(t)} | {W * N / t:.0f} | {tl['ok']} | {tl['busy']} |"
+                         f" {tl['other']} |")
+            L.append(f"\nok/busy/other are summed over all {c['cont_rounds']} rounds. A fencepost "
+                     "publish is three processes (claim, write, release), each one IMMEDIATE "
+                     "transaction with its own fsynced commit; the flock publish is six (flock, "
+                     "sh, cat, sync, mv, sync).\n")
+            L.append("State-file write lock held per transaction under contention (an untimed "
+                     f"pass of {W} x {c['hold_writes']} publishes with the LD_PRELOAD shim):\n")
+            L.append("| Scenario | Command | n | median | p90 | max | lock busy (sum of holds / wall) |")
+            L.append("|---|---|--:|--:|--:|--:|--:|")
+            for share, (holds, wall) in self.cont_holds.items():
+                total = sum(h["hold"] for hs in holds.values() for h in hs)
+                for cmd in ("claim", "write", "release"):
+                    hs = [h["hold"] for h in holds.get(cmd, [])]
+                    if not hs:
+                        continue
+                    L.append(f"| {share} | {cmd} | {len(hs)} | {fmt_time(statistics.median(hs))} |"
+                             f" {fmt_time(pct(90, hs))} | {fmt_time(max(hs))} | "
+                             f"{total / wall * 100:.0f}% |")
+            L.append("")
+        if hasattr(self, "lock_results"):
+            lr = self.lock_results
+            size = fmt_size(c["mid"])
+            L.append(f"### Does a {size} write block other documents?\n")
+            L.append("Method: `bench/lockhold.c`, an LD_PRELOAD shim, timestamps (CLOCK_MONOTONIC) "
+                     "the `fcntl(F_SETLK)` calls with which SQLite takes and drops the WAL write lock"
+                     " (byte 120 of `state.db-shm`): that lock is what `BEGIN IMMEDIATE` acquires "
+                     "and COMMIT releases, so W..U is exactly the time other writers are shut out. "
+                     "No ptrace, no failpoints, no change to the binary. Meanwhile, this script "
+                     "writes 4 KiB to document B (claim, then a timed `write`) in a loop for as long"
+                     " as the big write of document A runs, and keeps the B writes that started and"
+                     " ended before A took the lock.\n")
+            L.append("| | n | median | max |")
+            L.append("|---|--:|--:|--:|")
+            L.append(f"| 4 KiB write, idle machine: latency | {len(lr['idle'])} | "
+                     f"{fmt_time(statistics.median(lr['idle']))} | {fmt_time(max(lr['idle']))} |")
+            L.append(f"| 4 KiB write: lock held | {len(lr['small_holds'])} | "
+                     f"{fmt_time(statistics.median(lr['small_holds']))} | "
+                     f"{fmt_time(max(lr['small_holds']))} |")
+            for kind, r in lr["runs"].items():
+                how = f"fed over {c['pace_s']:g} s" if kind == "paced" else "`--from`, disk speed"
+                L.append(f"| {size} write ({how}): staging, no lock | {len(r['staging'])} | "
+                         f"{fmt_time(statistics.median(r['staging']))} | {fmt_time(max(r['staging']))} |")
+                L.append(f"| {size} write ({how}): lock held | {len(r['holds'])} | "
+                         f"{fmt_time(statistics.median(r['holds']))} | {fmt_time(max(r['holds']))} |")
+                if r["during"]:
+                    L.append(f"| 4 KiB write to B meanwhile ({kind}): latency | {len(r['during'])} |"
+                             f" {fmt_time(statistics.median(r['during']))} | "
+                             f"{fmt_time(max(r['during']))} |")
+            L.append("")
+        if hasattr(self, "rss"):
+            mib = lambda n: f"{n / MIB:.1f}"  # noqa: E731
+            L.append(f"### Peak memory, {fmt_size(c['big'])} document\n")
+            L.append("`/usr/bin/time -v`, Maximum resident set size, MiB, per sample: "
+                     + "; ".join(f"{k}: {', '.join(mib(x) for x in v)}" for k, v in self.rss.items())
+                     + ". The write streams through a 128 KiB buffer.\n")
+        if hasattr(self, "prune"):
+            p = self.prune
+            L.append("### One-off: a log above its retention cap\n")
+            L.append(f"With {p['events']:,} log events and `FENCEPOST_LOG_KEEP={p['keep']:,}`, the "
+                     f"write whose event id is a multiple of 1000 prunes the excess in its own "
+                     f"transaction: that write took {fmt_time(p['took'])} and held the state-file "
+                     f"lock for {fmt_time(p['hold'])} (every other writer waits, up to "
+                     "`--busy-timeout`). It happens once, after the cap is lowered; in steady "
+                     "state a prune drops about 1000 rows.\n")
+        return "\n".join(L)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--fp", required=True)
+    ap.add_argument("--floor", required=True)
+    ap.add_argument("--shim", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="comma list of parts (debugging): "
+                    "small,big,contention,lock,scale,startup,profiles")
+    args = ap.parse_args()
+    started = time.monotonic()
+    load0 = os.getloadavg()
+    b = Bench(args)
+    parts = [("small", b.publish_small), ("big", b.big_documents), ("contention", b.contention),
+             ("lock", b.lock_scope), ("scale", b.scale), ("startup", b.startup),
+             ("profiles", b.profiles)]
+    only = set(filter(None, args.only.split(",")))
+    for name, fn in parts:
+        if only and name not in only:
+            continue
+        b.log(f"part: {name}")
+        fn()
+    order = {k: i for i, k in enumerate(["1", "2", "3", "4a", "4b", "4c", "4d", "5a", "5b", "5c",
+                                         "5d", "5e", "6a", "6b", "7a", "7b"])}
+    b.rows.sort(key=lambda r: order.get(r["num"], 99))
+    b.report(started, load0)
+    b.log(f"wrote {args.out} in {(time.monotonic() - started):.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# fencepost benchmarks (issue 6): every comparison side by side, one table.
+#
+#   bench/run.sh            full run (about 15 minutes), writes bench/RESULTS.md
+#   bench/run.sh --smoke    tiny sizes and few runs (CI), writes bench/RESULTS.smoke.md
+#
+# Builds the release binary, installs hyperfine / time / strace / flock / gcc with apt-get
+# if missing, compiles the floor program (bench/floor.c) and the lock-timing shim
+# (bench/lockhold.c) into target/bench/, then runs bench/bench.py. Scratch files go to
+# a fresh folder under $BENCH_DIR (default bench/.work), removed at the end; its
+# filesystem is the one measured.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+smoke=""
+for arg in "$@"; do
+  case $arg in
+    --smoke) smoke=--smoke ;;
+    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+command -v hyperfine >/dev/null 2>&1 || missing+=(hyperfine)
+[ -x /usr/bin/time ] || missing+=(time)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v flock >/dev/null 2>&1 || missing+=(util-linux)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bench/run.sh: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+cargo build --release --locked
+target=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target/bench"
+gcc -O2 -Wall -Wextra -o "$target/bench/floor" bench/floor.c
+gcc -O2 -Wall -Wextra -shared -fPIC -o "$target/bench/lockhold.so" bench/lockhold.c -ldl
+
+base=${BENCH_DIR:-bench/.work}
+mkdir -p "$base"
+work=$(mktemp -d "$base/run.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+out=bench/RESULTS.md
+[ -n "$smoke" ] && out=bench/RESULTS.smoke.md
+python3 bench/bench.py $smoke --fp "$target/release/fencepost" --floor "$target/bench/floor" \
+  --shim "$target/bench/lockhold.so" --work "$work" --out "$out"
+echo "bench/run.sh: wrote $out" >&2

@@ -1,0 +1,1287 @@
+//! Operator tools (issue 5): the `run` wrapper (complete, release, kill on a lost lease,
+//! signal forwarding), the audit log and its timeline, `verify`, completions and man
+//! page, `-q`, and the one-line error convention.
+//!
+//! `run` needs the wall clock, so its tests use real time: short TTLs, generous bounds,
+//! and timings that are measured but never asserted tightly.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::harness::{self, Done, Env, Run};
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// PATH for a child of `run`: the binary under test first, then the basic tools. (The
+/// harness clears the environment.)
+fn path_env() -> String {
+    let dir = harness::bin()
+        .parent()
+        .expect("binary has a folder")
+        .to_path_buf();
+    format!("{}:/usr/bin:/bin", dir.display())
+}
+
+/// `fencepost run RES --owner O --ttl TTL [extra...] -- sh -c SCRIPT`, with PATH set.
+fn run_sh(env: &Env, res: &str, owner: &str, ttl: &str, extra: &[&str], script: &str) -> Run {
+    run_sh_with(env, &[], res, owner, ttl, extra, script)
+}
+
+/// The same with global options (`--json`, `-q`, `--db`) before `run`.
+fn run_sh_with(
+    env: &Env,
+    globals: &[&str],
+    res: &str,
+    owner: &str,
+    ttl: &str,
+    extra: &[&str],
+    script: &str,
+) -> Run {
+    let mut args = globals.to_vec();
+    args.extend_from_slice(&["run", res, "--owner", owner, "--ttl", ttl]);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    env.fp(&args).env("PATH", &path_env())
+}
+
+/// `status RES --json` on the wall clock: the resource's row.
+fn row(env: &Env, res: &str) -> Value {
+    env.fp(&["--json", "status", res]).expect(0).json()["resources"][0].clone()
+}
+
+/// `log [args] --json`: the events.
+fn events(env: &Env, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["--json", "log"];
+    all.extend_from_slice(args);
+    let j = env.fp(&all).expect(0).json();
+    assert_eq!(j["outcome"], "log");
+    j["events"].as_array().expect("events is an array").clone()
+}
+
+/// The default state file of an env.
+fn db(env: &Env) -> PathBuf {
+    env.path(".fencepost/state.db")
+}
+
+/// Runs SQL against the state file from another process (python3's sqlite3), as an
+/// outside actor with its own clock would.
+fn sql(db: &Path, script: &str) {
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\n\
+             c.executescript(sys.argv[2])\n\
+             c.close()\n",
+        )
+        .arg(db)
+        .arg(script)
+        .status()
+        .expect("run python3");
+    assert!(status.success(), "python3 sqlite3 failed: {script}");
+}
+
+/// Holds the state file's write lock (`BEGIN IMMEDIATE`) from another process until the
+/// returned child's stdin is closed. Returns once the lock is held.
+fn hold_lock(db: &Path) -> Child {
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\n\
+             c.execute('BEGIN IMMEDIATE')\n\
+             print('locked', flush=True)\n\
+             sys.stdin.read()\n\
+             c.execute('ROLLBACK')\n\
+             c.close()\n",
+        )
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read from locker");
+    assert_eq!(line.trim(), "locked", "the locker did not get the lock");
+    child
+}
+
+/// Waits for a file to exist and hold a full line; returns it trimmed.
+fn wait_for_line(path: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text.trim().to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{} never appeared",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pid_in(path: &Path) -> Pid {
+    Pid::from_raw(wait_for_line(path).parse().expect("a pid"))
+}
+
+/// True once no process is left in the group (polls: the orphans of a killed group are
+/// reaped by init, not instantly).
+fn group_gone(group: Pid, within: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if killpg(group, None) == Err(Errno::ESRCH) {
+            return true;
+        }
+        if start.elapsed() > within {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts a prepared process on a thread; the handle gives its result and how long it
+/// took.
+fn background(run: Run) -> thread::JoinHandle<(Done, Duration)> {
+    thread::spawn(move || {
+        let start = Instant::now();
+        let done = run.output();
+        (done, start.elapsed())
+    })
+}
+
+/// Asserts the stderr convention on a finished process that failed.
+fn assert_one_error_line(done: &Done) {
+    let lines: Vec<&str> = done.stderr.lines().collect();
+    let shaped = match lines.as_slice() {
+        [first] => first.starts_with("fencepost: "),
+        [first, hint] => first.starts_with("fencepost: ") && hint.starts_with("hint: "),
+        _ => false,
+    };
+    assert!(shaped, "stderr: {:?}", done.stderr);
+}
+
+// ---------------------------------------------------------------------------------------
+// run: success
+
+#[test]
+fn run_success_writes_through_the_child_and_completes() {
+    let env = Env::new();
+    let done = run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "2s",
+        &[],
+        r#"printf new | fencepost write "$FENCEPOST_RESOURCE""#,
+    )
+    .expect(0);
+    // The child's own `write` confirmation; run itself adds nothing on success.
+    assert_eq!(done.stdout.trim(), "written");
+    assert_eq!(env.text("doc.md"), "new");
+    let r = row(&env, "doc.md");
+    assert_eq!(r["lease"]["state"], "completed");
+    assert_eq!(r["lease"]["result"], "exit 0");
+    assert_eq!(r["lease"]["owner"], "O");
+    assert_eq!(r["lease"]["epoch"], 1);
+    assert_eq!(r["sink"]["content_epoch"], 1);
+    assert_eq!(r["document"]["state"], "matches");
+    // The write inside run carried the owner: the log names it.
+    let log = events(&env, &[]);
+    let kinds: Vec<&str> = log.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["claim", "write", "complete"]);
+    assert_eq!(log[1]["owner"], "O");
+    assert_eq!(log[1]["epoch"], 1);
+}
+
+#[test]
+fn run_result_option_sets_the_recorded_result() {
+    let env = Env::new();
+    let j = run_sh_with(
+        &env,
+        &["--json"],
+        "doc.md",
+        "O",
+        "2s",
+        &["--result", "rows=42"],
+        r#"printf x | fencepost -q write "$FENCEPOST_RESOURCE""#,
+    )
+    .expect(0)
+    .json_contract();
+    assert_eq!(j["outcome"], "completed");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["exit_code"], 0);
+    assert_eq!(j["result"], "rows=42");
+    let r = row(&env, "doc.md");
+    assert_eq!(r["lease"]["state"], "completed");
+    assert_eq!(r["lease"]["result"], "rows=42");
+}
+
+#[test]
+fn run_child_sees_the_lease_in_its_environment() {
+    let env = Env::new();
+    env.claim_wall("doc.md", "earlier");
+    // Epoch 2 after a released first lease, so the epoch is not just "1".
+    env.fp(&["release", "doc.md", "--owner", "earlier", "--epoch", "1"])
+        .expect(0);
+    run_sh(
+        &env,
+        "sub/doc.md",
+        "worker-7",
+        "2s",
+        &[],
+        "env | grep '^FENCEPOST_' | sort > \"$FENCEPOST_ROOT/seen.txt\"",
+    )
+    .expect(0);
+    let seen = env.text("seen.txt");
+    let root = std::fs::canonicalize(env.root()).expect("canonical root");
+    let want = format!(
+        "FENCEPOST_DB={}\nFENCEPOST_EPOCH=1\nFENCEPOST_OWNER=worker-7\n\
+         FENCEPOST_RESOURCE=sub/doc.md\nFENCEPOST_ROOT={}\n",
+        root.join(".fencepost/state.db").display(),
+        root.display()
+    );
+    assert_eq!(seen, want);
+
+    // And for a resource with history, the epoch is the one run claimed.
+    run_sh(
+        &env,
+        "doc.md",
+        "worker-8",
+        "2s",
+        &[],
+        "printf %s \"$FENCEPOST_EPOCH\" > \"$FENCEPOST_ROOT/epoch.txt\"",
+    )
+    .expect(0);
+    assert_eq!(env.text("epoch.txt"), "2");
+}
+
+#[test]
+fn run_child_can_write_from_another_folder_with_a_relative_db() {
+    // FENCEPOST_DB and FENCEPOST_ROOT must still find the state file and the root after
+    // the child changes folder, even when run was given a relative --db.
+    let env = Env::new();
+    let done = env
+        .fp(&[
+            "--db",
+            "state.db",
+            "run",
+            "doc.md",
+            "--owner",
+            "O",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            r#"mkdir -p elsewhere && cd elsewhere && printf moved | fencepost write "$FENCEPOST_RESOURCE""#,
+        ])
+        .env("PATH", &path_env())
+        .expect(0);
+    assert_eq!(done.stdout.trim(), "written");
+    assert_eq!(env.text("doc.md"), "moved");
+    assert!(
+        !env.path("elsewhere/state.db").exists(),
+        "the child opened a second state file"
+    );
+    let j = env
+        .fp(&["--db", "state.db", "--json", "status", "doc.md"])
+        .expect(0)
+        .json();
+    assert_eq!(j["resources"][0]["lease"]["state"], "completed");
+}
+
+#[test]
+fn run_waits_for_a_held_lease_with_wait() {
+    let env = Env::new();
+    env.fp(&["claim", "doc.md", "--owner", "P", "--ttl", "700ms"])
+        .expect_stdout(0, "1");
+    // Without --wait: held, and the command never runs.
+    run_sh(&env, "doc.md", "O", "2s", &[], "touch ran").expect_stdout(3, "held");
+    assert!(
+        !env.path("ran").exists(),
+        "the command ran without the lease"
+    );
+    // With --wait: it gets the lease once P's expires.
+    run_sh(&env, "doc.md", "O", "2s", &["--wait", "10s"], "touch ran").expect(0);
+    assert!(env.path("ran").exists());
+    let r = row(&env, "doc.md");
+    assert_eq!(r["lease"]["owner"], "O");
+    assert_eq!(r["lease"]["epoch"], 2);
+    assert_eq!(r["lease"]["state"], "completed");
+}
+
+// ---------------------------------------------------------------------------------------
+// run: failure
+
+#[test]
+fn run_failure_releases_and_passes_the_exit_code_through() {
+    let env = Env::new();
+    let done = run_sh(&env, "doc.md", "O", "60s", &[], "exit 7").expect(7);
+    assert!(
+        done.stderr.contains("exited with code 7") && done.stderr.contains("released"),
+        "stderr: {}",
+        done.stderr
+    );
+    let r = row(&env, "doc.md");
+    assert_eq!(r["lease"]["state"], "released");
+    assert_eq!(r["lease"]["epoch"], 1);
+    // The next worker need not wait out the 60 s TTL.
+    let next = env
+        .fp(&["claim", "doc.md", "--owner", "Q", "--ttl", "60s"])
+        .expect(0);
+    assert_eq!(next.stdout.trim(), "2");
+    let kinds: Vec<String> = events(&env, &["doc.md"])
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(kinds, ["claim", "release", "claim"]);
+}
+
+#[test]
+fn run_failure_json_names_the_exit_code() {
+    let env = Env::new();
+    let done = run_sh_with(&env, &["--json"], "doc.md", "O", "60s", &[], "exit 42").expect(42);
+    let j = done.json_contract();
+    assert_eq!(j["outcome"], "failed");
+    assert_eq!(j["exit_code"], 42);
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["resource"], "doc.md");
+}
+
+#[test]
+fn run_child_killed_by_a_signal_exits_128_plus_n_and_releases() {
+    let env = Env::new();
+    run_sh(&env, "doc.md", "O", "60s", &[], "kill -KILL $$").expect(128 + 9);
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+}
+
+#[test]
+fn run_of_a_missing_program_is_bad_usage_and_releases() {
+    let env = Env::new();
+    env.fp(&[
+        "run",
+        "doc.md",
+        "--owner",
+        "O",
+        "--ttl",
+        "60s",
+        "--",
+        "/nonexistent/program",
+    ])
+    .expect(2);
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+    assert_eq!(env.claim_wall("doc.md", "Q"), 2);
+}
+
+#[test]
+fn run_refuses_the_logical_clock() {
+    let env = Env::new();
+    let done = run_sh(&env, "doc.md", "O", "10", &[], "touch ran")
+        .now(5)
+        .expect(2);
+    assert!(done.stderr.contains("--now"), "stderr: {}", done.stderr);
+    assert_eq!(done.stdout, "");
+    assert!(!env.path("ran").exists(), "the command ran");
+    // Nothing was claimed.
+    assert_eq!(events(&env, &[]).len(), 0);
+    // Through the environment too.
+    run_sh(&env, "doc.md", "O", "10", &[], "touch ran")
+        .env("FENCEPOST_NOW", "5")
+        .expect(2);
+    assert!(!env.path("ran").exists(), "the command ran");
+}
+
+#[test]
+fn run_without_a_command_is_bad_usage() {
+    let env = Env::new();
+    let done = env
+        .fp(&["run", "doc.md", "--owner", "O", "--ttl", "2s"])
+        .expect(2);
+    assert_one_error_line(&done);
+    assert!(!db(&env).exists() || events(&env, &[]).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// run: a lost lease stops the command
+
+#[test]
+fn run_kills_the_child_group_when_the_lease_is_taken_over() {
+    let env = Env::new();
+    let run = run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "600ms",
+        &["--grace", "500ms"],
+        "echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30",
+    );
+    let handle = background(run);
+    let group = pid_in(&env.path("pid"));
+    // Another actor, with a clock of its own, takes the lease over: a new epoch for X,
+    // registered with the sink's fence, as a takeover claim does in one transaction.
+    sql(
+        &db(&env),
+        "BEGIN IMMEDIATE;\n\
+         UPDATE lease SET epoch = epoch + 1, owner = 'X', state = 'held',\n\
+           deadline = 9000000000000 WHERE resource = 'doc.md';\n\
+         UPDATE sink SET fence = fence + 1 WHERE resource = 'doc.md';\n\
+         COMMIT;",
+    );
+    let (done, took) = handle.join().expect("run thread");
+    assert_eq!(
+        done.code, 4,
+        "run exit (after {took:?})\nstdout: {}\nstderr: {}",
+        done.stdout, done.stderr
+    );
+    assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert_one_error_line(&done);
+    assert!(done.stderr.contains("lost"), "stderr: {}", done.stderr);
+    assert!(
+        group_gone(group, Duration::from_secs(5)),
+        "the child's process group survived"
+    );
+    // The kill only stops wasted work; the fence is what refuses the late write.
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .stdin("late")
+        .expect_stdout(5, "stale");
+    assert_eq!(env.read("doc.md"), None);
+    // Run's loss is in the log.
+    let log = events(&env, &["doc.md"]);
+    assert!(
+        log.iter()
+            .any(|e| e["event"] == "lost" && e["owner"] == "O" && e["epoch"] == 1),
+        "no lost event for O epoch 1: {log:?}"
+    );
+    // X's lease is untouched by run's exit (run does not release what it lost).
+    let r = row(&env, "doc.md");
+    assert_eq!(r["lease"]["owner"], "X");
+    assert_eq!(r["lease"]["epoch"], 2);
+    assert_eq!(r["lease"]["state"], "held");
+}
+
+#[test]
+fn run_kills_the_child_when_the_state_file_stays_locked_past_the_deadline() {
+    let env = Env::new();
+    let run = run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "600ms",
+        &["--grace", "500ms"],
+        "echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30",
+    );
+    let start = Instant::now();
+    let handle = background(run);
+    let group = pid_in(&env.path("pid"));
+    let mut locker = hold_lock(&db(&env));
+    // No renewal can be made: the child must be stopped while the lock is still held.
+    let gone = group_gone(group, Duration::from_secs(15));
+    let killed_after = start.elapsed();
+    drop(locker.stdin.take());
+    locker.wait().expect("locker exits");
+    assert!(gone, "the child outlived a lease it could not renew");
+    let (done, took) = handle.join().expect("run thread");
+    assert_eq!(
+        done.code, 4,
+        "run exit (after {took:?}, child gone after {killed_after:?})\nstdout: {}\nstderr: {}",
+        done.stdout, done.stderr
+    );
+    assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert_one_error_line(&done);
+    // The lease ran out on its deadline: anyone can take it over now, and the old epoch
+    // is fenced off.
+    assert_eq!(env.claim_wall("doc.md", "X"), 2);
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .stdin("late")
+        .expect_stdout(5, "stale");
+    assert_eq!(env.read("doc.md"), None);
+}
+
+#[test]
+fn run_escalates_to_sigkill_after_the_grace_period() {
+    let env = Env::new();
+    // The child ignores SIGTERM (and so does its sleep, which inherits the setting).
+    let run = run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "600ms",
+        &["--grace", "500ms"],
+        "trap '' TERM; echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30",
+    );
+    let handle = background(run);
+    let group = pid_in(&env.path("pid"));
+    sql(
+        &db(&env),
+        "UPDATE lease SET deadline = 0 WHERE resource = 'doc.md';",
+    );
+    let (done, took) = handle.join().expect("run thread");
+    assert_eq!(done.code, 4, "stderr: {}", done.stderr);
+    assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert!(
+        group_gone(group, Duration::from_secs(5)),
+        "a child ignoring SIGTERM survived"
+    );
+}
+
+#[test]
+fn a_stopped_childs_last_write_is_refused_by_the_fence() {
+    let env = Env::new();
+    // On SIGTERM the child still tries to publish what it has: the fence refuses it.
+    let script = "trap 'printf late | fencepost write \"$FENCEPOST_RESOURCE\" \
+                  > \"$FENCEPOST_ROOT/late.out\" 2>&1; echo $? > \"$FENCEPOST_ROOT/late.code\"; exit 0' TERM; \
+                  echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30 & wait";
+    let run = run_sh(&env, "doc.md", "O", "600ms", &["--grace", "10s"], script);
+    let handle = background(run);
+    pid_in(&env.path("pid"));
+    // A real takeover: expire O's lease (the other actor's clock is past it), then claim.
+    sql(
+        &db(&env),
+        "UPDATE lease SET deadline = 0 WHERE resource = 'doc.md';",
+    );
+    let x = env.claim_wall("doc.md", "X");
+    assert_eq!(x, 2);
+    let (done, took) = handle.join().expect("run thread");
+    assert_eq!(done.code, 4, "stderr: {}", done.stderr);
+    assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert_eq!(wait_for_line(&env.path("late.code")), "5");
+    assert!(env.text("late.out").contains("stale"));
+    assert_eq!(env.read("doc.md"), None);
+    let log = events(&env, &["doc.md"]);
+    assert!(
+        log.iter().any(|e| e["event"] == "stale"
+            && e["owner"] == "O"
+            && e["epoch"] == 1
+            && e["prev_epoch"] == 2),
+        "no stale event for the late write: {log:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// run: signals
+
+fn forwards(signal: Signal, name: &str) {
+    let env = Env::new();
+    let script = format!(
+        "trap 'kill $! 2>/dev/null; echo got-{name} > \"$FENCEPOST_ROOT/marker\"; exit 3' {name}; \
+         echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
+         sleep 30 & wait"
+    );
+    let run = run_sh(&env, "doc.md", "O", "60s", &[], &script);
+    let handle = background(run);
+    let run_pid = pid_in(&env.path("runpid"));
+    let group = pid_in(&env.path("pid"));
+    kill(run_pid, signal).expect("signal run");
+    let (done, took) = handle.join().expect("run thread");
+    assert_eq!(
+        done.code, 3,
+        "run exit after {took:?}\nstderr: {}",
+        done.stderr
+    );
+    assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert_eq!(env.text("marker").trim(), format!("got-{name}"));
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+    assert!(group_gone(group, Duration::from_secs(5)));
+}
+
+#[test]
+fn run_forwards_sigterm_to_the_child() {
+    forwards(Signal::SIGTERM, "TERM");
+}
+
+#[test]
+fn run_forwards_sigint_to_the_child() {
+    forwards(Signal::SIGINT, "INT");
+}
+
+// ---------------------------------------------------------------------------------------
+// log
+
+/// The seed's main scenario on the logical clock, with the fence on: A claims at 0 with
+/// TTL 10, B takes over at 10, writes and completes, A's late write at 11 is stale and
+/// its completion lost.
+fn seed_scenario(env: &Env) {
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.fp(&["write", "doc.md", "--epoch", "2", "--owner", "B"])
+        .now(10)
+        .stdin("new")
+        .expect_stdout(0, "written");
+    env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "2"])
+        .now(10)
+        .expect_stdout(0, "completed");
+    env.fp(&["write", "doc.md", "--epoch", "1", "--owner", "A"])
+        .now(11)
+        .stdin("old")
+        .expect_stdout(5, "stale");
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(11)
+        .expect_stdout(4, "lost");
+    assert_eq!(env.text("doc.md"), "new");
+}
+
+#[test]
+fn log_records_the_refused_stale_write_with_the_epochs_involved() {
+    let env = Env::new();
+    seed_scenario(&env);
+    let log = events(&env, &[]);
+    let brief: Vec<(String, Value, Value, Value)> = log
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap_or_default().to_string(),
+                e["owner"].clone(),
+                e["epoch"].clone(),
+                e["at"].clone(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, Value, Value, Value)> = [
+        ("claim", "A", 1, 0),
+        ("takeover", "B", 2, 10),
+        ("write", "B", 2, 10),
+        ("complete", "B", 2, 10),
+        ("stale", "A", 1, 11),
+        ("lost", "A", 1, 11),
+    ]
+    .iter()
+    .map(|(k, o, e, at)| {
+        (
+            k.to_string(),
+            Value::from(*o),
+            Value::from(*e),
+            Value::from(*at),
+        )
+    })
+    .collect();
+    assert_eq!(brief, want);
+
+    let takeover = &log[1];
+    assert_eq!(takeover["prev_owner"], "A");
+    assert_eq!(takeover["prev_epoch"], 1);
+    assert_eq!(takeover["refused"], false);
+
+    let write = &log[2];
+    let sha = write["sha256"].as_str().expect("write has a hash");
+    // SHA-256("new").
+    assert_eq!(
+        sha,
+        "11507a0e2f5e69d5dfa40a62a1bd7b6ee57e6bcd85c67c9b8431b36fff21c437"
+    );
+    assert_eq!(write["refused"], false);
+
+    let stale = &log[4];
+    assert_eq!(stale["refused"], true);
+    assert_eq!(stale["epoch"], 1);
+    assert_eq!(stale["prev_epoch"], 2, "the fence that refused it");
+    assert!(stale["sha256"].is_null());
+
+    let lost = &log[5];
+    assert_eq!(lost["refused"], true);
+    assert_eq!(lost["prev_owner"], "B");
+    assert_eq!(lost["prev_epoch"], 2);
+
+    for e in &log {
+        assert_eq!(e["resource"], "doc.md");
+        assert!(e["pid"].as_u64().is_some_and(|p| p > 0), "pid: {e}");
+        assert!(
+            e["host"].as_str().is_some_and(|h| !h.is_empty()),
+            "host: {e}"
+        );
+    }
+    let ids: Vec<i64> = log.iter().filter_map(|e| e["id"].as_i64()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order: {ids:?}");
+
+    // The plain table shows the refusal too.
+    let table = env.fp(&["log"]).expect(0).stdout;
+    let stale_line = table
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("stale"))
+        .unwrap_or_else(|| panic!("no stale row:\n{table}"));
+    assert!(
+        stale_line.contains("epoch 1 is older than epoch 2"),
+        "{stale_line}"
+    );
+}
+
+#[test]
+fn log_timeline_puts_each_owner_in_a_lane_and_the_stale_write_in_a() {
+    let env = Env::new();
+    seed_scenario(&env);
+    let text = env.fp(&["log", "--timeline"]).expect(0).stdout;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 7, "header and six events:\n{text}");
+    let header = lines[0];
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["AT", "A", "B"],
+        "one column per owner:\n{text}"
+    );
+    let col_a = header[2..].find('A').map(|i| i + 2).expect("A column");
+    let col_b = header.find('B').expect("B column");
+    let cell = |line: &str, what: &str| -> usize {
+        line.find(what)
+            .unwrap_or_else(|| panic!("no {what:?} in {line:?}\n{text}"))
+    };
+    assert_eq!(cell(lines[1], "claim e1"), col_a);
+    assert_eq!(cell(lines[2], "takeover e2 (from A e1)"), col_b);
+    assert_eq!(cell(lines[3], "write e2"), col_b);
+    assert_eq!(cell(lines[4], "complete e2"), col_b);
+    assert_eq!(cell(lines[5], "STALE e1 (fence 2)"), col_a);
+    assert!(lines[5].starts_with("11"));
+    assert_eq!(cell(lines[6], "LOST e1 (holder B e2)"), col_a);
+}
+
+#[test]
+fn log_filters_by_resource_and_since() {
+    let env = Env::new();
+    seed_scenario(&env);
+    assert_eq!(env.claim("other.md", "C", 10, 12), 1);
+
+    let all = events(&env, &[]);
+    assert_eq!(all.len(), 7);
+
+    let doc = events(&env, &["doc.md"]);
+    assert_eq!(doc.len(), 6);
+    assert!(doc.iter().all(|e| e["resource"] == "doc.md"));
+    let j = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
+    assert_eq!(j["resource"], "doc.md");
+
+    let other = events(&env, &["other.md"]);
+    assert_eq!(other.len(), 1);
+    assert_eq!(other[0]["owner"], "C");
+
+    let late = events(&env, &["--since", "11"]);
+    let kinds: Vec<&str> = late.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["stale", "lost", "claim"]);
+    let late_doc = events(&env, &["doc.md", "--since", "11"]);
+    assert_eq!(late_doc.len(), 2);
+    assert!(events(&env, &["--since", "13"]).is_empty());
+    assert!(events(&env, &["nothing.md"]).is_empty());
+
+    // A timeline over several resources names them.
+    let text = env.fp(&["log", "--timeline"]).expect(0).stdout;
+    assert!(
+        text.lines().next().is_some_and(|h| h.contains("RESOURCE")),
+        "{text}"
+    );
+    // An empty log says so.
+    let fresh = Env::new();
+    fresh.fp(&["log"]).expect_stdout(0, "no events");
+}
+
+#[test]
+fn log_prune_keeps_the_newest_events() {
+    let env = Env::new();
+    seed_scenario(&env);
+    let j = env
+        .fp(&["--json", "--log-keep", "2", "log", "--prune"])
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "pruned");
+    assert_eq!(j["dropped"], 4);
+    assert_eq!(j["keep"], 2);
+    let left = events(&env, &[]);
+    let kinds: Vec<&str> = left.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["stale", "lost"]);
+    env.fp(&["--log-keep", "2", "log", "--prune"])
+        .expect_stdout(0, "pruned 0 event(s)");
+    // The setting has a variable too.
+    env.fp(&["claim", "doc.md", "--owner", "C", "--ttl", "10"])
+        .now(30)
+        .expect(0);
+    env.fp(&["log", "--prune"])
+        .env("FENCEPOST_LOG_KEEP", "1")
+        .expect_stdout(0, "pruned 2 event(s)");
+    let left = events(&env, &[]);
+    assert_eq!(left.len(), 1);
+    // B had completed, so C's is a plain claim, not a takeover.
+    assert_eq!(left[0]["event"], "claim");
+    assert_eq!(left[0]["owner"], "C");
+    assert_eq!(left[0]["epoch"], 3);
+    // The lease table and sink are not touched by pruning.
+    env.fp(&["write", "doc.md", "--epoch", "2"])
+        .now(31)
+        .stdin("x")
+        .expect_stdout(5, "stale");
+}
+
+// ---------------------------------------------------------------------------------------
+// verify
+
+/// `verify [args] --json` expecting exit 9: the (resource, problem) pairs.
+fn problems(env: &Env, now: i64, args: &[&str]) -> Vec<(String, String)> {
+    let mut all = vec!["--json", "verify"];
+    all.extend_from_slice(args);
+    let done = env.fp(&all).now(now).expect(9);
+    let j = done.json_contract();
+    assert_eq!(j["outcome"], "diverged");
+    j["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .map(|p| {
+            assert!(
+                p["message"].as_str().is_some_and(|m| !m.is_empty()),
+                "problem without a message: {p}"
+            );
+            (
+                p["resource"].as_str().unwrap_or_default().to_string(),
+                p["problem"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn one(res: &str, problem: &str) -> Vec<(String, String)> {
+    vec![(res.to_string(), problem.to_string())]
+}
+
+/// Claims, writes and completes `res` at ticks 0..2.
+fn published(env: &Env, res: &str, content: &str) {
+    let e = env.claim(res, "A", 10, 0);
+    env.write(res, e, content, 1, 0);
+    env.fp(&["complete", res, "--owner", "A", "--epoch", &e.to_string()])
+        .now(2)
+        .expect(0);
+}
+
+#[test]
+fn verify_passes_on_a_clean_root() {
+    let env = Env::new();
+    // No state file at all.
+    let j = env.fp(&["--json", "verify"]).expect(0).json_contract();
+    assert_eq!(j["outcome"], "ok");
+    assert_eq!(j["checked"], 0);
+    published(&env, "a.md", "one");
+    published(&env, "dir/b.md", "two");
+    // A lease still held, and one claimed but not yet written, are not problems.
+    env.claim("c.md", "C", 100, 3);
+    let j = env
+        .fp(&["--json", "verify"])
+        .now(4)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "ok");
+    assert_eq!(j["checked"], 3);
+    assert_eq!(j["problems"], serde_json::json!([]));
+    env.fp(&["verify"])
+        .now(4)
+        .expect_stdout(0, "ok: 3 resource(s) consistent");
+    // Read-only: nothing changed on disk.
+    assert_eq!(env.files(), ["a.md", "dir/b.md"]);
+}
+
+#[test]
+fn verify_catches_a_document_edited_by_hand() {
+    let env = Env::new();
+    published(&env, "doc.md", "tool");
+    published(&env, "ok.md", "fine");
+    std::fs::write(env.path("doc.md"), "by hand").expect("edit");
+    assert_eq!(problems(&env, 3, &[]), one("doc.md", "drifted"));
+    // Plain output: one line per problem on stdout, one error line on stderr.
+    let done = env.fp(&["verify"]).now(3).expect(9);
+    assert!(
+        done.stdout.starts_with("doc.md: drifted: "),
+        "{}",
+        done.stdout
+    );
+    assert_eq!(done.stdout.lines().count(), 1);
+    // Checking only the clean resource passes.
+    env.fp(&["verify", "ok.md"]).now(3).expect(0);
+    assert_eq!(problems(&env, 3, &["doc.md"]), one("doc.md", "drifted"));
+    // verify does not repair: the hand edit is still there.
+    assert_eq!(env.text("doc.md"), "by hand");
+}
+
+#[test]
+fn verify_catches_a_missing_document() {
+    let env = Env::new();
+    published(&env, "doc.md", "tool");
+    std::fs::remove_file(env.path("doc.md")).expect("remove");
+    assert_eq!(problems(&env, 3, &[]), one("doc.md", "missing"));
+    // Missing with its folder gone too.
+    published(&env, "sub/deep.md", "x");
+    std::fs::remove_dir_all(env.path("sub")).expect("remove folder");
+    let mut found = problems(&env, 3, &[]);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("doc.md".to_string(), "missing".to_string()),
+            ("sub/deep.md".to_string(), "missing".to_string())
+        ]
+    );
+}
+
+#[test]
+fn verify_catches_completion_over_older_content() {
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.write("doc.md", 1, "from epoch 1", 1, 0);
+    // B takes over at the deadline and completes without writing.
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "2"])
+        .now(11)
+        .expect(0);
+    assert_eq!(problems(&env, 12, &[]), one("doc.md", "older-content"));
+    let done = env.fp(&["verify"]).now(12).expect(9);
+    assert!(
+        done.stdout.contains("epoch 2") && done.stdout.contains("epoch 1"),
+        "{}",
+        done.stdout
+    );
+}
+
+#[test]
+fn verify_catches_a_completion_that_never_published() {
+    let env = Env::new();
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(1)
+        .expect(0);
+    assert_eq!(problems(&env, 2, &[]), one("doc.md", "never-published"));
+    // A release is not a claim of success: no problem.
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(1)
+        .expect(0);
+    env.fp(&["verify"]).now(2).expect(0);
+}
+
+#[test]
+fn verify_catches_a_leftover_temp_file_and_recover_clears_it() {
+    let env = Env::new();
+    published(&env, "doc.md", "tool");
+    let temp = env.path(".doc.md.fencepost-tmp-AbCd1234");
+    std::fs::write(&temp, "half a write").expect("temp");
+    // While a live writer holds it, it is not leftover.
+    {
+        let held = std::fs::File::open(&temp).expect("open temp");
+        held.lock().expect("lock temp");
+        env.fp(&["verify"]).now(3).expect(0);
+    }
+    assert_eq!(problems(&env, 3, &[]), one("doc.md", "leftover-temp"));
+    assert!(temp.exists(), "verify must not remove anything");
+    env.fp(&["recover", "doc.md"]).now(3).expect(0);
+    assert!(
+        !temp.exists(),
+        "recover removes the dead writer's temp file"
+    );
+    env.fp(&["verify"]).now(3).expect(0);
+    assert_eq!(env.text("doc.md"), "tool");
+}
+
+/// The binary under test has the failpoints compiled in.
+#[cfg(feature = "failpoints")]
+fn crash_write(env: &Env, res: &str, epoch: i64, content: &str, now: i64) {
+    let done = env
+        .fp(&["write", res, "--epoch", &epoch.to_string()])
+        .now(now)
+        .stdin(content)
+        .env("FAILPOINTS", "write.after_rename=return(abort)")
+        .output();
+    assert_eq!(
+        done.code, -1,
+        "the write should die of SIGABRT after its rename: {done:?}"
+    );
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn verify_catches_an_interrupted_write_and_recover_repairs_it() {
+    let env = Env::new();
+    let version = env.fp(&["--version"]).expect(0).stdout;
+    assert!(version.contains("failpoints"), "{version}");
+
+    // A rewrite that crashed after its rename, before its commit: the new bytes are in
+    // place, the record still names the old ones.
+    published(&env, "doc.md", "committed");
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    crash_write(&env, "doc.md", 2, "uncommitted", 11);
+    assert_eq!(env.text("doc.md"), "uncommitted");
+    assert_eq!(problems(&env, 12, &[]), one("doc.md", "interrupted"));
+    // A first write that crashed the same way.
+    assert_eq!(env.claim("first.md", "C", 10, 12), 1);
+    crash_write(&env, "first.md", 1, "never committed", 13);
+    let mut found = problems(&env, 14, &[]);
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("doc.md".to_string(), "interrupted".to_string()),
+            ("first.md".to_string(), "interrupted".to_string())
+        ]
+    );
+    // verify is read-only; recover puts things back, and verify is happy again.
+    assert_eq!(env.text("doc.md"), "uncommitted");
+    env.fp(&["recover"]).now(14).expect(0);
+    assert_eq!(env.text("doc.md"), "committed");
+    assert_eq!(env.read("first.md"), None);
+    env.fp(&["verify"]).now(14).expect(0);
+}
+
+#[test]
+fn verify_reports_every_problem_at_once() {
+    let env = Env::new();
+    published(&env, "drift.md", "x");
+    published(&env, "gone.md", "y");
+    env.claim("never.md", "N", 10, 0);
+    env.fp(&["complete", "never.md", "--owner", "N", "--epoch", "1"])
+        .now(1)
+        .expect(0);
+    published(&env, "fine.md", "z");
+    std::fs::write(env.path("drift.md"), "changed").expect("edit");
+    std::fs::remove_file(env.path("gone.md")).expect("remove");
+    let mut found = problems(&env, 3, &[]);
+    found.sort();
+    let want: Vec<(String, String)> = [
+        ("drift.md", "drifted"),
+        ("gone.md", "missing"),
+        ("never.md", "never-published"),
+    ]
+    .iter()
+    .map(|(r, p)| (r.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(found, want);
+    let j = env.fp(&["--json", "verify"]).now(3).expect(9).json();
+    assert_eq!(j["checked"], 4);
+}
+
+// ---------------------------------------------------------------------------------------
+// completions and man page
+
+#[test]
+fn completions_generate_for_each_shell() {
+    let env = Env::new();
+    let bash = env.fp(&["completions", "bash"]).expect(0).stdout;
+    assert!(bash.contains("fencepost"), "{bash}");
+    for sub in ["claim", "write", "run", "verify", "log"] {
+        assert!(bash.contains(sub), "bash completion lacks {sub}");
+    }
+    assert!(bash.contains("complete -F"), "not a bash completion script");
+    let zsh = env.fp(&["completions", "zsh"]).expect(0).stdout;
+    assert!(zsh.starts_with("#compdef fencepost"), "{zsh}");
+    assert!(zsh.contains("verify"));
+    let fish = env.fp(&["completions", "fish"]).expect(0).stdout;
+    assert!(fish.contains("complete -c fencepost"), "{fish}");
+    assert!(fish.contains("verify"));
+    // An unknown shell is bad usage.
+    let done = env.fp(&["completions", "tcsh"]).expect(2);
+    assert_eq!(done.stdout, "");
+    // Needs no root and no state file.
+    assert!(!db(&env).exists());
+}
+
+#[test]
+fn man_page_generates_roff() {
+    let env = Env::new();
+    let man = env.fp(&["man"]).expect(0).stdout;
+    assert!(
+        man.starts_with(".TH") || man.starts_with(".ie"),
+        "not roff: {}",
+        &man[..man.len().min(200)]
+    );
+    assert!(man.contains(".TH fencepost 1"), "no title header");
+    assert!(man.contains("verify") && man.contains("claim"));
+    assert!(!db(&env).exists());
+}
+
+// ---------------------------------------------------------------------------------------
+// -q and FENCEPOST_QUIET
+
+#[test]
+fn quiet_silences_confirmations_but_not_the_epoch() {
+    let env = Env::new();
+    env.fp(&["-q", "claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .expect_stdout(0, "1");
+    env.fp(&["-q", "write", "doc.md", "--epoch", "1"])
+        .now(1)
+        .stdin("v1")
+        .expect_stdout(0, "");
+    env.fp(&[
+        "--quiet", "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+    ])
+    .now(2)
+    .expect_stdout(0, "");
+    env.fp(&["-q", "complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(3)
+        .expect_stdout(0, "");
+    assert_eq!(env.text("doc.md"), "v1");
+    // Refusals: no word on stdout, still the exit code and the stderr line.
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(20)
+        .expect(0);
+    let done = env
+        .fp(&["-q", "write", "doc.md", "--epoch", "1"])
+        .now(21)
+        .stdin("late")
+        .expect(5);
+    assert_eq!(done.stdout, "");
+    assert!(
+        done.stderr.starts_with("fencepost: stale"),
+        "{}",
+        done.stderr
+    );
+    // Reports still print.
+    assert!(
+        !env.fp(&["-q", "status"])
+            .now(21)
+            .expect(0)
+            .stdout
+            .is_empty()
+    );
+    assert!(!env.fp(&["-q", "log"]).expect(0).stdout.is_empty());
+    // --json wins over -q: a script asked for the object.
+    let j = env
+        .fp(&[
+            "-q", "--json", "complete", "doc.md", "--owner", "B", "--epoch", "2",
+        ])
+        .now(22)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "completed");
+}
+
+#[test]
+fn fencepost_quiet_variable_works_like_q() {
+    let env = Env::new();
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .env("FENCEPOST_QUIET", "1")
+        .expect_stdout(0, "1");
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .now(1)
+        .stdin("v1")
+        .env("FENCEPOST_QUIET", "1")
+        .expect_stdout(0, "");
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(2)
+        .env("FENCEPOST_QUIET", "1")
+        .expect_stdout(0, "");
+    // A false value keeps the confirmations.
+    env.claim("b.md", "A", 10, 3);
+    env.fp(&["write", "b.md", "--epoch", "1"])
+        .now(4)
+        .stdin("v1")
+        .env("FENCEPOST_QUIET", "0")
+        .expect_stdout(0, "written");
+    env.fp(&["complete", "b.md", "--owner", "A", "--epoch", "1"])
+        .now(5)
+        .env("FENCEPOST_QUIET", "false")
+        .expect_stdout(0, "completed");
+}
+
+#[test]
+fn quiet_run_passes_quiet_to_nothing_but_itself() {
+    // run with -q prints nothing of its own; the child's output is the child's.
+    let env = Env::new();
+    run_sh_with(
+        &env,
+        &["-q"],
+        "doc.md",
+        "O",
+        "2s",
+        &[],
+        r#"printf v | fencepost write "$FENCEPOST_RESOURCE" >/dev/null; echo child-says-hi"#,
+    )
+    .expect_stdout(0, "child-says-hi");
+    assert_eq!(env.text("doc.md"), "v");
+}
+
+// ---------------------------------------------------------------------------------------
+// errors: one line on stderr
+
+#[test]
+fn errors_are_one_fencepost_line_on_stderr() {
+    let env = Env::new();
+    let cases: Vec<(Vec<&str>, Option<i64>, i32)> = vec![
+        // Bad usage from clap.
+        (vec!["claim", "doc.md", "--ttl", "10"], Some(0), 2),
+        (vec!["frobnicate"], None, 2),
+        // Bad input of our own.
+        (
+            vec!["claim", "../out.md", "--owner", "A", "--ttl", "10"],
+            Some(0),
+            2,
+        ),
+        (vec!["log", "--since", "soon"], None, 2),
+        // Refusals.
+        (
+            vec![
+                "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "5",
+            ],
+            Some(0),
+            4,
+        ),
+        (vec!["write", "doc.md", "--epoch", "3"], Some(0), 8),
+    ];
+    for (args, now, code) in cases {
+        let mut run = env.fp(&args);
+        if let Some(now) = now {
+            run = run.now(now);
+        }
+        let done = run.expect(code);
+        assert!(
+            done.stderr.starts_with("fencepost: "),
+            "{args:?}: {:?}",
+            done.stderr
+        );
+        assert_one_error_line(&done);
+        // --json: still the line on stderr, and one object on stdout.
+        let mut json_args = vec!["--json"];
+        json_args.extend_from_slice(&args);
+        let mut run = env.fp(&json_args);
+        if let Some(now) = now {
+            run = run.now(now);
+        }
+        let done = run.expect(code);
+        assert_one_error_line(&done);
+        let j = done.json_contract();
+        assert!(
+            j["error"].as_str().is_some_and(|e| !e.contains('\n')),
+            "{args:?}: {j}"
+        );
+    }
+    // A bad global option.
+    let done = env.fp(&["--busy-timeout", "soon", "status"]).expect(2);
+    assert_one_error_line(&done);
+    assert!(done.stderr.contains("--busy-timeout"), "{}", done.stderr);
+}
+
+// ---------------------------------------------------------------------------------------
+// Small extensions of the harness for this file.
+
+trait EnvExt {
+    /// Claims `res` for `owner` on the wall clock with a 60 s TTL, returning the epoch.
+    fn claim_wall(&self, res: &str, owner: &str) -> i64;
+}
+
+impl EnvExt for Env {
+    fn claim_wall(&self, res: &str, owner: &str) -> i64 {
+        self.fp(&["claim", res, "--owner", owner, "--ttl", "60s"])
+            .expect(0)
+            .stdout
+            .trim()
+            .parse()
+            .expect("claim prints an epoch")
+    }
+}
