@@ -86,6 +86,11 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         epoch,
     };
 
+    // Watch signals before the child exists: one arriving in between is held and then
+    // forwarded, instead of killing run and orphaning an unwatched child.
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
+    let signal_handle = signals.handle();
     let (program, rest) = args
         .command
         .split_first()
@@ -98,7 +103,11 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             .env("FENCEPOST_EPOCH", epoch.to_string())
             .env("FENCEPOST_OWNER", &args.request.owner)
             .env("FENCEPOST_ROOT", &ctx.root)
-            .env("FENCEPOST_DB", &ctx.db)
+            // Absolute, so a child that changes folder still finds the state file.
+            .env(
+                "FENCEPOST_DB",
+                std::path::absolute(&ctx.db).unwrap_or_else(|_| ctx.db.clone()),
+            )
             .process_group(0)
             .spawn()
     };
@@ -115,9 +124,6 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
 
     // Forward the signals a user or supervisor sends us to the child's group.
-    let mut signals =
-        Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
-    let signal_handle = signals.handle();
     std::thread::spawn(move || {
         for sig in signals.forever() {
             if let Ok(sig) = Signal::try_from(sig) {
