@@ -11,3 +11,4 @@ mod operator;
 mod reproduce;
 mod sink;
 mod strace;
+mod torture;
