@@ -148,7 +148,8 @@ pub fn signal(pid: u32, sig: &str) {
 
 /// A `fencepost` process blocked at a failpoint (`return(wait:PATH)`).
 pub struct Paused {
-    pub child: Child,
+    /// `None` once finished; a `Paused` dropped early (a failing test) SIGKILLs it.
+    child: Option<Child>,
     pub pid: u32,
     point: String,
     resume: PathBuf,
@@ -212,7 +213,7 @@ pub fn spawn_paused(
         "the ready file names the process we started"
     );
     Paused {
-        child,
+        child: Some(child),
         pid,
         point: point.to_string(),
         resume,
@@ -223,8 +224,9 @@ pub fn spawn_paused(
 impl Paused {
     /// SIGKILLs the process where it is blocked.
     pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let status = self.child.wait().expect("wait");
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL");
+        let status = child.wait().expect("wait");
         assert_eq!(
             status.signal(),
             Some(9),
@@ -234,14 +236,24 @@ impl Paused {
     }
 
     /// Lets it go on from the failpoint and waits for it to finish.
-    pub fn resume(self) -> Output {
+    pub fn resume(mut self) -> Output {
         drop(
             std::fs::OpenOptions::new()
                 .write(true)
                 .open(&self.resume)
                 .expect("open the resume fifo"),
         );
-        self.child.wait_with_output().expect("wait")
+        let child = self.child.take().expect("running");
+        child.wait_with_output().expect("wait")
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

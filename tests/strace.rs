@@ -568,3 +568,89 @@ fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
         }
     }
 }
+
+/// Crashes a write at `write.after_rename` (abort): new bytes in place, old record.
+fn crashed_after_rename(scenario: Scenario) -> (Env, Option<(Vec<u8>, i64)>) {
+    let env = Env::new();
+    let (epoch, before) = setup(&env, scenario);
+    let e = epoch.to_string();
+    let done = env
+        .fp(&["write", RES, "--epoch", &e])
+        .now(20)
+        .stdin(new())
+        .env("FAILPOINTS", "write.after_rename=return(abort)")
+        .output();
+    assert_eq!(done.code, -1, "{done:?}");
+    assert_eq!(
+        status_row(&env, RES, Some(20))["document"]["state"],
+        "interrupted"
+    );
+    (env, before)
+}
+
+/// Recovery is itself crash-safe: `recover` SIGKILLed at each of its fsyncs, renames and
+/// unlinks leaves a state the next `recover` finishes, ending with the old document and
+/// record, and no files behind.
+#[test]
+fn recovery_killed_at_each_step_is_finished_by_the_next_one() {
+    for scenario in [Scenario::First, Scenario::Rewrite] {
+        let (clean_env, _) = crashed_after_rename(scenario);
+        let clean = traced(&clean_env, &["-e", TRACE_FILE_OPS], &["recover"], 21, b"");
+        assert_eq!(clean.code, Some(0), "{}", clean.stderr);
+        let mut count = std::collections::HashMap::<String, usize>::new();
+        let mut targets = Vec::new();
+        for c in &clean.calls {
+            if [
+                "fsync",
+                "rename",
+                "renameat",
+                "renameat2",
+                "unlink",
+                "unlinkat",
+            ]
+            .contains(&c.name.as_str())
+            {
+                let n = count.entry(c.name.clone()).or_default();
+                *n += 1;
+                targets.push((c.name.clone(), *n, c.line.clone()));
+            }
+        }
+        let undo = if scenario == Scenario::First {
+            "unlink"
+        } else {
+            "rename"
+        };
+        assert!(
+            targets.iter().any(|t| t.0.starts_with(undo)),
+            "{scenario:?}: recovery did not {undo}:\n{}",
+            dump(&clean.calls)
+        );
+        for (name, n, line) in targets {
+            let what = format!("{scenario:?}: recover SIGKILLed at {name} #{n}: {line}");
+            let (env, before) = crashed_after_rename(scenario);
+            let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+            let inject = format!("inject={name}:signal=SIGKILL:when={n}");
+            let t = traced(
+                &env,
+                &["-e", &format!("trace={name}"), "-e", &inject],
+                &["recover"],
+                21,
+                b"",
+            );
+            assert!(
+                t.signal == Some(9) || t.code == Some(128 + 9),
+                "{what}: not killed: {:?} {:?} {}",
+                t.code,
+                t.signal,
+                t.stderr
+            );
+            if let Some(doc) = env.read(RES) {
+                let complete = Some(doc.as_slice()) == before.map(|b| b.0) || doc == new();
+                assert!(complete, "{what}: the document is not one complete version");
+            }
+            env.fp(&["recover"]).now(22).expect(0);
+            assert_consistent(&env, RES, Some(23), before, &what);
+            assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+        }
+    }
+}
