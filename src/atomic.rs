@@ -169,6 +169,13 @@ impl Staged {
         crate::failpoint!("write.after_pre_link");
         fs::hard_link(&self.path, &new).map_err(Error::io("cannot link staged file", &new))?;
         crate::failpoint!("write.after_new_link");
+        // The staged bytes' hash, kept beside `-new` (a symlink's target: no extra fsync;
+        // the folder fsync after the rename makes it durable). After a crash the document
+        // may be the `-new` file edited in place; then it is no longer ours to roll back.
+        let sum = doc.sibling("sum");
+        remove_if_present(&sum)?;
+        std::os::unix::fs::symlink(&self.sha256[..SUM_LEN], &sum)
+            .map_err(Error::io("cannot record the staged hash in", &sum))?;
         Ok(())
     }
 
@@ -190,6 +197,7 @@ impl Staged {
 /// Removes the recovery links after a commit (or a rollback). Leftovers are harmless:
 /// the next recovery removes them.
 pub fn drop_links(doc: &DocPath) {
+    let _ = fs::remove_file(doc.sibling("sum"));
     let _ = fs::remove_file(doc.sibling("new"));
     let _ = fs::remove_file(doc.sibling("pre"));
 }
@@ -208,6 +216,24 @@ pub fn leftovers(doc: &DocPath) -> Result<Leftovers> {
         pre: id_of(doc.sibling("pre"))?.is_some(),
         doc: id_of(doc.path())?,
     })
+}
+
+/// How much of the staged content's SHA-256 (hex) the `-sum` symlink keeps: 128 bits,
+/// short enough to live in the inode.
+const SUM_LEN: usize = 32;
+
+/// Whether the document, found to be the `-new` file of a write that did not commit,
+/// still holds the bytes that write staged (`sha256`: the document's hash). An edit made
+/// in place after the crash changes them: the file is then someone's edit, not an
+/// uncommitted write to roll back. Without a `-sum` link (none is made before the `-new`
+/// link), it is taken as staged.
+pub fn still_staged(doc: &DocPath, sha256: &str) -> bool {
+    match fs::read_link(doc.sibling("sum")) {
+        Ok(sum) => sum
+            .to_str()
+            .is_some_and(|sum| sum.len() == SUM_LEN && sha256.starts_with(sum)),
+        Err(_) => true,
+    }
 }
 
 /// Puts the pre-image back over a document whose write never committed.

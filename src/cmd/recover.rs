@@ -98,6 +98,19 @@ pub fn undo(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
 }
 
 fn apply(doc: &DocPath, action: Recovery) -> Result<Recovery> {
+    // The uncommitted file edited in place since the crash is kept (status: drifted).
+    let action = match action {
+        Recovery::RestorePre | Recovery::RemoveDoc => {
+            let (sha256, _) = atomic::hash_file(&doc.path())
+                .map_err(crate::error::Error::io("cannot read", doc.path()))?;
+            if atomic::still_staged(doc, &sha256) {
+                action
+            } else {
+                Recovery::DropLinks
+            }
+        }
+        other => other,
+    };
     match action {
         Recovery::Nothing => {}
         Recovery::DropLinks => atomic::drop_links(doc),

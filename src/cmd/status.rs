@@ -124,7 +124,9 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
     let (sha256, size) = atomic::hash_file(&doc.path())
         .map_err(crate::error::Error::io("cannot read", doc.path()))?;
     let pending = recovery(recorded.and_then(|c| c.file), leftovers);
-    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
+    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc)
+        && atomic::still_staged(&doc, &sha256)
+    {
         "interrupted"
     } else {
         match recorded {
