@@ -789,6 +789,57 @@ fn hand_replaced_document_after_uncommitted_crash_is_drifted_never_restored_over
     assert_consistent(&env, RES, Some(202), Some((&newer(), 3)), "after a write");
 }
 
+/// Invariant 7 for an edit made in place (same inode) to a document left `interrupted` by a
+/// write that died between its rename and its commit: the edited file is no longer the
+/// staged content, so recovery keeps it and `status` calls it drifted (untracked for a
+/// first write), rather than rolling the edit back with the crashed write.
+#[test]
+fn hand_edit_in_place_of_interrupted_document_is_kept() {
+    for scenario in [Scenario::Rewrite, Scenario::First] {
+        let env = Env::new();
+        let (epoch, _) = setup(&env, scenario);
+        let e = epoch.to_string();
+        let what = format!("{scenario:?}");
+        crash(
+            &env,
+            &["write", RES, "--epoch", &e],
+            20,
+            &new(),
+            "write.after_rename",
+            Mode::Abort,
+            &what,
+        );
+        assert_eq!(
+            status_row(&env, RES, Some(21))["document"]["state"],
+            "interrupted"
+        );
+        let hand = version("by hand", 5000);
+        std::fs::write(env.path(RES), &hand).expect("edit in place");
+        let want = if scenario == Scenario::First {
+            "untracked"
+        } else {
+            "drifted"
+        };
+        assert_eq!(
+            status_row(&env, RES, Some(21))["document"]["state"],
+            want,
+            "{what}"
+        );
+        env.fp(&["recover"]).now(22).expect(0);
+        let row = status_row(&env, RES, Some(22));
+        assert_eq!(row["document"]["state"], want, "{what}: {row}");
+        assert_eq!(
+            env.read(RES).as_deref(),
+            Some(hand.as_slice()),
+            "{what}: edit lost"
+        );
+        if scenario == Scenario::Rewrite {
+            assert_drifted(&env, &hand, (&old(), 1), &what);
+        }
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}");
+    }
+}
+
 /// Invariant 7 after a committed write that died before removing its links: the document
 /// is edited in place (same inode as the recorded file and the `-new` link).
 #[test]

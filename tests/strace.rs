@@ -116,8 +116,8 @@ fn traced(env: &Env, strace_args: &[&str], args: &[&str], now: i64, stdin: &[u8]
     }
 }
 
-const TRACE_FILE_OPS: &str =
-    "trace=fsync,fdatasync,link,linkat,rename,renameat,renameat2,unlink,unlinkat,pwrite64,write";
+const TRACE_FILE_OPS: &str = "trace=fsync,fdatasync,link,linkat,symlink,symlinkat,rename,renameat,renameat2,unlink,unlinkat,\
+     pwrite64,write";
 
 fn canonical(env: &Env) -> PathBuf {
     env.root().canonicalize().expect("canonical root")
@@ -144,6 +144,8 @@ struct Steps {
     temp_sync: usize,
     pre_link: Option<usize>,
     new_link: usize,
+    /// The `-sum` symlink recording the staged content's hash.
+    sum_link: usize,
     rename: usize,
     dir_sync: usize,
     /// fsync of the state file's folder (where the WAL lives), by fencepost before COMMIT.
@@ -180,6 +182,12 @@ fn steps(env: &Env, calls: &[Call]) -> Steps {
     };
     let pre_link = (0..calls.len()).find(|&i| link_to(".fencepost-pre")(&calls[i]));
     let new_link = find(0, "link of -new", &link_to(".fencepost-new"));
+    let sum_link = find(0, "symlink of -sum", &|c| {
+        c.name.starts_with("symlink")
+            && c.strings()
+                .last()
+                .is_some_and(|t| t.ends_with(".fencepost-sum"))
+    });
     let rename = find(0, "rename over the document", &|c| {
         c.name.starts_with("rename")
             && c.strings()
@@ -214,6 +222,7 @@ fn steps(env: &Env, calls: &[Call]) -> Steps {
         temp_sync,
         pre_link,
         new_link,
+        sum_link,
         rename,
         dir_sync,
         state_dir_sync,
@@ -275,6 +284,10 @@ fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
         assert!(
             link <= s.new_link && s.new_link < s.rename,
             "{scenario:?}\n{trace}"
+        );
+        assert!(
+            s.new_link < s.sum_link && s.sum_link < s.rename,
+            "{scenario:?}: -sum between -new and the rename\n{trace}"
         );
         assert!(
             s.rename < s.dir_sync,
@@ -477,7 +490,7 @@ fn failed_commit_fsync_is_not_resurrected_by_wal_recovery() {
     }
 }
 
-/// A SIGKILL delivered at each fsync, link, rename and unlink of a write (strace
+/// A SIGKILL delivered at each fsync, link, symlink, rename and unlink of a write (strace
 /// `inject=SYSCALL:signal=SIGKILL:when=N`, delivered on entry). Before the WAL frames
 /// are written, recovery restores the old state; after the COMMIT fsync, the new state
 /// stands; `status` says `interrupted` only between the rename and the COMMIT.
@@ -503,6 +516,8 @@ fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
                 "fsync",
                 "link",
                 "linkat",
+                "symlink",
+                "symlinkat",
                 "rename",
                 "renameat",
                 "renameat2",
