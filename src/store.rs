@@ -136,6 +136,20 @@ impl Store {
     fn migrate(&mut self) -> Result<()> {
         let (path, busy) = (self.path.clone(), self.busy);
         let fail = |e| db_error(&path, busy, e);
+        // Refuse another application's database before writing anything to it, even its
+        // journal mode (checked again below, under the lock).
+        let (app_id, tables): (i32, i64) = self
+            .conn
+            .query_row(
+                "SELECT application_id, (SELECT count(*) FROM sqlite_schema)
+                 FROM pragma_application_id",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(fail)?;
+        if app_id != APPLICATION_ID && (app_id != 0 || tables != 0) {
+            return Err(not_ours(&path));
+        }
         // journal_mode cannot change inside a transaction; it is persistent once set.
         let mode: String = self
             .conn
