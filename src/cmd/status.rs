@@ -19,7 +19,9 @@ use crate::store::Store;
 /// DOCUMENT is `matches` when the file's SHA-256 equals what the sink recorded,
 /// `drifted` when it was changed behind the tool's back, `missing` when the recorded
 /// file is gone, `untracked` when a file exists but no write was recorded, and
-/// `interrupted` when a crashed write awaits recovery. Read-only: it changes nothing.
+/// `interrupted` when a crashed write awaits recovery, `unreachable` when a folder on its
+/// path is not a folder or is a symlink leading outside the root. Read-only: it changes
+/// nothing.
 ///
 /// Example:
 ///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
@@ -102,12 +104,19 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
         sha256: None,
         size: None,
     };
-    let Some(doc) = locate(&ctx.root, resource, false)? else {
-        return Ok(none(if recorded.is_some() {
-            "missing"
-        } else {
-            "absent"
-        }));
+    let doc = match locate(&ctx.root, resource, false) {
+        Ok(Some(doc)) => doc,
+        Ok(None) => {
+            return Ok(none(if recorded.is_some() {
+                "missing"
+            } else {
+                "absent"
+            }));
+        }
+        // A folder on the way was replaced by a file or by a symlink leading outside the
+        // root: report it; status must not fail for every resource because of one.
+        Err(crate::error::Error::Usage { .. }) => return Ok(none("unreachable")),
+        Err(e) => return Err(e),
     };
     let leftovers = atomic::leftovers(&doc)?;
     let meta = match atomic::inspect_document(&doc) {
