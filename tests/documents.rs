@@ -1,1 +1,276 @@
-//! Documents as files people publish.
+//! Documents behave like files people publish: the usual mode under the caller's umask,
+//! a rewrite keeps the mode, parent folders are made, `--from FILE` and big stdin
+//! streams work, and no temp file is ever left behind.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use serde_json::Value;
+
+use crate::harness::Env;
+
+fn mode(env: &Env, rel: &str) -> u32 {
+    std::fs::metadata(env.path(rel))
+        .expect("document")
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Every name in the root (recursively, `.fencepost/` excluded) that is not a document:
+/// temp files and recovery links all carry `.fencepost-`.
+fn debris(env: &Env) -> Vec<String> {
+    env.files()
+        .into_iter()
+        .filter(|f| f.contains(".fencepost-"))
+        .collect()
+}
+
+fn row(env: &Env, res: &str, now: i64) -> Value {
+    env.fp(&["--json", "status", res]).now(now).expect(0).json()["resources"][0].clone()
+}
+
+#[test]
+fn new_document_gets_umask_mode_not_tempfile_private_mode() {
+    for (mask, want) in [
+        (0o022, 0o644),
+        (0o027, 0o640),
+        (0o002, 0o664),
+        (0o077, 0o600),
+    ] {
+        let env = Env::new();
+        env.claim("doc.md", "A", 10, 0);
+        env.fp(&["write", "doc.md", "--epoch", "1"])
+            .now(1)
+            .stdin("x")
+            .umask(mask)
+            .expect_stdout(0, "written");
+        assert_eq!(mode(&env, "doc.md"), want, "umask {mask:03o}");
+    }
+}
+
+#[test]
+fn rewrite_keeps_existing_document_mode() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "v1", 1, 0);
+    std::fs::set_permissions(env.path("doc.md"), std::fs::Permissions::from_mode(0o640))
+        .expect("chmod");
+    env.claim("doc.md", "B", 10, 10);
+    // Under a umask that would give 0644 (or 0600) to a new file.
+    env.fp(&["write", "doc.md", "--epoch", "2"])
+        .now(11)
+        .stdin("v2")
+        .umask(0o077)
+        .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "v2");
+    assert_eq!(mode(&env, "doc.md"), 0o640);
+    // A pre-existing document the tool never wrote keeps its mode too.
+    std::fs::write(env.path("old.md"), "hand made").expect("write");
+    std::fs::set_permissions(env.path("old.md"), std::fs::Permissions::from_mode(0o604))
+        .expect("chmod");
+    env.claim("old.md", "A", 10, 20);
+    env.write("old.md", 1, "published", 21, 0);
+    assert_eq!(env.text("old.md"), "published");
+    assert_eq!(mode(&env, "old.md"), 0o604);
+}
+
+#[test]
+fn rewrite_replaces_the_file_atomically_with_a_new_inode() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "v1", 1, 0);
+    let old = std::fs::metadata(env.path("doc.md")).expect("doc").ino();
+    env.claim("doc.md", "B", 10, 10);
+    env.write("doc.md", 2, "v2", 11, 0);
+    let new = std::fs::metadata(env.path("doc.md")).expect("doc").ino();
+    assert_ne!(old, new, "a rewrite renames a new file into place");
+    assert_eq!(env.files(), ["doc.md"]);
+}
+
+#[test]
+fn parent_folders_of_new_resource_are_created() {
+    let env = Env::new();
+    env.claim("reports/2026/daily.md", "A", 10, 0);
+    // A claim alone creates nothing.
+    assert!(!env.path("reports").exists());
+    env.write("reports/2026/daily.md", 1, "report\n", 1, 0);
+    assert_eq!(env.text("reports/2026/daily.md"), "report\n");
+    assert_eq!(env.files(), ["reports/2026/daily.md"]);
+    assert!(env.path("reports/2026").is_dir());
+    assert_eq!(
+        row(&env, "reports/2026/daily.md", 1)["document"]["state"],
+        "matches"
+    );
+}
+
+#[test]
+fn refused_write_creates_no_parent_folders() {
+    let env = Env::new();
+    env.fp(&["write", "a/b/c.md", "--epoch", "1"])
+        .now(0)
+        .stdin("x")
+        .expect(8);
+    env.claim("a/b/c.md", "A", 10, 0);
+    env.claim("a/b/c.md", "B", 10, 10);
+    env.fp(&["write", "a/b/c.md", "--epoch", "1"])
+        .now(11)
+        .stdin("x")
+        .expect(5);
+    assert!(!env.path("a").exists(), "a refused write made folders");
+}
+
+#[test]
+fn write_from_file_works() {
+    let env = Env::new();
+    let input = tempfile::NamedTempFile::new().expect("input");
+    std::fs::write(input.path(), b"from a file\n\x00\xff binary ok\n").expect("input");
+    let from = input.path().to_str().expect("utf-8");
+    env.claim("doc.bin", "A", 10, 0);
+    let j = env
+        .fp(&["--json", "write", "doc.bin", "--epoch", "1", "--from", from])
+        .now(1)
+        .stdin("ignored stdin")
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "written");
+    assert_eq!(
+        env.read("doc.bin").expect("doc"),
+        b"from a file\n\x00\xff binary ok\n"
+    );
+    assert_eq!(j["size"], 25);
+    // The same file again is a replay; the input file itself is untouched.
+    env.fp(&["write", "doc.bin", "--epoch", "1", "--from", from])
+        .now(2)
+        .expect_stdout(0, "replay");
+    assert_eq!(
+        std::fs::read(input.path()).expect("input"),
+        b"from a file\n\x00\xff binary ok\n"
+    );
+    assert_eq!(env.files(), ["doc.bin"]);
+}
+
+#[test]
+fn empty_document_is_a_valid_write() {
+    let env = Env::new();
+    env.claim("empty.md", "A", 10, 0);
+    env.write("empty.md", 1, "", 1, 0);
+    assert_eq!(env.read("empty.md").expect("doc"), b"");
+    let r = row(&env, "empty.md", 1);
+    assert_eq!(r["sink"]["size"], 0);
+    // SHA-256 of nothing.
+    assert_eq!(
+        r["sink"]["sha256"],
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
+
+#[test]
+fn no_temp_files_after_written_replay_or_refused_writes() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("sub")).expect("mkdir");
+    env.claim("sub/doc.md", "A", 10, 0);
+    env.write("sub/doc.md", 1, "v1", 1, 0);
+    assert!(debris(&env).is_empty(), "after written: {:?}", env.files());
+    env.write("sub/doc.md", 1, "v1", 2, 0);
+    assert!(debris(&env).is_empty(), "after replay: {:?}", env.files());
+    env.write("sub/doc.md", 1, "other", 2, 6);
+    assert!(debris(&env).is_empty(), "after conflict: {:?}", env.files());
+    env.write("sub/doc.md", 9, "other", 2, 8);
+    assert!(debris(&env).is_empty(), "after unissued: {:?}", env.files());
+    env.claim("sub/doc.md", "B", 10, 10);
+    env.write("sub/doc.md", 1, "late", 11, 5);
+    assert!(debris(&env).is_empty(), "after stale: {:?}", env.files());
+    env.fp(&["write", "sub/doc.md", "--epoch", "2", "--owner", "C"])
+        .now(11)
+        .stdin("wrong owner")
+        .expect(8);
+    assert!(
+        debris(&env).is_empty(),
+        "after owner mismatch: {:?}",
+        env.files()
+    );
+    assert_eq!(env.files(), ["sub/doc.md"]);
+    assert_eq!(env.text("sub/doc.md"), "v1");
+}
+
+#[test]
+fn abandoned_temp_file_of_a_dead_writer_is_removed_by_next_write() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    // What a writer killed while staging leaves: an unlocked temp file.
+    std::fs::write(env.path(".doc.md.fencepost-tmp-deadbeef"), "half").expect("temp");
+    env.write("doc.md", 1, "whole", 1, 0);
+    assert_eq!(env.files(), ["doc.md"]);
+    assert_eq!(env.text("doc.md"), "whole");
+}
+
+#[test]
+fn multi_mebibyte_document_streams_from_stdin() {
+    let env = Env::new();
+    // 12 MiB of non-repeating-looking bytes.
+    let size = 12 * 1024 * 1024;
+    let mut content = Vec::with_capacity(size);
+    let mut x: u32 = 0x9e37_79b9;
+    while content.len() < size {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        content.extend_from_slice(&x.to_le_bytes());
+    }
+    env.claim("big.bin", "A", 10, 0);
+    let j = env
+        .fp(&["--json", "write", "big.bin", "--epoch", "1"])
+        .now(1)
+        .stdin(content.clone())
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "written");
+    assert_eq!(j["size"], size as u64);
+    assert!(env.read("big.bin").expect("doc") == content, "bytes differ");
+    let r = row(&env, "big.bin", 1);
+    assert_eq!(r["document"]["state"], "matches");
+    assert_eq!(r["document"]["size"], size as u64);
+    assert_eq!(r["sink"]["sha256"], j["sha256"]);
+    // The same bytes again are a replay; one byte different is a conflict.
+    env.fp(&["write", "big.bin", "--epoch", "1"])
+        .now(2)
+        .stdin(content.clone())
+        .expect_stdout(0, "replay");
+    let mut changed = content.clone();
+    changed[size / 2] ^= 1;
+    env.fp(&["write", "big.bin", "--epoch", "1"])
+        .now(2)
+        .stdin(changed)
+        .expect_stdout(6, "conflict");
+    assert!(env.read("big.bin").expect("doc") == content);
+    assert_eq!(env.files(), ["big.bin"]);
+}
+
+#[test]
+fn document_names_with_spaces_and_unicode_work() {
+    let env = Env::new();
+    let res = "rapports/résumé du jour.md";
+    env.claim(res, "A", 10, 0);
+    env.write(res, 1, "ok", 1, 0);
+    assert_eq!(env.text(res), "ok");
+    assert_eq!(row(&env, res, 1)["resource"], res);
+}
+
+#[test]
+fn equivalent_spellings_name_the_same_resource() {
+    let env = Env::new();
+    env.claim("reports/daily.md", "A", 10, 0);
+    // `./reports//daily.md` is the same lease: held, and its epoch writes the document.
+    env.fp(&[
+        "claim",
+        "./reports//daily.md",
+        "--owner",
+        "B",
+        "--ttl",
+        "10",
+    ])
+    .now(1)
+    .expect_stdout(3, "held");
+    env.write("./reports//daily.md", 1, "same", 1, 0);
+    assert_eq!(env.text("reports/daily.md"), "same");
+}
