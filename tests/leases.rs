@@ -374,3 +374,49 @@ fn renew_prints_new_deadline_in_json() {
     assert_eq!(j["deadline"], 34);
     assert_eq!(row(&env, "doc.md", 4)["lease"]["deadline"], 34);
 }
+
+#[test]
+fn claim_wait_takes_over_when_wall_clock_lease_expires() {
+    let env = Env::new();
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "300ms"])
+        .expect_stdout(0, "1");
+    // Without --wait B is refused at once; with it, B gets the lease when A's expires.
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10s"])
+        .expect_stdout(3, "held");
+    let j = env
+        .fp(&[
+            "--json", "claim", "doc.md", "--owner", "B", "--ttl", "10s", "--wait", "20s",
+        ])
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["epoch"], 2);
+    assert_eq!(j["owner"], "B");
+}
+
+#[test]
+fn claim_wait_gives_up_with_held_after_its_duration() {
+    let env = Env::new();
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1h"])
+        .expect_stdout(0, "1");
+    let j = env
+        .fp(&[
+            "--json", "claim", "doc.md", "--owner", "B", "--ttl", "10s", "--wait", "200ms",
+        ])
+        .expect(3)
+        .json_contract();
+    assert_eq!(j["outcome"], "held");
+    assert_eq!(j["holder"], "A");
+}
+
+#[test]
+fn claim_wait_with_logical_clock_is_bad_usage() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&[
+        "claim", "doc.md", "--owner", "B", "--ttl", "10", "--wait", "5s",
+    ])
+    .now(5)
+    .expect(2);
+    let lease = &row(&env, "doc.md", 5)["lease"];
+    assert_eq!(lease["owner"], "A");
+}
