@@ -77,6 +77,11 @@ pub const DEFAULT_LOG_KEEP: i64 = 100_000;
 /// Automatic pruning runs when an event id is a multiple of this.
 const PRUNE_EVERY: i64 = 1_000;
 
+/// Most events one automatic prune drops, so a lowered --log-keep never makes a single
+/// write hold the lock for seconds (measured: 5 s for 900,000 rows at once). Twice
+/// PRUNE_EVERY, so an oversized log still shrinks steadily.
+const PRUNE_BATCH: i64 = 2 * PRUNE_EVERY;
+
 /// An open state file.
 #[derive(Debug)]
 pub struct Store {
@@ -440,17 +445,20 @@ impl Txn<'_> {
             .map_err(self.fail())?;
         let id = self.tx.last_insert_rowid();
         if id % PRUNE_EVERY == 0 {
-            self.prune(keep)?;
+            self.prune(keep, Some(PRUNE_BATCH))?;
         }
         Ok(())
     }
 
-    /// Drops all but the newest `keep` events; returns how many were dropped.
-    pub fn prune(&self, keep: i64) -> Result<usize> {
+    /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
+    /// first); returns how many were dropped.
+    pub fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
         self.tx
             .execute(
-                "DELETE FROM log WHERE id <= (SELECT max(id) FROM log) - ?1",
-                [keep.max(0)],
+                "DELETE FROM log WHERE id IN (
+                     SELECT id FROM log WHERE id <= (SELECT max(id) FROM log) - ?1
+                     ORDER BY id LIMIT ?2)",
+                params![keep.max(0), limit.unwrap_or(-1)],
             )
             .map_err(self.fail())
     }

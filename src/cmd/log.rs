@@ -44,7 +44,7 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     if args.prune {
         let mut store = ctx.store()?;
         let tx = store.immediate()?;
-        let dropped = tx.prune(ctx.log_keep)?;
+        let dropped = tx.prune(ctx.log_keep, None)?;
         tx.commit()?;
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
