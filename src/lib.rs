@@ -115,7 +115,8 @@ pub struct Global {
     )]
     pub busy_timeout: String,
 
-    /// How many audit-log events to keep (older ones are pruned as new ones arrive).
+    /// How many audit-log events to keep. Checked every 1000 events (dropping at most 2000
+    /// older ones per check); `log --prune` drops all the excess at once.
     #[arg(
         long,
         global = true,
@@ -182,7 +183,8 @@ where
     });
     match result {
         Ok(report) => {
-            let text = if json {
+            let generated = matches!(cli.command, Command::Completions(_) | Command::Man(_));
+            let text = if json && !generated {
                 let mut map = report.json;
                 map.entry("outcome").or_insert(json!("ok"));
                 map.entry("resource").or_insert(Value::Null);

@@ -116,7 +116,11 @@ pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
         ctx.log(&tx, &event)?;
         tx.commit()
     });
-    if let Err(e) = logged {
+    // A busy state file is the likely cause, and its refusal already has its line; other
+    // failures are worth a warning.
+    if let Err(e) = logged
+        && !matches!(e, Error::Busy { .. })
+    {
         let _ = writeln!(
             std::io::stderr(),
             "fencepost: warning: refusal not logged: {e}"
