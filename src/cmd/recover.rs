@@ -13,7 +13,7 @@ use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::Result;
 use crate::resource::{DocPath, Resource, locate};
-use crate::sink::{FileId, Recovery, recovery};
+use crate::sink::{FileId, Leftovers, Recovery, recovery};
 use crate::store::Txn;
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
@@ -88,29 +88,39 @@ pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> 
         .sink(resource)?
         .and_then(|r| r.content)
         .and_then(|c| c.file);
-    apply(&doc, recovery(recorded, found))
+    apply(&doc, decide(&doc, recorded, found)?)
 }
 
 /// Undoes an uncommitted rename against the record as it was before the write.
 pub fn undo(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
     let found = atomic::leftovers(doc)?;
-    apply(doc, recovery(recorded, found))
+    apply(doc, decide(doc, recorded, found)?)
+}
+
+/// What recovery would do for this document, without doing it (`status`, `verify`).
+pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
+    let found = atomic::leftovers(doc)?;
+    decide(doc, recorded, found)
+}
+
+/// The rule of `sink::recovery`, plus one check on disk: an uncommitted document that was
+/// edited in place since the crash no longer holds the staged bytes (its hash differs
+/// from the `-sum` link); it is someone's edit, kept and reported as drifted.
+fn decide(doc: &DocPath, recorded: Option<FileId>, found: Leftovers) -> Result<Recovery> {
+    let action = recovery(recorded, found);
+    if !matches!(action, Recovery::RestorePre | Recovery::RemoveDoc) {
+        return Ok(action);
+    }
+    let (sha256, _) = atomic::hash_file(&doc.path())
+        .map_err(crate::error::Error::io("cannot read", doc.path()))?;
+    Ok(if atomic::still_staged(doc, &sha256) {
+        action
+    } else {
+        Recovery::DropLinks
+    })
 }
 
 fn apply(doc: &DocPath, action: Recovery) -> Result<Recovery> {
-    // The uncommitted file edited in place since the crash is kept (status: drifted).
-    let action = match action {
-        Recovery::RestorePre | Recovery::RemoveDoc => {
-            let (sha256, _) = atomic::hash_file(&doc.path())
-                .map_err(crate::error::Error::io("cannot read", doc.path()))?;
-            if atomic::still_staged(doc, &sha256) {
-                action
-            } else {
-                Recovery::DropLinks
-            }
-        }
-        other => other,
-    };
     match action {
         Recovery::Nothing => {}
         Recovery::DropLinks => atomic::drop_links(doc),

@@ -11,7 +11,7 @@ use crate::atomic;
 use crate::error::Result;
 use crate::lease::Lease;
 use crate::resource::{Resource, locate};
-use crate::sink::{Recovery, SinkRecord, recovery};
+use crate::sink::{Recovery, SinkRecord};
 use crate::store::Store;
 
 /// Show leases, the sink's records and whether each document still matches them.
@@ -118,7 +118,6 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
         Err(crate::error::Error::Usage { .. }) => return Ok(none("unreachable")),
         Err(e) => return Err(e),
     };
-    let leftovers = atomic::leftovers(&doc)?;
     let meta = match atomic::inspect_document(&doc) {
         Ok(meta) => meta,
         Err(_) => return Ok(none("not-a-file")),
@@ -132,10 +131,8 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
     };
     let (sha256, size) = atomic::hash_file(&doc.path())
         .map_err(crate::error::Error::io("cannot read", doc.path()))?;
-    let pending = recovery(recorded.and_then(|c| c.file), leftovers);
-    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc)
-        && atomic::still_staged(&doc, &sha256)
-    {
+    let pending = super::recover::pending(&doc, recorded.and_then(|c| c.file))?;
+    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
         "interrupted"
     } else {
         match recorded {

@@ -11,7 +11,7 @@ use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::resource::{Resource, locate};
-use crate::sink::{Recovery, recovery};
+use crate::sink::Recovery;
 use crate::store::Store;
 
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
@@ -90,8 +90,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             }
             continue;
         };
-        let leftovers = atomic::leftovers(&doc)?;
-        let pending = recovery(content.as_ref().and_then(|c| c.file), leftovers);
+        let pending = super::recover::pending(&doc, content.as_ref().and_then(|c| c.file))?;
         if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
             found(
                 "interrupted",
@@ -108,7 +107,9 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         match (atomic::inspect_document(&doc), &content) {
             (Err(_), _) => found("not-a-file", "the document is not a regular file".into()),
             (Ok(None), Some(_)) => found("missing", "the recorded document is missing".into()),
-            (Ok(Some(_)), Some(c)) if pending == Recovery::Nothing => {
+            (Ok(Some(_)), Some(c))
+                if !matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) =>
+            {
                 let (sha, _) =
                     atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
                 if sha != c.sha256 {
