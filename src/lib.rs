@@ -96,7 +96,12 @@ pub struct Global {
     pub now: Option<i64>,
 
     /// Print one JSON object on stdout (refusals and errors too).
-    #[arg(long, global = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "FENCEPOST_JSON",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
     pub json: bool,
 
     /// Print nothing on stdout that a script does not need: no `written`, `completed`,
@@ -165,7 +170,13 @@ where
         Err(e) => {
             // Bad usage is bad input like any other: one `fencepost:` line (and a usage
             // hint), and the `--json` object a script parses.
-            let json = args.iter().any(|a| a == "--json");
+            let json = args.iter().any(|a| a == "--json")
+                || std::env::var("FENCEPOST_JSON").is_ok_and(|v| {
+                    !matches!(
+                        v.to_ascii_lowercase().as_str(),
+                        "" | "0" | "n" | "no" | "f" | "false" | "off"
+                    )
+                });
             report_error(&usage_from_clap(&e), json, false);
             return 2;
         }
