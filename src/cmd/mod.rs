@@ -272,3 +272,25 @@ pub fn change_held(
         now,
     ))
 }
+
+/// True when the document would be the state file or one of SQLite's files beside it
+/// (possible when --db is inside the root). Never write it, and never open it with a
+/// plain file descriptor: closing one drops SQLite's POSIX locks in this process.
+pub fn is_state_file(doc: &resource::DocPath, db: &std::path::Path) -> bool {
+    let (Some(dir), Some(name)) = (db.parent(), db.file_name()) else {
+        return false;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.dir.as_path()) {
+        return false;
+    }
+    ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {
+        let mut n = name.to_os_string();
+        n.push(suffix);
+        n == doc.name
+    })
+}

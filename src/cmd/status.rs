@@ -16,12 +16,17 @@ use crate::store::Store;
 
 /// Show leases, the sink's records and whether each document still matches them.
 ///
-/// DOCUMENT is `matches` when the file's SHA-256 equals what the sink recorded,
-/// `drifted` when it was changed behind the tool's back, `missing` when the recorded
-/// file is gone, `untracked` when a file exists but no write was recorded, and
-/// `interrupted` when a crashed write awaits recovery, `unreachable` when a folder on its
-/// path is not a folder or is a symlink leading outside the root. Read-only: it changes
-/// nothing.
+/// DOCUMENT says how the file on disk compares with the sink's record:
+///   matches      its SHA-256 is the one recorded
+///   drifted      it was changed behind the tool's back
+///   missing      the recorded file is gone
+///   untracked    a file exists but no write was recorded
+///   absent       no file and no record
+///   interrupted  a crashed write awaits recovery (any change or `fencepost recover`)
+///   not-a-file   a symlink, folder or special file stands at the document's path
+///   unreachable  a folder on its path is a file or a symlink leading outside the root
+///   state-file   the path is the state file itself (--db inside the root)
+/// Read-only: it changes nothing.
 ///
 /// Example:
 ///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
@@ -118,6 +123,9 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
         Err(crate::error::Error::Usage { .. }) => return Ok(none("unreachable")),
         Err(e) => return Err(e),
     };
+    if super::is_state_file(&doc, &ctx.db) {
+        return Ok(none("state-file"));
+    }
     let meta = match atomic::inspect_document(&doc) {
         Ok(meta) => meta,
         Err(_) => return Ok(none("not-a-file")),

@@ -90,6 +90,9 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             }
             continue;
         };
+        if super::is_state_file(&doc, &ctx.db) {
+            continue; // never a document: write refuses it, and it must not be hashed
+        }
         let pending = super::recover::pending(&doc, content.as_ref().and_then(|c| c.file))?;
         if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
             found(

@@ -91,7 +91,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
 
     let doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    if is_state_file(&doc, &ctx.db) {
+    if super::is_state_file(&doc, &ctx.db) {
         return Err(Error::usage(format!(
             "resource {resource} is the state file itself"
         )));
@@ -305,24 +305,4 @@ fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
         return Ok(());
     }
     atomic::fsync_dir(dir)
-}
-
-/// True when the document would be the state file or one of SQLite's files beside it.
-fn is_state_file(doc: &DocPath, db: &std::path::Path) -> bool {
-    let (Some(dir), Some(name)) = (db.parent(), db.file_name()) else {
-        return false;
-    };
-    let dir = if dir.as_os_str().is_empty() {
-        std::path::Path::new(".")
-    } else {
-        dir
-    };
-    if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.dir.as_path()) {
-        return false;
-    }
-    ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {
-        let mut n = name.to_os_string();
-        n.push(suffix);
-        n == doc.name
-    })
 }
