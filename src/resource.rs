@@ -108,22 +108,28 @@ impl DocPath {
     }
 }
 
-/// Finds the folder of `resource` under `root` (already canonical), following symlinks
-/// only while they stay inside the root and out of its `.fencepost` folder. With
-/// `create`, missing folders are made inside the root; without it, a missing folder
-/// gives `Ok(None)` (there is no document).
-pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
+/// How far a resource's folders exist on disk: the real (symlink-free, canonical) folder
+/// reached, and the folders below it that do not exist yet.
+struct Walk {
+    dir: PathBuf,
+    missing: Vec<String>,
+    name: String,
+}
+
+/// Walks the folders of `resource` under `root` (canonical), following symlinks only
+/// while they stay inside the root, and never into its `.fencepost` folder.
+fn walk(root: &Path, resource: &Resource) -> Result<Walk> {
     let parts: Vec<&str> = resource.as_str().split('/').collect();
     let (name, folders) = parts.split_last().unwrap_or((&"", &[]));
     let state_dir = root.join(STATE_DIR);
     let mut dir = root.to_path_buf();
-    for folder in folders {
+    for (i, folder) in folders.iter().enumerate() {
         let next = dir.join(folder);
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 let real =
                     std::fs::canonicalize(&next).map_err(Error::io("cannot follow", &next))?;
-                if !real.starts_with(root) || real.starts_with(&state_dir) {
+                if !real.starts_with(root) {
                     return Err(Error::usage_hint(
                         format!(
                             "resource {resource} passes through symlink {} that leads outside the root",
@@ -144,17 +150,65 @@ pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<D
                     next.display()
                 )));
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
-                match std::fs::create_dir(&next) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && next.is_dir() => {}
-                    Err(e) => return Err(Error::io("cannot create folder", &next)(e)),
-                }
-                dir = next;
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Walk {
+                    dir,
+                    missing: folders[i..].iter().map(|f| f.to_string()).collect(),
+                    name: name.to_string(),
+                });
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("cannot inspect", &next)(e)),
         }
+        if dir.starts_with(&state_dir) {
+            return Err(Error::usage(format!(
+                "resource {resource} leads into the tool's own .fencepost folder"
+            )));
+        }
+    }
+    Ok(Walk {
+        dir,
+        missing: Vec::new(),
+        name: name.to_string(),
+    })
+}
+
+/// The resource's canonical name: its real path relative to the root, so that two
+/// spellings of one file (`current/report.md` through a symlink, and
+/// `releases/v1/report.md`) share one lease and one fence. Folders that do not exist
+/// yet keep their spelling.
+pub fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
+    let walk = walk(root, resource)?;
+    let mut parts: Vec<String> = walk
+        .dir
+        .strip_prefix(root)
+        .unwrap_or(Path::new(""))
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    parts.extend(walk.missing);
+    parts.push(walk.name);
+    Ok(Resource(parts.join("/")))
+}
+
+/// Finds the real folder of `resource` under `root`. With `create`, missing folders are
+/// made inside the root (each new folder's parent fsynced, so a committed document never
+/// loses its folder); without it, a missing folder gives `Ok(None)` (no document).
+pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
+    let Walk { mut dir, missing, name } = walk(root, resource)?;
+    if !missing.is_empty() && !create {
+        return Ok(None);
+    }
+    for folder in &missing {
+        let next = dir.join(folder);
+        match std::fs::create_dir(&next) {
+            Ok(()) => crate::atomic::fsync_dir(&dir)?,
+            // Made by someone else meanwhile: fine if it is a real folder, not a symlink.
+            Err(e)
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    && std::fs::symlink_metadata(&next).is_ok_and(|m| m.is_dir()) => {}
+            Err(e) => return Err(Error::io("cannot create folder", &next)(e)),
+        }
+        dir = next;
     }
     Ok(Some(DocPath {
         dir,

@@ -55,7 +55,7 @@ pub struct LeaseRequest {
 
 pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     let args = &claim.request;
-    let resource = super::resource(&args.resource)?;
+    let resource = ctx.resource(&args.resource)?;
     check_owner(&args.owner)?;
     let kind = ctx.clock.kind();
     let ttl = parse_duration(&args.ttl, kind, "--ttl")?;

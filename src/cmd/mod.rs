@@ -79,6 +79,13 @@ impl Ctx {
 }
 
 impl Ctx {
+    /// Parses a resource argument and names it by its real path under the root (see
+    /// `resource::canonical`). Checked before the state file is opened, so bad input
+    /// never creates one.
+    pub fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+        resource::canonical(&self.root, &Resource::parse(raw)?)
+    }
+
     /// Appends an event to the audit log inside `tx`.
     pub fn log(&self, tx: &Txn<'_>, event: &Event) -> Result<()> {
         tx.append(event, self.log_keep)
@@ -151,10 +158,6 @@ pub fn check_epoch(epoch: i64) -> Result<()> {
     Ok(())
 }
 
-/// Parses the resource argument.
-pub fn resource(raw: &std::ffi::OsStr) -> Result<Resource> {
-    Resource::parse(raw)
-}
 
 /// The lease as JSON, or null.
 pub fn lease_json(lease: Option<&Lease>, now: i64) -> Value {
@@ -232,7 +235,7 @@ pub fn change_held(
     holder: &HolderArgs,
     change: crate::store::HolderChange<'_>,
 ) -> Result<(Resource, i64)> {
-    let resource = resource(&holder.resource)?;
+    let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
     check_epoch(holder.epoch)?;
     let now = ctx.clock.now();

@@ -34,7 +34,7 @@ pub struct RecoverArgs {
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     let mut store = ctx.store()?;
     let names = match &args.resource {
-        Some(raw) => vec![super::resource(raw)?],
+        Some(raw) => vec![ctx.resource(raw)?],
         None => {
             let tx = store.snapshot()?;
             tx.resources()?

@@ -60,7 +60,7 @@ pub struct WriteArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
-    let resource = super::resource(&args.resource)?;
+    let resource = ctx.resource(&args.resource)?;
     check_epoch(args.epoch)?;
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
