@@ -90,12 +90,34 @@ impl std::fmt::Display for Resource {
 pub struct DocPath {
     pub dir: PathBuf,
     pub name: OsString,
+    /// Device and inode of `dir` when it was located.
+    dir_id: (u64, u64),
 }
 
 impl DocPath {
     /// The document's full path.
     pub fn path(&self) -> PathBuf {
         self.dir.join(&self.name)
+    }
+
+    /// Re-walks the resource's path and checks it still leads to the very folder located
+    /// before (same path, device and inode). Run under the lock just before the rename:
+    /// a folder swapped for a symlink (or moved out of the root) meanwhile refuses the
+    /// write instead of letting it land outside the root.
+    pub fn check_unmoved(&self, root: &Path, resource: &Resource) -> Result<()> {
+        let again = locate(root, resource, false)?;
+        let same = match &again {
+            Some(doc) => doc.dir == self.dir && doc.dir_id == self.dir_id,
+            None => false,
+        };
+        if same {
+            Ok(())
+        } else {
+            Err(Error::usage(format!(
+                "the folder of {resource} ({}) was moved or replaced during the write; nothing was published",
+                self.dir.display()
+            )))
+        }
     }
 
     /// A sibling name owned by the tool: `.<name>.fencepost-<what>`.
@@ -210,10 +232,18 @@ pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<D
         }
         dir = next;
     }
+    let dir_id = folder_id(&dir)?;
     Ok(Some(DocPath {
         dir,
         name: OsString::from(name),
+        dir_id,
     }))
+}
+
+fn folder_id(dir: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).map_err(Error::io("cannot inspect", dir))?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 #[cfg(test)]

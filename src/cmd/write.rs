@@ -171,9 +171,11 @@ fn publish(
         file: Some(staged.id),
     };
     let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
+    doc.check_unmoved(&ctx.root, resource)?;
     let exists = atomic::inspect_document(doc)?.is_some();
     let staged_change = staged
         .link_for_recovery(doc, exists)
+        .and_then(|()| doc.check_unmoved(&ctx.root, resource))
         .and_then(|()| staged.rename_into_place(doc))
         .and_then(|()| sync_state_dir(ctx, doc))
         .and_then(|()| {
