@@ -216,7 +216,11 @@ pub fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
 /// made inside the root (each new folder's parent fsynced, so a committed document never
 /// loses its folder); without it, a missing folder gives `Ok(None)` (no document).
 pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
-    let Walk { mut dir, missing, name } = walk(root, resource)?;
+    let Walk {
+        mut dir,
+        missing,
+        name,
+    } = walk(root, resource)?;
     if !missing.is_empty() && !create {
         return Ok(None);
     }

@@ -497,6 +497,26 @@ impl Txn<'_> {
             .map_err(self.fail())
     }
 
+    /// Who `claim` issued `epoch` of `resource` to: the current lease's owner, or for an
+    /// older epoch the claim recorded in the audit log (None once pruned).
+    pub fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
+        if let Some(lease) = self.lease(resource)?
+            && lease.epoch == epoch
+        {
+            return Ok(Some(lease.owner));
+        }
+        self.tx
+            .query_row(
+                "SELECT owner FROM log
+                 WHERE resource = ?1 AND epoch = ?2 AND event IN ('claim', 'takeover')
+                 ORDER BY id DESC LIMIT 1",
+                params![resource.as_str(), epoch],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.fail())
+    }
+
     /// Every resource with a lease or a sink record, sorted by name.
     pub fn resources(&self) -> Result<Vec<String>> {
         let mut stmt = self

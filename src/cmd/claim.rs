@@ -99,7 +99,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                         pause = (pause * 2).min(Duration::from_millis(500));
                         continue;
                     }
-                    _ => return Err(held(&resource, holder, now)),
+                    _ => return Err(held(&resource, &args.owner, holder, now)),
                 }
             }
         };
@@ -146,12 +146,18 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     }
 }
 
-fn held(resource: &crate::resource::Resource, holder: Option<&Lease>, now: i64) -> Error {
+fn held(
+    resource: &crate::resource::Resource,
+    claimant: &str,
+    holder: Option<&Lease>,
+    now: i64,
+) -> Error {
     let (who, epoch, deadline) =
         holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
     let fields = json!({
         "resource": resource.as_str(),
         "epoch": epoch,
+        "owner": claimant,
         "holder": who,
         "deadline": deadline,
         "lease": lease_json(holder, now),

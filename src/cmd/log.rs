@@ -40,7 +40,11 @@ pub struct LogArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
-    let only = args.resource.as_deref().map(|raw| ctx.resource(raw)).transpose()?;
+    let only = args
+        .resource
+        .as_deref()
+        .map(|raw| ctx.resource(raw))
+        .transpose()?;
     if args.prune {
         let mut store = ctx.store()?;
         let tx = store.immediate()?;

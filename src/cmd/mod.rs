@@ -158,7 +158,6 @@ pub fn check_epoch(epoch: i64) -> Result<()> {
     Ok(())
 }
 
-
 /// The lease as JSON, or null.
 pub fn lease_json(lease: Option<&Lease>, now: i64) -> Value {
     match lease {

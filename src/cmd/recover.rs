@@ -45,14 +45,26 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     };
     let mut lines = Vec::new();
     let mut actions = Vec::new();
+    let mut failed = Vec::new();
     for resource in &names {
-        let tx = store.immediate()?;
-        tx.bind_clock(ctx.clock.kind())?;
-        let done = recover_in(&tx, &ctx.root, resource)?;
-        tx.commit()?;
-        let temps = match locate(&ctx.root, resource, false)? {
-            Some(doc) => atomic::remove_abandoned_temps(&doc)?,
-            None => 0,
+        // One unreachable or broken resource must not stop the others from being tidied.
+        let one = store.immediate().and_then(|tx| {
+            tx.bind_clock(ctx.clock.kind())?;
+            let done = recover_in(&tx, &ctx.root, resource)?;
+            tx.commit()?;
+            Ok(done)
+        });
+        let Recovered {
+            action: done,
+            temps,
+        } = match one {
+            Ok(done) => done,
+            Err(e) => {
+                lines.push(format!("{resource}: not recovered: {e}"));
+                actions.push(json!({ "resource": resource.as_str(), "error": e.to_string() }));
+                failed.push(e);
+                continue;
+            }
         };
         let what = describe(done);
         if done != Recovery::Nothing || temps > 0 {
@@ -63,6 +75,10 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
             "action": what,
             "temps_removed": temps,
         }));
+    }
+    if let Some(first) = failed.into_iter().next() {
+        // The other resources were recovered; fail with the first error's exit code.
+        return Err(first);
     }
     let plain = if lines.is_empty() {
         "nothing to recover".to_string()
@@ -75,20 +91,35 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     ))
 }
 
-/// Recovers one resource inside the caller's IMMEDIATE transaction.
-pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> Result<Recovery> {
+/// What recovery did for one resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovered {
+    pub action: Recovery,
+    /// Temp files of dead writers removed.
+    pub temps: usize,
+}
+
+/// Recovers one resource inside the caller's IMMEDIATE transaction: undoes a crashed
+/// write's rename (or drops its links) and removes temp files of dead writers.
+pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> Result<Recovered> {
     let Some(doc) = locate(root, resource, false)? else {
-        return Ok(Recovery::Nothing);
+        return Ok(Recovered {
+            action: Recovery::Nothing,
+            temps: 0,
+        });
     };
     let found = atomic::leftovers(&doc)?;
-    if found.new.is_none() && !found.pre {
-        return Ok(Recovery::Nothing);
-    }
-    let recorded = tx
-        .sink(resource)?
-        .and_then(|r| r.content)
-        .and_then(|c| c.file);
-    apply(&doc, decide(&doc, recorded, found)?)
+    let action = if found.new.is_none() && !found.pre {
+        Recovery::Nothing
+    } else {
+        let recorded = tx
+            .sink(resource)?
+            .and_then(|r| r.content)
+            .and_then(|c| c.file);
+        apply(&doc, decide(&doc, recorded, found)?)?
+    };
+    let temps = atomic::remove_abandoned_temps(&doc)?;
+    Ok(Recovered { action, temps })
 }
 
 /// Undoes an uncommitted rename against the record as it was before the write.

@@ -52,7 +52,11 @@ struct DocState {
 }
 
 pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
-    let only = args.resource.as_deref().map(|raw| ctx.resource(raw)).transpose()?;
+    let only = args
+        .resource
+        .as_deref()
+        .map(|raw| ctx.resource(raw))
+        .transpose()?;
     let now = ctx.clock.now();
     let rows = match crate::store::Store::open(&ctx.db, ctx.busy, false)? {
         Some(store) => collect(ctx, store, only.as_ref())?,

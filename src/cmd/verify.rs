@@ -39,7 +39,11 @@ struct Problem {
 }
 
 pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
-    let only = args.resource.as_deref().map(|raw| ctx.resource(raw)).transpose()?;
+    let only = args
+        .resource
+        .as_deref()
+        .map(|raw| ctx.resource(raw))
+        .transpose()?;
     let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
         return Ok(Report::new(
             "ok: no state file, nothing to verify",

@@ -85,7 +85,8 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
             "",
             args.unfenced,
         ) {
-            return Err(refusal(&resource, args, d));
+            let owner = writer(&tx, &resource, args)?;
+            return Err(refusal(&resource, args, owner.as_deref(), d));
         }
     }
 
@@ -97,7 +98,6 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         )));
     }
     let existing = atomic::inspect_document(&doc)?;
-    atomic::remove_abandoned_temps(&doc)?;
     if let Some(path) = &args.from
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -111,6 +111,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let lease = tx.lease(&resource)?;
     check_issued_owner(&resource, args, lease.as_ref())?;
     let record = tx.sink(&resource)?;
+    let owner = writer(&tx, &resource, args)?;
     let decision = decide(
         record.as_ref(),
         lease.map(|l| l.epoch),
@@ -121,19 +122,23 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let (sha256, size) = (staged.sha256.clone(), staged.size);
     let outcome = match decision {
         WriteDecision::Write => {
-            publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, now)?;
+            let how = Publish {
+                owner: owner.as_deref(),
+                now,
+            };
+            publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, how)?;
             "written"
         }
         WriteDecision::Replay => {
             let event = Event::new(now, resource.as_str(), "replay")
-                .owner(args.owner.as_deref())
+                .owner(owner.as_deref())
                 .epoch(Some(args.epoch))
                 .sha256(Some(&sha256));
             ctx.log(&tx, &event)?;
             tx.commit()?;
             "replay"
         }
-        refused => return Err(refusal(&resource, args, refused)),
+        refused => return Err(refusal(&resource, args, owner.as_deref(), refused)),
     };
     Ok(Report::new(
         outcome,
@@ -141,7 +146,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
             "outcome": outcome,
             "resource": resource.as_str(),
             "epoch": args.epoch,
-            "owner": args.owner,
+            "owner": owner,
             "sha256": sha256,
             "size": size,
             "unfenced": args.unfenced,
@@ -161,8 +166,9 @@ fn publish(
     args: &WriteArgs,
     record: Option<&SinkRecord>,
     staged: Staged,
-    now: i64,
+    how: Publish<'_>,
 ) -> Result<()> {
+    let Publish { owner, now } = how;
     let content = Content {
         epoch: args.epoch,
         sha256: staged.sha256.clone(),
@@ -180,9 +186,9 @@ fn publish(
         .and_then(|()| sync_state_dir(ctx, doc))
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
-            tx.record_write(resource, fence, &content, args.owner.as_deref())?;
+            tx.record_write(resource, fence, &content, owner)?;
             let mut event = Event::new(now, resource.as_str(), "write")
-                .owner(args.owner.as_deref())
+                .owner(owner)
                 .epoch(Some(args.epoch))
                 .previous(None, record.map(|r| r.fence))
                 .sha256(Some(&content.sha256));
@@ -207,7 +213,7 @@ fn publish(
         let mut store = ctx.store()?;
         let _ = ctx.begin(&mut store, resource).and_then(|tx| {
             let event = Event::new(now, resource.as_str(), "commit-failed")
-                .owner(args.owner.as_deref())
+                .owner(owner)
                 .epoch(Some(args.epoch))
                 .sha256(Some(&content.sha256))
                 .detail(e.to_string());
@@ -218,6 +224,22 @@ fn publish(
     }
     atomic::drop_links(doc);
     Ok(())
+}
+
+/// Who and when, for the record of an accepted write.
+#[derive(Debug, Clone, Copy)]
+struct Publish<'a> {
+    owner: Option<&'a str>,
+    now: i64,
+}
+
+/// The writer's name for the record and the log: `--owner`, or else the owner `claim`
+/// issued this epoch to.
+fn writer(tx: &Txn<'_>, resource: &Resource, args: &WriteArgs) -> Result<Option<String>> {
+    match &args.owner {
+        Some(owner) => Ok(Some(owner.clone())),
+        None => tx.issued_to(resource, args.epoch),
+    }
 }
 
 /// With `--owner`, the epoch must have been issued to that owner (when the lease still
@@ -243,7 +265,12 @@ fn check_issued_owner(resource: &Resource, args: &WriteArgs, lease: Option<&Leas
     }
 }
 
-fn refusal(resource: &Resource, args: &WriteArgs, decision: WriteDecision) -> Error {
+fn refusal(
+    resource: &Resource,
+    args: &WriteArgs,
+    owner: Option<&str>,
+    decision: WriteDecision,
+) -> Error {
     let epoch = args.epoch;
     let (kind, message, extra) = match decision {
         WriteDecision::Stale { fence } => (
@@ -270,7 +297,7 @@ fn refusal(resource: &Resource, args: &WriteArgs, decision: WriteDecision) -> Er
             return Error::usage("internal: accepted write reported as refusal");
         }
     };
-    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch, "owner": args.owner });
+    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch, "owner": owner });
     if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), extra) {
         map.extend(more);
     }
