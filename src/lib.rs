@@ -45,12 +45,14 @@ Exit codes:
   1  I/O or internal error
   2  bad usage or bad input (nothing was changed)
   3  held: someone else holds a live lease (claim)
-  4  lost: not your lease any more, or expired (renew, complete, release)
+  4  lost: not your lease any more, or expired (renew, complete, release, run)
   5  stale: a newer epoch was accepted for this resource (write)
   6  conflict: this epoch already wrote different content (write)
   7  busy: the state file stayed locked past --busy-timeout
   8  unissued: claim never issued this epoch for this resource (write)
-  9  diverged: verify found a document, record or lease out of step";
+  9  diverged: verify found a document, record or lease out of step
+  other: run passes its command's exit code through (127: the command cannot be started;
+     128+N: killed by signal N)";
 
 /// Fenced, atomic document publishing for workers whose jobs can be taken over.
 ///
@@ -295,13 +297,25 @@ fn context(global: &Global) -> Result<Ctx> {
         )));
     }
     let busy_ms = parse_duration(&global.busy_timeout, ClockKind::Wall, "--busy-timeout")?;
+    if global.log_keep < 1 {
+        return Err(Error::usage(format!(
+            "--log-keep must be at least 1, got {}",
+            global.log_keep
+        )));
+    }
     let db = global.db.clone().unwrap_or_else(|| cmd::default_db(&root));
+    if db.is_dir() {
+        return Err(Error::usage_hint(
+            format!("state file {} is a folder", db.display()),
+            "point --db (FENCEPOST_DB) at a file, e.g. <folder>/state.db",
+        ));
+    }
     Ok(Ctx {
         root,
         db,
         clock,
         busy: Duration::from_millis(busy_ms.unsigned_abs()),
-        log_keep: global.log_keep.max(1),
+        log_keep: global.log_keep,
     })
 }
 

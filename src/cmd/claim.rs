@@ -49,7 +49,7 @@ pub struct LeaseRequest {
 
     /// If the lease is held, wait up to this long for it to become claimable
     /// (wall clock only; polls with back-off, never spins).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
     pub wait: Option<String>,
 }
 

@@ -29,6 +29,7 @@ pub struct CompletionsArgs {
 /// Example:
 ///   fencepost man > /usr/local/share/man/man1/fencepost.1
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct ManArgs {}
 
 pub fn completions(args: &CompletionsArgs) -> Result<Report> {

@@ -34,8 +34,9 @@ pub struct LogArgs {
     #[arg(long, conflicts_with = "prune")]
     pub timeline: bool,
 
-    /// Drop all but the newest --log-keep events, and print how many were dropped.
-    #[arg(long)]
+    /// Drop all but the newest --log-keep events (of all resources), and print how many
+    /// were dropped.
+    #[arg(long, conflicts_with_all = ["resource", "since"])]
     pub prune: bool,
 }
 

@@ -44,7 +44,12 @@ pub struct RunArgs {
     pub request: LeaseRequest,
 
     /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    #[arg(
+        long,
+        env = "FENCEPOST_GRACE",
+        default_value = "10s",
+        value_name = "DURATION"
+    )]
     pub grace: String,
 
     /// Result to record on success (default: "exit 0").
@@ -115,10 +120,15 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         Ok(child) => child,
         Err(e) => {
             let _ = change_held(ctx, &holder, HolderChange::Release);
-            return Err(Error::usage(format!(
-                "cannot run {}: {e}",
-                program.to_string_lossy()
-            )));
+            // The shell's code for a command that cannot be found or started.
+            return Err(Error::Child {
+                code: 127,
+                message: format!(
+                    "cannot run {}: {e}; lease on {resource} (epoch {epoch}) released",
+                    program.to_string_lossy()
+                ),
+                fields: json!({ "resource": resource, "epoch": epoch, "exit_code": 127 }),
+            });
         }
     };
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));

@@ -19,7 +19,8 @@ use crate::store::Store;
 /// Finds: a document whose bytes differ from the recorded SHA-256 (changed behind the
 /// tool's back) or that is missing; a lease completed by epoch E while the document holds
 /// content from an older epoch; a completed lease with no write at all ("completed but
-/// never published"); a crashed write awaiting recovery; temp files of dead writers.
+/// never published"); a crashed write awaiting recovery, or the recovery links a
+/// finished one left; temp files of dead writers.
 /// Read-only. Prints one line per problem (or one JSON object with --json).
 ///
 /// Example (cron):
@@ -98,11 +99,17 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             continue; // never a document: write refuses it, and it must not be hashed
         }
         let pending = super::recover::pending(&doc, content.as_ref().and_then(|c| c.file))?;
-        if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
-            found(
+        match pending {
+            Recovery::RestorePre | Recovery::RemoveDoc => found(
                 "interrupted",
                 "a crashed write awaits recovery (run `fencepost recover`)".into(),
-            );
+            ),
+            Recovery::DropLinks => found(
+                "leftover-links",
+                "recovery links of a finished or abandoned write remain (run `fencepost recover`)"
+                    .into(),
+            ),
+            Recovery::Nothing => {}
         }
         let abandoned = atomic::abandoned_temps(&doc)?;
         if abandoned > 0 {

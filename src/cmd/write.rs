@@ -119,12 +119,21 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         &staged.sha256,
         args.unfenced,
     );
+    // A replay is a no-op only while the document still holds those bytes; if it went
+    // missing or was changed by hand, publishing the epoch's value again restores it.
+    let republish = decision == WriteDecision::Replay && !on_disk(&doc, &staged.sha256)?;
+    let decision = if republish {
+        WriteDecision::Write
+    } else {
+        decision
+    };
     let (sha256, size) = (staged.sha256.clone(), staged.size);
     let outcome = match decision {
         WriteDecision::Write => {
             let how = Publish {
                 owner: owner.as_deref(),
                 now,
+                republish,
             };
             publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, how)?;
             "written"
@@ -168,7 +177,11 @@ fn publish(
     staged: Staged,
     how: Publish<'_>,
 ) -> Result<()> {
-    let Publish { owner, now } = how;
+    let Publish {
+        owner,
+        now,
+        republish,
+    } = how;
     let content = Content {
         epoch: args.epoch,
         sha256: staged.sha256.clone(),
@@ -194,6 +207,8 @@ fn publish(
                 .sha256(Some(&content.sha256));
             if args.unfenced {
                 event = event.detail("unfenced");
+            } else if republish {
+                event = event.detail("republished: the document had gone missing or drifted");
             }
             ctx.log(&tx, &event)
         });
@@ -231,6 +246,18 @@ fn publish(
 struct Publish<'a> {
     owner: Option<&'a str>,
     now: i64,
+    /// Same epoch and bytes as recorded, but the document on disk no longer held them.
+    republish: bool,
+}
+
+/// Whether the document on disk holds exactly the bytes hashed to `sha256`.
+fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
+    if atomic::inspect_document(doc)?.is_none() {
+        return Ok(false);
+    }
+    let (on_disk, _) =
+        atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
+    Ok(on_disk == sha256)
 }
 
 /// The writer's name for the record and the log: `--owner`, or else the owner `claim`
