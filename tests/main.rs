@@ -8,6 +8,7 @@ mod documents;
 mod inputs;
 mod leases;
 mod operator;
+mod paths;
 mod reproduce;
 mod sink;
 mod strace;

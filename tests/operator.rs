@@ -372,7 +372,7 @@ fn run_child_killed_by_a_signal_exits_128_plus_n_and_releases() {
 }
 
 #[test]
-fn run_of_a_missing_program_is_bad_usage_and_releases() {
+fn run_of_a_missing_program_exits_127_and_releases() {
     let env = Env::new();
     env.fp(&[
         "run",
@@ -384,7 +384,7 @@ fn run_of_a_missing_program_is_bad_usage_and_releases() {
         "--",
         "/nonexistent/program",
     ])
-    .expect(2);
+    .expect(127);
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
     assert_eq!(env.claim_wall("doc.md", "Q"), 2);
 }

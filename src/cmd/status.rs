@@ -52,11 +52,15 @@ struct DocState {
 }
 
 pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
-    let only = args
-        .resource
-        .as_deref()
-        .map(|raw| ctx.resource(raw))
-        .transpose()?;
+    // A resource whose path cannot be resolved (a symlink leading out of the root) is
+    // still answered for, by its spelling: status always reports, here `unreachable`.
+    let only = match args.resource.as_deref() {
+        Some(raw) => {
+            let spelled = Resource::parse(raw)?;
+            Some(crate::resource::canonical(&ctx.root, &spelled).unwrap_or(spelled))
+        }
+        None => None,
+    };
     let now = ctx.clock.now();
     let rows = match crate::store::Store::open(&ctx.db, ctx.busy, false)? {
         Some(store) => collect(ctx, store, only.as_ref())?,
