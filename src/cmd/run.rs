@@ -36,7 +36,7 @@ use crate::store::HolderChange;
 ///
 /// Example:
 ///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
-///     sh -c 'render-report | fencepost write "$FENCEPOST_RESOURCE"'
+///     sh -c 'render-report > out.tmp && fencepost write "$FENCEPOST_RESOURCE" --from out.tmp'
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {

@@ -32,8 +32,11 @@ use crate::store::Txn;
 /// replaces the document by an atomic rename. A new document gets the usual mode under
 /// your umask; a rewrite keeps the document's mode.
 ///
+/// With stdin, whatever arrives before end-of-file is published: render to a file and
+/// use --from when the producer can fail half-way.
+///
 /// Example:
-///   render-report | fencepost write reports/daily.md --epoch "$epoch"
+///   render-report > out.tmp && fencepost write reports/daily.md --epoch "$epoch" --from out.tmp
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct WriteArgs {
