@@ -112,7 +112,8 @@ pub struct Global {
     #[arg(short, long, global = true, env = "FENCEPOST_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
     pub quiet: bool,
 
-    /// How long to wait for another process's lock on the state file before exiting 7.
+    /// How long to wait for another process's lock on the state file before exiting 7
+    /// (0: do not wait).
     #[arg(
         long,
         global = true,
@@ -296,7 +297,11 @@ fn context(global: &Global) -> Result<Ctx> {
             root.display()
         )));
     }
-    let busy_ms = parse_duration(&global.busy_timeout, ClockKind::Wall, "--busy-timeout")?;
+    // 0 means "do not wait at all" (exit 7 at once if the state file is locked).
+    let busy_ms = match global.busy_timeout.trim() {
+        "0" | "0ms" | "0s" => 0,
+        text => parse_duration(text, ClockKind::Wall, "--busy-timeout")?,
+    };
     if global.log_keep < 1 {
         return Err(Error::usage(format!(
             "--log-keep must be at least 1, got {}",

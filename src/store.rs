@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use crate::atomic;
 use crate::audit::Event;
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
@@ -97,7 +98,16 @@ impl Store {
         if !create && !path.exists() {
             return Ok(None);
         }
-        if create && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let is_new = create && !path.exists();
+        let mut new_dirs = Vec::new();
+        if is_new && let Some(dir) = dir {
+            // Remember which folders are made here: their parents are fsynced below.
+            let mut missing = Some(dir);
+            while let Some(d) = missing.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                new_dirs.push(d.to_path_buf());
+                missing = d.parent();
+            }
             std::fs::create_dir_all(dir).map_err(Error::io("cannot create folder", dir))?;
         }
         let flags = if create {
@@ -112,6 +122,19 @@ impl Store {
             busy,
         };
         store.configure()?;
+        if is_new {
+            // A new state file (and any folder made for it) must survive a power loss as
+            // surely as its first commit: fsync the folders that now name them.
+            let here = Path::new(".");
+            atomic::fsync_dir(dir.unwrap_or(here))?;
+            for made in &new_dirs {
+                atomic::fsync_dir(
+                    made.parent()
+                        .filter(|p| !p.as_os_str().is_empty())
+                        .unwrap_or(here),
+                )?;
+            }
+        }
         Ok(Some(store))
     }
 

@@ -346,9 +346,14 @@ fn document_that_is_a_symlink_is_refused_not_replaced() {
 #[test]
 fn document_that_is_a_folder_is_refused() {
     let env = populated();
+    // Claimed while it was free; a folder appears before the write.
+    env.claim("dir.md", "B", 100, 5);
     std::fs::create_dir(env.path("dir.md")).expect("mkdir");
     std::fs::write(env.path("dir.md/inner"), "inner").expect("inner");
-    env.claim("dir.md", "B", 100, 5);
+    // A claim of a folder is refused outright.
+    env.fp(&["claim", "dir.md", "--owner", "C", "--ttl", "10"])
+        .now(200)
+        .expect(2);
     let line = refused(&env, &["write", "dir.md", "--epoch", "1"], Some(6), "new");
     assert!(line.contains("folder"), "{line}");
     assert!(env.path("dir.md").is_dir());
@@ -358,15 +363,12 @@ fn document_that_is_a_folder_is_refused() {
 #[test]
 fn document_that_is_a_fifo_is_refused_without_blocking() {
     let env = populated();
+    env.claim("pipe.md", "B", 100, 5);
     let made = std::process::Command::new("mkfifo")
         .arg(env.path("pipe.md"))
         .status()
         .is_ok_and(|s| s.success());
-    if !made {
-        eprintln!("mkfifo unavailable; skipping");
-        return;
-    }
-    env.claim("pipe.md", "B", 100, 5);
+    assert!(made, "mkfifo (coreutils) is needed by this test");
     let before = snapshot(&env, Some(6));
     let done = env
         .fp(&["write", "pipe.md", "--epoch", "1"])

@@ -289,3 +289,33 @@ fn verify_reports_links_left_by_a_write_that_committed_then_crashed() {
     env.fp(&["verify"]).now(2).expect(0);
     assert_eq!(env.text("doc.md"), "v1");
 }
+
+#[test]
+fn a_document_that_can_never_be_written_cannot_be_claimed() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("folder.md")).expect("mkdir");
+    std::os::unix::fs::symlink("elsewhere", env.path("link.md")).expect("symlink");
+    for res in ["folder.md", "link.md"] {
+        env.fp(&["claim", res, "--owner", "A", "--ttl", "10"])
+            .now(0)
+            .expect(2);
+    }
+    assert!(!env.path(".fencepost").exists(), "a state file was created");
+}
+
+#[test]
+fn busy_timeout_zero_is_accepted() {
+    let env = Env::new();
+    env.fp(&[
+        "--busy-timeout",
+        "0",
+        "claim",
+        "doc.md",
+        "--owner",
+        "A",
+        "--ttl",
+        "10",
+    ])
+    .now(0)
+    .expect_stdout(0, "1");
+}

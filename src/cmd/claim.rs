@@ -57,6 +57,11 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     let args = &claim.request;
     let resource = ctx.resource(&args.resource)?;
     check_owner(&args.owner)?;
+    // A document that is a symlink, a folder or a special file can never be written:
+    // refuse the claim now, not after the work is done.
+    if let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
+        crate::atomic::inspect_document(&doc)?;
+    }
     let kind = ctx.clock.kind();
     let ttl = parse_duration(&args.ttl, kind, "--ttl")?;
     let wait = match &args.wait {

@@ -45,6 +45,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         .as_deref()
         .map(|raw| ctx.resource(raw))
         .transpose()?;
+    let resource = only.as_ref().map(|r| r.to_string());
     let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
         return Ok(Report::new(
             "ok: no state file, nothing to verify",
@@ -148,7 +149,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     if problems.is_empty() {
         return Ok(Report::new(
             format!("ok: {} resource(s) consistent", names.len()),
-            json!({ "outcome": "ok", "checked": names.len(), "problems": list }),
+            json!({ "outcome": "ok", "resource": resource, "checked": names.len(), "problems": list }),
         ));
     }
     let lines: Vec<String> = problems
@@ -163,7 +164,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             names.len()
         ),
         report: lines.join("\n"),
-        fields: json!({ "checked": names.len(), "problems": list }),
+        fields: json!({ "resource": resource, "checked": names.len(), "problems": list }),
     })
 }
 
