@@ -106,15 +106,19 @@ pub struct Refusal {
 impl Refusal {
     /// A refusal whose `--json` fields are the members of `fields` (an object).
     pub fn new(kind: RefusalKind, message: String, fields: Value) -> Refusal {
-        let fields = match fields {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
         Refusal {
             kind,
             message,
-            fields,
+            fields: object(fields),
         }
+    }
+}
+
+/// The members of a JSON object (empty for any other value).
+pub fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
     }
 }
 

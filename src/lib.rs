@@ -187,11 +187,10 @@ where
     let json = cli.global.json;
     let quiet = cli.global.quiet && !json;
     let quiet_success = quiet && cli.command.is_confirmation();
-    let ctx = context(&cli.global);
-    let result = ctx.as_ref().map_err(clone_usage).and_then(|ctx| {
-        dispatch(ctx, &cli.command).inspect_err(|err| {
+    let result = context(&cli.global).and_then(|ctx| {
+        dispatch(&ctx, &cli.command).inspect_err(|err| {
             if let Error::Refused(refusal) = err {
-                cmd::log_refusal(ctx, refusal);
+                cmd::log_refusal(&ctx, refusal);
             }
         })
     });
@@ -252,17 +251,6 @@ impl Command {
                 | Command::Release(_)
                 | Command::Recover(_)
         )
-    }
-}
-
-/// The context error, re-raised (context errors are always usage errors).
-fn clone_usage(err: &Error) -> Error {
-    match err {
-        Error::Usage { message, hint } => Error::Usage {
-            message: message.clone(),
-            hint: hint.clone(),
-        },
-        other => Error::usage(other.to_string()),
     }
 }
 

@@ -2,12 +2,11 @@
 //! ([`Ctx`]), the value a command returns ([`Report`]), and the start of every state
 //! change ([`Ctx::begin`]: open, `BEGIN IMMEDIATE`, clock check, crash recovery).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-
-use std::io::Write as _;
 
 use crate::audit::Event;
 use crate::clock::Clock;
@@ -50,14 +49,11 @@ pub struct Report {
 }
 
 impl Report {
+    /// A report whose `--json` fields are the members of `json` (an object).
     pub fn new(plain: impl Into<String>, json: Value) -> Report {
-        let json = match json {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
         Report {
             plain: plain.into(),
-            json,
+            json: crate::error::object(json),
         }
     }
 }
@@ -76,9 +72,7 @@ impl Ctx {
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)
     }
-}
 
-impl Ctx {
     /// Parses a resource argument and names it by its real path under the root (see
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
