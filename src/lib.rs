@@ -180,7 +180,12 @@ where
                         "" | "0" | "n" | "no" | "f" | "false" | "off"
                     )
                 });
-            report_error(&usage_from_clap(&e), json, false);
+            report_error(
+                &usage_from_clap(&e),
+                json,
+                false,
+                (Value::Null, Value::Null),
+            );
             return 2;
         }
     };
@@ -212,7 +217,7 @@ where
             0
         }
         Err(err) => {
-            report_error(&err, json, quiet);
+            report_error(&err, json, quiet, cli.command.named());
             err.exit_code()
         }
     }
@@ -241,6 +246,25 @@ fn usage_from_clap(e: &clap::Error) -> Error {
 }
 
 impl Command {
+    /// The resource and epoch the command line names, as given, for the JSON object of
+    /// an error that happened before the command could name them itself.
+    fn named(&self) -> (Value, Value) {
+        let text = |raw: &std::ffi::OsStr| json!(raw.to_string_lossy());
+        match self {
+            Command::Claim(a) => (text(&a.request.resource), Value::Null),
+            Command::Run(a) => (text(&a.request.resource), Value::Null),
+            Command::Renew(a) => (text(&a.holder.resource), json!(a.holder.epoch)),
+            Command::Complete(a) => (text(&a.holder.resource), json!(a.holder.epoch)),
+            Command::Release(a) => (text(&a.holder.resource), json!(a.holder.epoch)),
+            Command::Write(a) => (text(&a.resource), json!(a.epoch)),
+            Command::Status(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
+            Command::Recover(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
+            Command::Log(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
+            Command::Verify(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
+            Command::Completions(_) | Command::Man(_) => (Value::Null, Value::Null),
+        }
+    }
+
     /// Commands whose stdout only confirms what the exit code already says.
     fn is_confirmation(&self) -> bool {
         matches!(
@@ -318,7 +342,7 @@ fn emit(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
-fn report_error(err: &Error, json: bool, quiet: bool) {
+fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
     if json {
         let mut map = match err {
             Error::Refused(r) => r.fields.clone(),
@@ -329,8 +353,9 @@ fn report_error(err: &Error, json: bool, quiet: bool) {
         };
         map.insert("outcome".into(), json!(err.outcome()));
         map.insert("error".into(), json!(err.to_string()));
-        map.entry("resource").or_insert(Value::Null);
-        map.entry("epoch").or_insert(Value::Null);
+        let (resource, epoch) = named;
+        map.entry("resource").or_insert(resource);
+        map.entry("epoch").or_insert(epoch);
         emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         if !quiet {
