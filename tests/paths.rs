@@ -319,3 +319,17 @@ fn busy_timeout_zero_is_accepted() {
     .now(0)
     .expect_stdout(0, "1");
 }
+
+#[test]
+fn json_errors_name_the_resource_and_epoch_given() {
+    let env = Env::new();
+    let bad = env
+        .fp(&["--json", "write", "../x", "--epoch", "3"])
+        .now(0)
+        .stdin("x")
+        .expect(2)
+        .json_contract();
+    assert_eq!(bad["outcome"], "usage");
+    assert_eq!(bad["resource"], "../x");
+    assert_eq!(bad["epoch"], 3);
+}
