@@ -148,7 +148,8 @@ struct Steps {
     sum_link: usize,
     rename: usize,
     dir_sync: usize,
-    /// fsync of the state file's folder (where the WAL lives), by fencepost before COMMIT.
+    /// fsync of the state file's folder (where the WAL lives), by fencepost before it
+    /// stages the content (outside the lock, before COMMIT).
     state_dir_sync: Option<usize>,
     first_wal_write: usize,
     /// The first WAL write of a frame (not the 32-byte WAL header).
@@ -209,8 +210,8 @@ fn steps(env: &Env, calls: &[Call]) -> Steps {
     let commit_sync = find(frames, "the COMMIT fsync of the WAL", &|c| {
         c.is_sync() && c.fd_path().is_some_and(is_wal)
     });
-    let state_dir_sync = (rename..first_wal_write)
-        .find(|&i| calls[i].is_sync() && calls[i].fd_path() == Some(state_dir));
+    let state_dir_sync =
+        (0..temp_sync).find(|&i| calls[i].is_sync() && calls[i].fd_path() == Some(state_dir));
     let unlink = |suffix: &'static str| {
         move |c: &Call| {
             c.name.starts_with("unlink") && c.line.contains(suffix) && c.line.ends_with("= 0")
@@ -298,9 +299,9 @@ fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
             "{scenario:?}: the WAL is written before the folder fsync\n{trace}"
         );
         let state_dir_sync = s.state_dir_sync.unwrap_or_else(|| {
-            panic!("{scenario:?}: the state file's folder is not fsynced before COMMIT\n{trace}")
+            panic!("{scenario:?}: the state file's folder is not fsynced before staging\n{trace}")
         });
-        assert!(state_dir_sync < s.first_wal_write, "{scenario:?}\n{trace}");
+        assert!(state_dir_sync < s.temp_sync, "{scenario:?}\n{trace}");
         assert!(s.frames < s.commit_sync, "{scenario:?}\n{trace}");
         assert!(
             s.commit_sync < s.unlink_new,

@@ -101,6 +101,9 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         )));
     }
     let existing = atomic::inspect_document(&doc)?;
+    // The WAL exists from the moment the store was opened above, and this open connection
+    // keeps it from being deleted: make its name durable now, outside the lock.
+    sync_state_dir(ctx, &doc)?;
     if let Some(path) = &args.from
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -199,7 +202,6 @@ fn publish(
         .link_for_recovery(doc, exists)
         .and_then(|()| doc.check_unmoved(&ctx.root, resource))
         .and_then(|()| staged.rename_into_place(doc))
-        .and_then(|()| sync_state_dir(ctx, doc))
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
             tx.record_write(resource, fence, &content, owner)?;
@@ -350,11 +352,11 @@ fn open_source(path: &PathBuf) -> Result<File> {
     }
 }
 
-/// fsyncs the state file's folder before COMMIT. SQLite creates the WAL when this process
-/// first reads the state file and fsyncs that folder at COMMIT, but ignores an error
-/// there; doing it first makes the WAL's name durable and turns an error into a failed
-/// write, never a success whose commit could be lost. Skipped when the folder is the
-/// document's (fsynced after the rename already).
+/// fsyncs the state file's folder before the write takes the lock. SQLite creates the
+/// WAL when this process first reads the state file and fsyncs that folder at COMMIT, but
+/// ignores an error there; doing it first makes the WAL's name durable and turns an error
+/// into a failed write, never a success whose commit could be lost. Skipped when the
+/// folder is the document's (fsynced after the rename anyway).
 fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
     let dir = match ctx.db.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
