@@ -22,6 +22,9 @@ use crate::error::{Error, Result};
 use crate::resource::DocPath;
 use crate::sink::{FileId, Leftovers};
 
+/// What follows `.<name>.fencepost-` in a staged temp file's name (then random chars).
+const TEMP: &str = "tmp-";
+
 /// Size of the buffer that streams content: memory stays flat whatever the size.
 const CHUNK: usize = 128 * 1024;
 
@@ -82,9 +85,7 @@ pub struct Staged {
 /// A new document gets the mode an ordinary file creation gets under the umask; a
 /// rewrite keeps the existing document's mode (and owner, where allowed).
 pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) -> Result<Staged> {
-    let mut prefix = std::ffi::OsString::from(".");
-    prefix.push(&doc.name);
-    prefix.push(".fencepost-tmp-");
+    let prefix = doc.sibling_name(TEMP);
     let mode = existing.map_or(0o666, |m| m.permissions().mode() & 0o7777);
     let (file, path) = loop {
         let temp = tempfile::Builder::new()
@@ -267,9 +268,7 @@ pub fn abandoned_temps(doc: &DocPath) -> Result<usize> {
 }
 
 fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
-    let mut prefix = std::ffi::OsString::from(".");
-    prefix.push(&doc.name);
-    prefix.push(".fencepost-tmp-");
+    let prefix = doc.sibling_name(TEMP);
     let prefix = prefix.as_encoded_bytes();
     let entries = match fs::read_dir(&doc.dir) {
         Ok(entries) => entries,

@@ -120,13 +120,19 @@ impl DocPath {
         }
     }
 
-    /// A sibling name owned by the tool: `.<name>.fencepost-<what>`.
+    /// A sibling path owned by the tool: `<dir>/.<name>.fencepost-<what>`.
     pub fn sibling(&self, what: &str) -> PathBuf {
+        self.dir.join(self.sibling_name(what))
+    }
+
+    /// The file name of a sibling owned by the tool: `.<name>.fencepost-<what>` (with
+    /// `what` = `tmp-`, the prefix of the staged temp files).
+    pub fn sibling_name(&self, what: &str) -> OsString {
         let mut name = OsString::from(".");
         name.push(&self.name);
         name.push(RESERVED);
         name.push(what);
-        self.dir.join(name)
+        name
     }
 }
 
