@@ -117,6 +117,66 @@ fn hold_lock(db: &Path) -> Child {
     child
 }
 
+/// Stops a process (SIGSTOP) at a moment it holds no write lock on the state file, so
+/// the test can change the state while the process cannot observe the steps in between.
+/// Resume it with SIGCONT.
+fn stop_outside_transaction(pid: Pid, db: &Path) {
+    let start = Instant::now();
+    loop {
+        kill(pid, Signal::SIGSTOP).expect("stop the process");
+        wait_until_stopped(pid);
+        let free = Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import sqlite3, sys\n\
+                 c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n\
+                 try:\n    c.execute('BEGIN IMMEDIATE')\nexcept sqlite3.OperationalError:\n    sys.exit(3)\n\
+                 c.execute('ROLLBACK')\n",
+            )
+            .arg(db)
+            .status()
+            .expect("run python3");
+        match free.code() {
+            Some(0) => return,
+            Some(3) => {}
+            other => panic!("lock probe failed: {other:?}"),
+        }
+        // Stopped inside a transaction: let it finish and try again.
+        kill(pid, Signal::SIGCONT).expect("resume the process");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the process never left its transaction"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until every thread of the process is in the stopped state (SIGSTOP is
+/// delivered asynchronously).
+fn wait_until_stopped(pid: Pid) {
+    let start = Instant::now();
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    loop {
+        let stopped = std::fs::read_dir(&tasks)
+            .expect("list the process's threads")
+            .all(|task| {
+                let stat = std::fs::read_to_string(task.expect("thread").path().join("stat"))
+                    .unwrap_or_default();
+                // The state is the field after the parenthesised command name.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+            });
+        if stopped {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "process {pid} did not stop"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits for a file to exist and hold a full line; returns it trimmed.
 fn wait_for_line(path: &Path) -> String {
     let start = Instant::now();
@@ -546,17 +606,23 @@ fn a_stopped_childs_last_write_is_refused_by_the_fence() {
     // On SIGTERM the child still tries to publish what it has: the fence refuses it.
     let script = "trap 'printf late | fencepost write \"$FENCEPOST_RESOURCE\" \
                   > \"$FENCEPOST_ROOT/late.out\" 2>&1; echo $? > \"$FENCEPOST_ROOT/late.code\"; exit 0' TERM; \
-                  echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30 & wait";
+                  echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
+                  sleep 30 & wait";
     let run = run_sh(&env, "doc.md", "O", "600ms", &["--grace", "10s"], script);
     let handle = background(run);
+    let run_pid = pid_in(&env.path("runpid"));
     pid_in(&env.path("pid"));
     // A real takeover: expire O's lease (the other actor's clock is past it), then claim.
+    // `run` is stopped meanwhile: were its heartbeat to see the expiry before X's claim,
+    // the child would publish under a lease nobody had taken over yet, and rightly so.
+    stop_outside_transaction(run_pid, &db(&env));
     sql(
         &db(&env),
         "UPDATE lease SET deadline = 0 WHERE resource = 'doc.md';",
     );
     let x = env.claim_wall("doc.md", "X");
     assert_eq!(x, 2);
+    kill(run_pid, Signal::SIGCONT).expect("resume run");
     let (done, took) = handle.join().expect("run thread");
     assert_eq!(done.code, 4, "stderr: {}", done.stderr);
     assert!(took < Duration::from_secs(15), "run took {took:?}");
