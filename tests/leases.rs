@@ -378,7 +378,8 @@ fn renew_prints_new_deadline_in_json() {
 #[test]
 fn claim_wait_takes_over_when_wall_clock_lease_expires() {
     let env = Env::new();
-    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "300ms"])
+    // A's TTL leaves room for a slow machine to start the next claim before it ends.
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1500ms"])
         .expect_stdout(0, "1");
     // Without --wait B is refused at once; with it, B gets the lease when A's expires.
     env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10s"])

@@ -369,7 +369,8 @@ fn run_child_can_write_from_another_folder_with_a_relative_db() {
 #[test]
 fn run_waits_for_a_held_lease_with_wait() {
     let env = Env::new();
-    env.fp(&["claim", "doc.md", "--owner", "P", "--ttl", "700ms"])
+    // P's TTL leaves room for a slow machine to start the next process before it ends.
+    env.fp(&["claim", "doc.md", "--owner", "P", "--ttl", "1500ms"])
         .expect_stdout(0, "1");
     // Without --wait: held, and the command never runs.
     run_sh(&env, "doc.md", "O", "2s", &[], "touch ran").expect_stdout(3, "held");
