@@ -101,7 +101,10 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                             .min(left)
                             .min(Duration::from_millis(until_deadline.unsigned_abs()));
                         std::thread::sleep(nap);
-                        pause = (pause * 2).min(Duration::from_millis(500));
+                        // Capped low: a waiter that sleeps long after a release leaves
+                        // the lease idle (a 500 ms cap made 8 claimers taking turns
+                        // about 1.2x slower than 50 ms; bench/notes.md).
+                        pause = (pause * 2).min(Duration::from_millis(50));
                         continue;
                     }
                     _ => return Err(held(&resource, &args.owner, holder, now)),
