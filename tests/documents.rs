@@ -5,6 +5,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::harness::Env;
 
@@ -226,6 +227,13 @@ fn multi_mebibyte_document_streams_from_stdin() {
         .json_contract();
     assert_eq!(j["outcome"], "written");
     assert_eq!(j["size"], size as u64);
+    // The hash is computed beside the copy (a second thread): check it against one
+    // computed here from the bytes sent.
+    let digest: String = Sha256::digest(&content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(j["sha256"], digest.as_str());
     assert!(env.read("big.bin").expect("doc") == content, "bytes differ");
     let r = row(&env, "big.bin", 1);
     assert_eq!(r["document"]["state"], "matches");
@@ -244,6 +252,37 @@ fn multi_mebibyte_document_streams_from_stdin() {
         .expect_stdout(6, "conflict");
     assert!(env.read("big.bin").expect("doc") == content);
     assert_eq!(env.files(), ["big.bin"]);
+}
+
+#[test]
+fn a_content_read_error_changes_nothing_and_leaves_no_temp_file() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "v1", 1, 0);
+    env.claim("doc.md", "B", 10, 11);
+    std::fs::create_dir(env.path("folder")).expect("folder");
+    // stdin opened on a folder: the open succeeds, the first read fails (EISDIR).
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("exec \"$0\" --root \"$1\" --now 12 write doc.md --epoch 2 < \"$1/folder\"")
+        .arg(crate::harness::bin())
+        .arg(env.path(""))
+        .env_clear()
+        .output()
+        .expect("run fencepost");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert!(
+        stderr.starts_with("fencepost: cannot read the content for"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(env.text("doc.md"), "v1");
+    assert_eq!(debris(&env), Vec::<String>::new());
+    let r = row(&env, "doc.md", 13);
+    assert_eq!(r["sink"]["content_epoch"], 1);
+    assert_eq!(r["sink"]["fence"], 2);
+    assert_eq!(r["document"]["state"], "matches");
 }
 
 #[test]

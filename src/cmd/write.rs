@@ -11,6 +11,7 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 
 use clap::Args;
+use nix::fcntl::{FcntlArg, fcntl};
 use serde_json::json;
 
 use super::{Ctx, Report, check_epoch, check_owner};
@@ -70,7 +71,11 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     }
     let mut source: Box<dyn Read> = match &args.from {
         Some(path) => Box::new(open_source(path)?),
-        None => Box::new(io::stdin().lock()),
+        None => {
+            let stdin = io::stdin();
+            widen_pipe(&stdin);
+            Box::new(stdin.lock())
+        }
     };
     let mut store = ctx.store()?;
 
@@ -334,6 +339,17 @@ fn refusal(
         map.extend(more);
     }
     Error::Refused(Refusal::new(kind, message, fields))
+}
+
+/// Piped content arrives at most 64 KiB per read by default (the pipe's capacity), so
+/// the producer and the copy take turns many times per megabyte. Ask the kernel for a
+/// 1 MiB pipe (the unprivileged limit by default); if it says no, or stdin is not a
+/// pipe, the copy is only slower. Never shrinks a pipe that is already larger.
+fn widen_pipe(stdin: &io::Stdin) {
+    const WANT: i32 = 1 << 20;
+    if fcntl(stdin, FcntlArg::F_GETPIPE_SZ).is_ok_and(|size| size < WANT) {
+        let _ = fcntl(stdin, FcntlArg::F_SETPIPE_SZ(WANT));
+    }
 }
 
 fn open_source(path: &PathBuf) -> Result<File> {
