@@ -426,6 +426,27 @@ fn run_failure_json_names_the_exit_code() {
 }
 
 #[test]
+fn run_json_report_is_the_last_line_after_the_childs_output() {
+    let env = Env::new();
+    let done = run_sh_with(
+        &env,
+        &["--json"],
+        "doc.md",
+        "O",
+        "60s",
+        &[],
+        "echo one; echo two",
+    )
+    .expect(0);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "stdout: {:?}", done.stdout);
+    assert_eq!(lines[..2], ["one", "two"]);
+    let j: Value = serde_json::from_str(lines[2]).expect("the last line is JSON");
+    assert_eq!(j["outcome"], "completed");
+    assert_eq!(j["epoch"], 1);
+}
+
+#[test]
 fn run_child_killed_by_a_signal_exits_128_plus_n_and_releases() {
     let env = Env::new();
     run_sh(&env, "doc.md", "O", "60s", &[], "kill -KILL $$").expect(128 + 9);

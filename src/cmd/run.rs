@@ -34,6 +34,10 @@ use crate::store::HolderChange;
 /// SIGINT, SIGTERM and SIGHUP sent to run are forwarded to CMD. Needs the wall clock:
 /// with --now, time would not pass, so run refuses it.
 ///
+/// CMD's stdout and stderr pass through untouched. With --json, run's own report is one
+/// JSON object on one line, printed after CMD has exited: the last line of stdout when
+/// CMD's own output ends with a newline.
+///
 /// Example:
 ///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
 ///     sh -c 'render-report > out.tmp && fencepost write "$FENCEPOST_RESOURCE" --from out.tmp'
