@@ -229,7 +229,8 @@ impl Staged {
         remove_if_present(&pre)?;
         remove_if_present(&new)?;
         if document_exists {
-            fs::hard_link(doc.path(), &pre).map_err(Error::io("cannot link pre-image", &pre))?;
+            fs::hard_link(doc.path(), &pre)
+                .map_err(Error::io(crate::error::PRE_IMAGE_LINK, &pre))?;
         }
         crate::failpoint!("write.after_pre_link");
         fs::hard_link(&self.path, &new).map_err(Error::io("cannot link staged file", &new))?;

@@ -166,6 +166,14 @@ impl Error {
             Error::Busy { .. } => {
                 Some("raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT) or find the process holding it")
             }
+            Error::Io {
+                context: PRE_IMAGE_LINK,
+                source,
+                ..
+            } if source.kind() == io::ErrorKind::PermissionDenied => Some(
+                "the document belongs to another user and the kernel (fs.protected_hardlinks) \
+                 refuses to link it; run the writer as the document's owner",
+            ),
             _ => None,
         }
     }
@@ -198,3 +206,6 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a write was doing when linking the current document as its pre-image failed.
+pub const PRE_IMAGE_LINK: &str = "cannot link pre-image";

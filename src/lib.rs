@@ -314,6 +314,14 @@ fn context(global: &Global) -> Result<Ctx> {
         "0" | "0ms" | "0s" => 0,
         text => parse_duration(text, ClockKind::Wall, "--busy-timeout")?,
     };
+    // SQLite counts the busy timeout in an int of milliseconds (about 24.8 days).
+    if busy_ms > i64::from(i32::MAX) {
+        return Err(Error::usage(format!(
+            "--busy-timeout {} is too large: at most {}ms (about 24 days)",
+            global.busy_timeout.trim(),
+            i32::MAX
+        )));
+    }
     if global.log_keep < 1 {
         return Err(Error::usage(format!(
             "--log-keep must be at least 1, got {}",

@@ -58,8 +58,10 @@ impl Resource {
         let Some(name) = parts.last() else {
             return Err(bad("names no file"));
         };
-        if parts[0] == STATE_DIR {
-            return Err(bad("points into the tool's own .fencepost folder"));
+        if parts.contains(&STATE_DIR) {
+            return Err(bad(
+                "points into a .fencepost folder, which holds a state file",
+            ));
         }
         if parts.iter().any(|p| p.contains(RESERVED)) {
             return Err(bad(
@@ -192,12 +194,33 @@ fn walk(root: &Path, resource: &Resource) -> Result<Walk> {
                 "resource {resource} leads into the tool's own .fencepost folder"
             )));
         }
+        if dir != root {
+            another_root(&dir, resource)?;
+        }
     }
     Ok(Walk {
         dir,
         missing: Vec::new(),
         name: name.to_string(),
     })
+}
+
+/// Refuses a folder under the root that is itself a publish root (it has a `.fencepost`
+/// folder): its documents are fenced by that root's state file, and a second set of
+/// leases and fences for the same files would let each side overwrite the other.
+fn another_root(dir: &Path, resource: &Resource) -> Result<()> {
+    let marker = dir.join(STATE_DIR);
+    match std::fs::symlink_metadata(&marker) {
+        Ok(_) => Err(Error::usage_hint(
+            format!(
+                "resource {resource} passes through {}, another publish root (it has {STATE_DIR}/)",
+                dir.display()
+            ),
+            format!("use --root {} for its documents", dir.display()),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("cannot inspect", &marker)(e)),
+    }
 }
 
 /// The resource's canonical name: its real path relative to the root, so that two
@@ -282,6 +305,7 @@ mod tests {
             "a/",
             ".",
             ".fencepost/state.db",
+            "reports/.fencepost/state.db",
             "a/.x.fencepost-tmp-1",
             "bad\nname",
         ] {

@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use crate::atomic;
@@ -299,6 +300,34 @@ impl Txn<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// A `meta` value kept as bytes (a path need not be UTF-8).
+    pub fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                [key],
+                |r| match r.get_ref(0)? {
+                    ValueRef::Blob(b) | ValueRef::Text(b) => Ok(Some(b.to_vec())),
+                    _ => Ok(None),
+                },
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(self.fail())
+    }
+
+    /// Sets a `meta` value kept as bytes.
+    pub fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map_err(self.fail())?;
+        Ok(())
     }
 
     /// Refuses to read deadlines on the other clock (without binding a fresh file).

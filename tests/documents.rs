@@ -313,3 +313,73 @@ fn equivalent_spellings_name_the_same_resource() {
     env.write("./reports//daily.md", 1, "same", 1, 0);
     assert_eq!(env.text("reports/daily.md"), "same");
 }
+
+/// Runs fencepost as `nobody` (through setpriv) in `root` at tick `now`.
+fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(crate::harness::bin())
+        .arg("--root")
+        .arg(root)
+        .arg("--now")
+        .arg(now.to_string())
+        .args(args)
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run setpriv");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("feed stdin");
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
+    // Needs root to make a document owned by another user than the writer.
+    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    let protected =
+        std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1");
+    if me != 0 || !protected {
+        eprintln!("skipped: needs root and fs.protected_hardlinks=1 (uid {me})");
+        return;
+    }
+    let env = Env::new();
+    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = env.path("rw");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
+    let out = as_nobody(
+        &dir,
+        1,
+        &["claim", "b.md", "--owner", "n", "--ttl", "10"],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // The document belongs to root, mode 644: nobody may rename over it (the folder is
+    // theirs) but not hard-link it.
+    std::fs::write(dir.join("b.md"), "root's").expect("write as root");
+    std::fs::set_permissions(dir.join("b.md"), std::fs::Permissions::from_mode(0o644))
+        .expect("chmod");
+    let out = as_nobody(&dir, 2, &["write", "b.md", "--epoch", "1"], "nobody's");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "stderr: {stderr}");
+    assert!(
+        lines[0].starts_with("fencepost: cannot link pre-image"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("hint: ") && lines[1].contains("protected_hardlinks"),
+        "{stderr}"
+    );
+    assert_eq!(env.text("rw/b.md"), "root's");
+    assert_eq!(debris(&env), Vec::<String>::new());
+}

@@ -168,6 +168,12 @@ impl Run {
         self
     }
 
+    /// Runs with another `--root` (e.g. a folder inside this env).
+    pub fn root(mut self, root: &Path) -> Run {
+        self.root = root.to_path_buf();
+        self
+    }
+
     pub fn env(mut self, key: &str, value: &str) -> Run {
         self.env.push((key.into(), value.into()));
         self

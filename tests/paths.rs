@@ -1,7 +1,8 @@
 //! Resource identity and the edges found in review: one file has one lease and one
 //! fence whatever its spelling; no path reaches `.fencepost/` or leaves the root, even
 //! when a folder is swapped mid-write; every change sweeps dead writers' temp files; the
-//! log names who was refused; a replay restores a document that went missing.
+//! log names who was refused; a replay restores a document that went missing; one
+//! state file serves one root, and a root does not reach into another.
 
 use std::path::Path;
 
@@ -332,4 +333,181 @@ fn json_errors_name_the_resource_and_epoch_given() {
     assert_eq!(bad["outcome"], "usage");
     assert_eq!(bad["resource"], "../x");
     assert_eq!(bad["epoch"], 3);
+}
+
+#[test]
+fn a_root_does_not_reach_into_a_nested_root() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("pub")).expect("mkdir");
+    let inner = env.path("pub");
+    env.fp(&["claim", "a.md", "--owner", "A", "--ttl", "100"])
+        .root(&inner)
+        .now(1)
+        .expect_stdout(0, "1");
+    env.fp(&["write", "a.md", "--epoch", "1"])
+        .root(&inner)
+        .now(2)
+        .stdin("inner")
+        .expect_stdout(0, "written");
+    // The outer root would have its own lease and fence for the same file: refused.
+    let done = env
+        .fp(&["claim", "pub/a.md", "--owner", "C", "--ttl", "100"])
+        .now(3)
+        .expect(2);
+    assert!(
+        done.stderr.contains("another publish root"),
+        "{}",
+        done.stderr
+    );
+    env.fp(&["write", "pub/a.md", "--epoch", "1"])
+        .now(4)
+        .stdin("outer")
+        .expect(2);
+    // Nor can it write the inner root's state file.
+    env.fp(&["write", "pub/.fencepost/state.db", "--epoch", "1"])
+        .now(4)
+        .stdin("garbage")
+        .expect(2);
+    assert_eq!(env.text("pub/a.md"), "inner");
+    assert!(
+        !env.path(".fencepost").exists(),
+        "the outer root got a state file"
+    );
+    env.fp(&["status"]).root(&inner).now(5).expect(0);
+}
+
+#[test]
+fn one_state_file_serves_one_root() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.path("a/sub")).expect("mkdir");
+    let db = env.path("shared.db");
+    let db = db.to_str().expect("utf-8");
+    env.fp(&[
+        "--db", db, "claim", "sub/x.md", "--owner", "A", "--ttl", "100",
+    ])
+    .root(&env.path("a"))
+    .now(1)
+    .expect_stdout(0, "1");
+    // The same file from the parent folder as root, with the same state file: refused,
+    // for claims and writes and reads alike, and nothing changes.
+    for args in [
+        vec![
+            "--db",
+            db,
+            "claim",
+            "a/sub/x.md",
+            "--owner",
+            "C",
+            "--ttl",
+            "100",
+        ],
+        vec!["--db", db, "write", "a/sub/x.md", "--epoch", "1"],
+        vec!["--db", db, "status"],
+        vec!["--db", db, "verify"],
+    ] {
+        let done = env.fp(&args).now(2).stdin("late").expect(2);
+        assert!(
+            done.stderr.contains("belongs to the publish root"),
+            "{args:?}: {}",
+            done.stderr
+        );
+    }
+    assert!(!env.path("a/sub/x.md").exists());
+    // The root moved: once told, the state file follows it.
+    std::fs::rename(env.path("a"), env.path("b")).expect("move the root");
+    env.fp(&["--db", db, "status"])
+        .root(&env.path("b"))
+        .now(3)
+        .expect(2);
+    env.fp(&["--db", db, "recover", "--root-moved"])
+        .root(&env.path("b"))
+        .now(3)
+        .expect(0);
+    env.fp(&["--db", db, "write", "sub/x.md", "--epoch", "1"])
+        .root(&env.path("b"))
+        .now(4)
+        .stdin("moved")
+        .expect_stdout(0, "written");
+    assert_eq!(env.text("b/sub/x.md"), "moved");
+}
+
+#[test]
+fn a_root_with_its_own_state_folder_can_be_moved_whole() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("a")).expect("mkdir");
+    env.fp(&["claim", "x.md", "--owner", "A", "--ttl", "100"])
+        .root(&env.path("a"))
+        .now(1)
+        .expect_stdout(0, "1");
+    std::fs::rename(env.path("a"), env.path("b")).expect("move the root");
+    env.fp(&["write", "x.md", "--epoch", "1"])
+        .root(&env.path("b"))
+        .now(2)
+        .stdin("v1")
+        .expect_stdout(0, "written");
+    assert_eq!(env.text("b/x.md"), "v1");
+}
+
+#[test]
+fn the_state_file_cannot_be_claimed() {
+    let env = Env::new();
+    for res in ["my.db", "my.db-wal", "my.db-shm", "my.db-journal"] {
+        let done = env
+            .fp(&["--db", "my.db", "claim", res, "--owner", "A", "--ttl", "10"])
+            .now(1)
+            .expect(2);
+        assert!(done.stderr.contains("state file itself"), "{}", done.stderr);
+    }
+    // Once the state file exists too.
+    env.fp(&[
+        "--db", "my.db", "claim", "doc.md", "--owner", "A", "--ttl", "10",
+    ])
+    .now(1)
+    .expect_stdout(0, "1");
+    assert!(env.path("my.db").exists());
+    let done = env
+        .fp(&[
+            "--db", "my.db", "claim", "my.db", "--owner", "A", "--ttl", "10",
+        ])
+        .now(2)
+        .expect(2);
+    assert!(done.stderr.contains("state file itself"), "{}", done.stderr);
+}
+
+#[test]
+fn a_busy_timeout_sqlite_cannot_hold_is_bad_usage() {
+    let env = Env::new();
+    let done = env
+        .fp(&[
+            "--busy-timeout",
+            "600h",
+            "claim",
+            "doc.md",
+            "--owner",
+            "A",
+            "--ttl",
+            "10",
+        ])
+        .now(1)
+        .expect(2);
+    assert!(done.stderr.contains("too large"), "{}", done.stderr);
+    assert!(entries(env.root()).is_empty(), "something was created");
+}
+
+#[test]
+fn a_result_with_control_characters_is_refused() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 1);
+    for bad in ["two\nlines", "\u{1b}[31mred"] {
+        env.fp(&[
+            "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", bad,
+        ])
+        .now(2)
+        .expect(2);
+    }
+    env.fp(&[
+        "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "ok",
+    ])
+    .now(2)
+    .expect_stdout(0, "completed");
 }

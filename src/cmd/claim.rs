@@ -60,6 +60,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     // A document that is a symlink, a folder or a special file can never be written:
     // refuse the claim now, not after the work is done.
     if let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
+        super::refuse_state_file(ctx, &doc, &resource)?;
         crate::atomic::inspect_document(&doc)?;
     }
     let kind = ctx.clock.kind();

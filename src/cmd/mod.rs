@@ -64,13 +64,100 @@ impl Ctx {
         Store::open(&self.db, self.busy, true)?.ok_or_else(|| Error::usage("state file vanished"))
     }
 
-    /// Opens the state file, takes the write lock, checks the clock and recovers the
-    /// resource's document from any crashed write: the first steps of every change.
+    /// Opens the state file, takes the write lock, checks the clock and the root, and
+    /// recovers the resource's document from any crashed write: the first steps of
+    /// every change.
     pub fn begin<'s>(&self, store: &'s mut Store, resource: &Resource) -> Result<Txn<'s>> {
         let tx = store.immediate()?;
-        tx.bind_clock(self.clock.kind())?;
+        self.bind(&tx)?;
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)
+    }
+
+    /// Binds a state file to this clock and this root on its first change, and refuses
+    /// it to any other.
+    pub fn bind(&self, tx: &Txn<'_>) -> Result<()> {
+        tx.bind_clock(self.clock.kind())?;
+        let pin = self.root_pin();
+        match tx.meta_bytes(ROOT_KEY)? {
+            None => tx.set_meta_bytes(ROOT_KEY, &pin),
+            Some(bound) => self.same_root(&bound, &pin),
+        }
+    }
+
+    /// Refuses a state file that belongs to another root (without binding a fresh one):
+    /// the check of commands that only read.
+    pub fn check_root(&self, tx: &Txn<'_>) -> Result<()> {
+        match tx.meta_bytes(ROOT_KEY)? {
+            None => Ok(()),
+            Some(bound) => self.same_root(&bound, &self.root_pin()),
+        }
+    }
+
+    /// Records this root as the state file's root, whatever it was (`recover
+    /// --root-moved`).
+    pub fn rebind_root(&self, tx: &Txn<'_>) -> Result<()> {
+        tx.set_meta_bytes(ROOT_KEY, &self.root_pin())
+    }
+
+    /// How a state file names its root: relative to the state file's folder when the
+    /// root contains it (`..` for the default `<root>/.fencepost/state.db`, so moving
+    /// the whole tree keeps working), else the root's absolute real path. Two roots, one
+    /// state file would mean two names, two leases and two fences for one document.
+    fn root_pin(&self) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        let db_dir = self.db_dir();
+        match db_dir.strip_prefix(&self.root) {
+            Ok(inside) => {
+                let ups = vec![".."; inside.components().count()];
+                if ups.is_empty() {
+                    b".".to_vec()
+                } else {
+                    ups.join("/").into_bytes()
+                }
+            }
+            Err(_) => self.root.as_os_str().as_bytes().to_vec(),
+        }
+    }
+
+    /// The state file's folder, as a real path where it exists.
+    fn db_dir(&self) -> PathBuf {
+        let dir = self
+            .db
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+    }
+
+    fn same_root(&self, bound: &[u8], pin: &[u8]) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        if bound == pin {
+            return Ok(());
+        }
+        let bound = std::path::Path::new(std::ffi::OsStr::from_bytes(bound));
+        // A relative pin is a run of `..` from the state file's folder.
+        let mut named = self.db_dir();
+        if bound.is_absolute() {
+            named = bound.to_path_buf();
+        } else {
+            for _ in bound
+                .components()
+                .filter(|c| *c == std::path::Component::ParentDir)
+            {
+                named.pop();
+            }
+        }
+        Err(Error::usage_hint(
+            format!(
+                "state file {} belongs to the publish root {}, not {}",
+                self.db.display(),
+                named.display(),
+                self.root.display()
+            ),
+            "pass that --root (one root per state file); if the root itself moved, run \
+             `fencepost recover --root-moved` once with the new --root",
+        ))
     }
 
     /// Parses a resource argument and names it by its real path under the root (see
@@ -142,6 +229,17 @@ pub fn check_owner(owner: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a `--result` text with control characters: it is printed by `status` and
+/// `log`, one event per line, and must not break lines or reach a terminal as escapes.
+pub fn check_result(result: Option<&str>) -> Result<()> {
+    match result {
+        Some(text) if text.chars().any(char::is_control) => Err(Error::usage(format!(
+            "--result {text:?} contains control characters (newlines, escapes)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses an epoch that is not positive.
 pub fn check_epoch(epoch: i64) -> Result<()> {
     if epoch <= 0 {
@@ -201,6 +299,9 @@ pub fn lost(
     ))
 }
 
+/// The `meta` key naming the publish root a state file belongs to.
+const ROOT_KEY: &str = "root";
+
 /// Where the default state file is for a root.
 pub fn default_db(root: &std::path::Path) -> PathBuf {
     root.join(resource::STATE_DIR).join("state.db")
@@ -231,6 +332,9 @@ pub fn change_held(
     let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
     check_epoch(holder.epoch)?;
+    if let crate::store::HolderChange::Complete { result } = change {
+        check_result(result)?;
+    }
     let now = ctx.clock.now();
     let mut store = ctx.store()?;
     let tx = ctx.begin(&mut store, &resource)?;
@@ -272,6 +376,17 @@ pub fn change_held(
 /// True when the document would be the state file or one of SQLite's files beside it
 /// (possible when --db is inside the root). Never write it, and never open it with a
 /// plain file descriptor: closing one drops SQLite's POSIX locks in this process.
+/// Refuses a resource that names the state file or one of its companions: no lease
+/// and no write for it.
+pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
+    if is_state_file(doc, &ctx.db) {
+        return Err(Error::usage(format!(
+            "resource {resource} is the state file itself"
+        )));
+    }
+    Ok(())
+}
+
 pub fn is_state_file(doc: &resource::DocPath, db: &std::path::Path) -> bool {
     let (Some(dir), Some(name)) = (db.parent(), db.file_name()) else {
         return false;

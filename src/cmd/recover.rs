@@ -29,10 +29,23 @@ use crate::store::Txn;
 pub struct RecoverArgs {
     /// Only this resource (default: every resource in the state file).
     pub resource: Option<OsString>,
+
+    /// The publish root moved (or was renamed) with its documents: record --root as
+    /// the state file's root. A state file refuses every other root.
+    #[arg(long)]
+    pub root_moved: bool,
 }
 
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     let mut store = ctx.store()?;
+    if args.root_moved {
+        let tx = store.immediate()?;
+        tx.bind_clock(ctx.clock.kind())?;
+        ctx.rebind_root(&tx)?;
+        tx.commit()?;
+    }
+    // Another root's state file: say so once, not once per resource.
+    ctx.check_root(&store.snapshot()?)?;
     let names = match &args.resource {
         Some(raw) => vec![ctx.resource(raw)?],
         None => {
@@ -49,7 +62,7 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     for resource in &names {
         // One unreachable or broken resource must not stop the others from being tidied.
         let one = store.immediate().and_then(|tx| {
-            tx.bind_clock(ctx.clock.kind())?;
+            ctx.bind(&tx)?;
             let done = recover_in(&tx, &ctx.root, resource)?;
             tx.commit()?;
             Ok(done)

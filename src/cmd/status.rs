@@ -88,6 +88,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
 fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<Row>> {
     let tx = store.snapshot()?;
     tx.check_clock(ctx.clock.kind())?;
+    ctx.check_root(&tx)?;
     let names: Vec<Resource> = match only {
         Some(r) => vec![r.clone()],
         None => tx

@@ -53,6 +53,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         ));
     };
     let tx = store.snapshot()?;
+    ctx.check_root(&tx)?;
     let names: Vec<Resource> = match only {
         Some(r) => vec![r],
         None => tx

@@ -84,6 +84,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     {
         let tx = store.snapshot()?;
         tx.check_clock(ctx.clock.kind())?;
+        ctx.check_root(&tx)?;
         let (lease, record) = (tx.lease(&resource)?, tx.sink(&resource)?);
         check_issued_owner(&resource, args, lease.as_ref())?;
         if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
@@ -100,11 +101,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
 
     let doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    if super::is_state_file(&doc, &ctx.db) {
-        return Err(Error::usage(format!(
-            "resource {resource} is the state file itself"
-        )));
-    }
+    super::refuse_state_file(ctx, &doc, &resource)?;
     let existing = atomic::inspect_document(&doc)?;
     // The WAL exists from the moment the store was opened above, and this open connection
     // keeps it from being deleted: make its name durable now, outside the lock.
