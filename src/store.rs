@@ -139,6 +139,76 @@ impl Store {
         Ok(Some(store))
     }
 
+    /// Opens an existing state file for reading only (`status`, `verify`, `log`), so a
+    /// monitoring user who may read the file but not write it can run them. `None` if
+    /// there is no state file, or one that was never initialised.
+    pub fn open_read_only(path: &Path, busy: Duration) -> Result<Option<Store>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let fail = |e| db_error(path, busy, e);
+        let header = |conn: &Connection| -> rusqlite::Result<(i32, i64, i64)> {
+            conn.busy_timeout(busy)?;
+            conn.query_row(
+                "SELECT application_id, user_version, (SELECT count(*) FROM sqlite_schema)
+                 FROM pragma_application_id, pragma_user_version",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let opened = Connection::open_with_flags(path, flags)
+            .and_then(|conn| header(&conn).map(|h| (conn, h)));
+        let (conn, (app_id, version, tables)) = match opened {
+            Ok(done) => done,
+            // A WAL file is read through its shared-memory index, which a reader must be
+            // able to create when no writer has made it (the folder is not ours to write).
+            // With no WAL file, no writer is between a commit and its checkpoint: the
+            // database file alone is the whole state, and can be read as immutable. (A
+            // writer that opened, committed, checkpointed and closed within this read's
+            // milliseconds could still be seen half-way; monitoring reads accept that.)
+            Err(e) if read_only_refused(&e) && !wal_path(path).exists() => {
+                let conn = Connection::open_with_flags(
+                    immutable_uri(path),
+                    flags | OpenFlags::SQLITE_OPEN_URI,
+                )
+                .map_err(fail)?;
+                let h = header(&conn).map_err(fail)?;
+                (conn, h)
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        if app_id == 0 && version == 0 && tables == 0 {
+            return Ok(None);
+        }
+        if app_id != APPLICATION_ID {
+            return Err(not_ours(path));
+        }
+        let known = MIGRATIONS.len() as i64;
+        if version != known {
+            let (what, fix) = if version < known {
+                (
+                    "older",
+                    "run any command that changes it (e.g. `fencepost recover`) to upgrade it",
+                )
+            } else {
+                ("newer", "upgrade fencepost")
+            };
+            return Err(Error::usage_hint(
+                format!(
+                    "state file {} has schema version {version}, {what} than this fencepost's ({known})",
+                    path.display()
+                ),
+                fix,
+            ));
+        }
+        Ok(Some(Store {
+            conn,
+            path: path.to_path_buf(),
+            busy,
+        }))
+    }
+
     fn configure(&mut self) -> Result<()> {
         let (path, busy) = (self.path.clone(), self.busy);
         let fail = |e| db_error(&path, busy, e);
@@ -646,6 +716,35 @@ fn clock_mismatch(path: &Path, bound: ClockKind) -> Error {
             "drop --now, or use another --db for logical ticks",
         ),
     }
+}
+
+/// SQLite's answer when a read-only connection would have to create a file.
+fn read_only_refused(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen)
+    )
+}
+
+/// The WAL file beside a state file.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// `file:PATH?immutable=1`, with the characters a URI gives meaning to escaped.
+fn immutable_uri(path: &Path) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut uri = b"file:".to_vec();
+    for &b in path.as_os_str().as_bytes() {
+        match b {
+            b'%' | b'?' | b'#' => uri.extend_from_slice(format!("%{b:02x}").as_bytes()),
+            _ => uri.push(b),
+        }
+    }
+    uri.extend_from_slice(b"?immutable=1");
+    PathBuf::from(std::ffi::OsString::from_vec(uri))
 }
 
 fn not_ours(path: &Path) -> Error {

@@ -383,3 +383,56 @@ fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
     assert_eq!(env.text("rw/b.md"), "root's");
     assert_eq!(debris(&env), Vec::<String>::new());
 }
+
+#[test]
+fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
+    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    if me != 0 {
+        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+        return;
+    }
+    let env = Env::new();
+    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.claim("doc.md", "A", 10, 1);
+    env.write("doc.md", 1, "v1", 2, 0);
+    // The state file and its folder belong to root, mode 644/755: nobody may read them
+    // but create nothing beside them.
+    let state = env.path(".fencepost");
+    for entry in std::fs::read_dir(&state).expect("state folder") {
+        let meta = entry.expect("entry").metadata().expect("meta");
+        assert_eq!(meta.uid(), 0);
+    }
+    let status = as_nobody(env.root(), 3, &["--json", "status", "doc.md"], "");
+    assert_eq!(status.status.code(), Some(0), "{status:?}");
+    let j: Value = serde_json::from_slice(&status.stdout).expect("json");
+    assert_eq!(j["resources"][0]["document"]["state"], "matches");
+    assert_eq!(j["resources"][0]["lease"]["owner"], "A");
+    let verify = as_nobody(env.root(), 3, &["verify"], "");
+    assert_eq!(verify.status.code(), Some(0), "{verify:?}");
+    let log = as_nobody(env.root(), 3, &["--json", "log", "doc.md"], "");
+    assert_eq!(log.status.code(), Some(0), "{log:?}");
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("\"write\""),
+        "{log:?}"
+    );
+    // Reading changed nothing and created nothing.
+    let mut names: Vec<String> = std::fs::read_dir(&state)
+        .expect("state folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["state.db"]);
+    // A state change by nobody is refused with one line, not a panic.
+    let out = as_nobody(
+        env.root(),
+        4,
+        &["claim", "other.md", "--owner", "n", "--ttl", "5"],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().count(),
+        1,
+        "{out:?}"
+    );
+}

@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
             json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
         ));
     }
-    let events = match Store::open(&ctx.db, ctx.busy, false)? {
+    let events = match Store::open_read_only(&ctx.db, ctx.busy)? {
         Some(mut store) => {
             let tx = store.snapshot()?;
             tx.events(only.as_ref(), args.since)?

@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
         None => None,
     };
     let now = ctx.clock.now();
-    let rows = match crate::store::Store::open(&ctx.db, ctx.busy, false)? {
+    let rows = match crate::store::Store::open_read_only(&ctx.db, ctx.busy)? {
         Some(store) => collect(ctx, store, only.as_ref())?,
         None => match &only {
             Some(resource) => vec![Row {

@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         .map(|raw| ctx.resource(raw))
         .transpose()?;
     let resource = only.as_ref().map(|r| r.to_string());
-    let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
+    let Some(mut store) = Store::open_read_only(&ctx.db, ctx.busy)? else {
         return Ok(Report::new(
             "ok: no state file, nothing to verify",
             json!({ "outcome": "ok", "checked": 0, "problems": [] }),
