@@ -235,6 +235,94 @@ fn assert_one_error_line(done: &Done) {
     assert!(shaped, "stderr: {:?}", done.stderr);
 }
 
+/// Joins a `background` run that must end within `within`. If it does not, kills
+/// `group` (its command's) so that it can end, then fails the test instead of hanging.
+fn join_within(handle: thread::JoinHandle<(Done, Duration)>, within: Duration, group: Pid) -> Done {
+    let start = Instant::now();
+    while !handle.is_finished() {
+        if start.elapsed() > within {
+            let _ = killpg(group, Signal::SIGKILL);
+            let (done, took) = handle.join().expect("run thread");
+            panic!(
+                "run did not end within {within:?} (it ended after {took:?}, once its command \
+                 was killed)\nstdout: {}\nstderr: {}",
+                done.stdout, done.stderr
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    handle.join().expect("run thread").0
+}
+
+/// Drives `sh -c SCRIPT` as a session leader whose controlling terminal is a new
+/// pseudo-terminal (python3's `pty`), as if typed at: each step's reply is typed once the
+/// terminal's output holds its trigger ("" for at once). sh is killed if it runs past
+/// 15 s. Returns sh's exit code (124 when killed) and everything the terminal showed.
+/// The script finds the binary under test on PATH and `root` in `$ROOT`.
+fn in_terminal(root: &Path, script: &str, steps: &[(&str, &str)]) -> (i32, String) {
+    const DRIVER: &str = r#"
+import os, pty, select, signal, sys, time
+script, steps = sys.argv[1], sys.argv[2:]
+steps = [(steps[i].encode(), steps[i + 1].encode()) for i in range(0, len(steps), 2)]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv('/bin/sh', ['sh', '-c', script])
+out, code, deadline = b'', None, time.monotonic() + 15
+while True:
+    while steps and steps[0][0] in out:
+        os.write(fd, steps.pop(0)[1])
+    if code is None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+        elif time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            code = 124
+    ready, _, _ = select.select([fd], [], [], 0.05)
+    if ready:
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            data = b''
+        out += data
+        if data:
+            continue
+    if code is not None:
+        break
+sys.stdout.write(out.decode(errors='replace'))
+sys.exit(code)
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(DRIVER).arg(script);
+    for (trigger, reply) in steps {
+        cmd.arg(trigger).arg(reply);
+    }
+    let out = cmd
+        .env_clear()
+        .env("PATH", path_env())
+        .env("ROOT", root)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run python3");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Kills the process group whose leader's pid is in `file`, if the file is there: the
+/// command of a run that a failed test left behind.
+fn kill_group_in(file: &Path) {
+    if let Some(pid) = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+    {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // run: success
 
@@ -449,8 +537,18 @@ fn run_json_report_is_the_last_line_after_the_childs_output() {
 #[test]
 fn run_child_killed_by_a_signal_exits_128_plus_n_and_releases() {
     let env = Env::new();
-    run_sh(&env, "doc.md", "O", "60s", &[], "kill -KILL $$").expect(128 + 9);
+    let done = run_sh(&env, "doc.md", "O", "60s", &[], "kill -KILL $$").expect(128 + 9);
+    assert_eq!(
+        done.stderr.trim(),
+        "fencepost: sh was killed by SIGKILL (exit 137); lease on doc.md (epoch 1) released"
+    );
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+    // A command that exits with a code above 128 by itself was not killed by anything.
+    let done = run_sh(&env, "doc.md", "O", "60s", &[], "exit 143").expect(143);
+    assert_eq!(
+        done.stderr.trim(),
+        "fencepost: sh exited with code 143; lease on doc.md (epoch 2) released"
+    );
 }
 
 #[test]
@@ -469,6 +567,40 @@ fn run_of_a_missing_program_exits_127_and_releases() {
     .expect(127);
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
     assert_eq!(env.claim_wall("doc.md", "Q"), 2);
+}
+
+#[test]
+fn run_of_a_missing_program_reports_like_any_other_failure_in_json() {
+    let env = Env::new();
+    let done = env
+        .fp(&[
+            "--json",
+            "run",
+            "doc.md",
+            "--owner",
+            "O",
+            "--ttl",
+            "60s",
+            "--",
+            "/nonexistent/program",
+        ])
+        .expect(127);
+    let j = done.json_contract();
+    assert_eq!(j["outcome"], "failed");
+    assert_eq!(j["resource"], "doc.md");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["owner"], "O");
+    assert_eq!(j["exit_code"], 127);
+    // The same keys as a command that started and failed.
+    let started = run_sh_with(&env, &["--json"], "doc.md", "O", "60s", &[], "exit 5")
+        .expect(5)
+        .json_contract();
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&j), keys(&started), "{j} vs {started}");
 }
 
 #[test]
@@ -696,6 +828,140 @@ fn run_forwards_sigterm_to_the_child() {
 #[test]
 fn run_forwards_sigint_to_the_child() {
     forwards(Signal::SIGINT, "INT");
+}
+
+// ---------------------------------------------------------------------------------------
+// run: terminals and stopped commands
+
+/// A command that traps SIGTERM (so the signal waits while it is stopped) and stops
+/// itself: only a SIGCONT after the SIGTERM lets it act on it.
+const STOPS_ITSELF: &str = "trap 'echo term > \"$FENCEPOST_ROOT/marker\"; exit 3' TERM; \
+                            echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
+                            kill -STOP $$; sleep 30 & wait";
+
+#[test]
+fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
+    let env = Env::new();
+    let handle = background(run_sh(&env, "doc.md", "O", "3s", &[], STOPS_ITSELF));
+    let run_pid = pid_in(&env.path("runpid"));
+    let group = pid_in(&env.path("pid"));
+    wait_until_stopped(group);
+    kill(run_pid, Signal::SIGTERM).expect("signal run");
+    let done = join_within(handle, Duration::from_secs(15), group);
+    assert_eq!(done.code, 3, "stderr: {}", done.stderr);
+    assert_one_error_line(&done);
+    assert_eq!(env.text("marker"), "term\n");
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+    assert!(group_gone(group, Duration::from_secs(5)));
+}
+
+#[test]
+fn run_wakes_a_stopped_command_to_stop_it_on_a_lost_lease() {
+    let env = Env::new();
+    // A grace far past the bound: the SIGKILL after it must not be what ends the command.
+    let handle = background(run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "600ms",
+        &["--grace", "60s"],
+        STOPS_ITSELF,
+    ));
+    let group = pid_in(&env.path("pid"));
+    wait_until_stopped(group);
+    sql(
+        &db(&env),
+        "BEGIN IMMEDIATE;\n\
+         UPDATE lease SET epoch = epoch + 1, owner = 'X', state = 'held',\n\
+           deadline = 9000000000000 WHERE resource = 'doc.md';\n\
+         UPDATE sink SET fence = fence + 1 WHERE resource = 'doc.md';\n\
+         COMMIT;",
+    );
+    let done = join_within(handle, Duration::from_secs(15), group);
+    assert_eq!(done.code, 4, "stderr: {}", done.stderr);
+    assert_one_error_line(&done);
+    assert_eq!(env.text("marker"), "term\n");
+    assert!(group_gone(group, Duration::from_secs(5)));
+}
+
+#[test]
+fn run_in_the_foreground_of_a_terminal_lends_it_to_the_command() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("child.sh"),
+        "echo $$ > \"$FENCEPOST_ROOT/pid\"; read x; echo \"got:$x\" > \"$FENCEPOST_ROOT/got\"\n",
+    )
+    .expect("write the child's script");
+    // sh without job control runs run in its own (foreground) group. After run, sh
+    // reads the terminal itself: that works only if run gave the terminal back.
+    let script = r#"fencepost --root "$ROOT" --json run doc.md --owner O --ttl 3s -- sh "$ROOT/child.sh"
+echo "run-exit:$?"
+read y
+echo "after:$y""#;
+    let (code, shown) = in_terminal(
+        env.root(),
+        script,
+        &[("", "hello\n"), ("run-exit:", "world\n")],
+    );
+    kill_group_in(&env.path("pid"));
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    assert!(shown.contains("run-exit:0"), "terminal showed: {shown:?}");
+    assert_eq!(env.text("got"), "got:hello\n");
+    assert!(
+        shown.contains("after:world"),
+        "run did not give the terminal back: {shown:?}"
+    );
+    // run's own report reached the terminal, after the command.
+    let report = shown
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no --json report: {shown:?}"));
+    let j: Value = serde_json::from_str(report.trim()).expect("the report is JSON");
+    assert_eq!(j["outcome"], "completed");
+    let r = row(&env, "doc.md");
+    assert_eq!(r["lease"]["state"], "completed");
+    assert_eq!(r["lease"]["owner"], "O");
+}
+
+#[test]
+fn run_in_the_background_of_a_terminal_leaves_it_alone() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("child.sh"),
+        "trap 'echo term > \"$FENCEPOST_ROOT/marker\"; exit 3' TERM\n\
+         echo $$ > \"$FENCEPOST_ROOT/pid\"\n\
+         read x\n\
+         echo \"got:$x\" > \"$FENCEPOST_ROOT/got\"\n",
+    )
+    .expect("write the child's script");
+    // `set -m`: job control, so `&` puts run in a background group of its own, with the
+    // terminal still on its stdin.
+    let script = r#"set -m
+fencepost --root "$ROOT" run doc.md --owner O --ttl 3s -- sh "$ROOT/child.sh" &
+echo $! > "$ROOT/runpid"
+wait $!
+echo "run-exit:$?"
+read y
+echo "after:$y""#;
+    let driver = {
+        let root = env.root().to_path_buf();
+        let script = script.to_string();
+        thread::spawn(move || in_terminal(&root, &script, &[("run-exit:", "world\n")]))
+    };
+    let group = pid_in(&env.path("pid"));
+    let run_pid = pid_in(&env.path("runpid"));
+    // Reading a terminal it was not given stops the command (SIGTTIN)...
+    wait_until_stopped(group);
+    // ...and a SIGTERM to run still ends both promptly.
+    kill(run_pid, Signal::SIGTERM).expect("signal run");
+    let (code, shown) = driver.join().expect("driver thread");
+    kill_group_in(&env.path("pid"));
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    assert!(shown.contains("run-exit:3"), "terminal showed: {shown:?}");
+    assert!(shown.contains("after:world"), "terminal showed: {shown:?}");
+    assert_eq!(env.text("marker"), "term\n");
+    assert_eq!(env.read("got"), None);
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
 }
 
 // ---------------------------------------------------------------------------------------

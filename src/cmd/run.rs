@@ -9,8 +9,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
+use nix::unistd::{Pid, getpgrp, isatty, tcgetpgrp, tcsetpgrp};
 use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -31,8 +31,13 @@ use crate::store::HolderChange;
 /// The sink's fence, not this kill, is what keeps the document safe.
 /// When CMD exits 0 the lease is completed (result: --result, or "exit 0"); when it
 /// fails the lease is released and run exits with CMD's code (128+N for signal N).
-/// SIGINT, SIGTERM and SIGHUP sent to run are forwarded to CMD. Needs the wall clock:
-/// with --now, time would not pass, so run refuses it.
+/// SIGINT, SIGTERM and SIGHUP sent to run are forwarded to CMD's group, followed by
+/// SIGCONT so a stopped CMD still acts on them. Needs the wall clock: with --now, time
+/// would not pass, so run refuses it.
+///
+/// When run is in the foreground of the terminal on its stdin, CMD's group is made the
+/// foreground while it runs (so CMD can read the terminal and Ctrl-C reaches it), and run
+/// takes the terminal back when CMD exits. Otherwise the terminal is left alone.
 ///
 /// CMD's stdout and stderr pass through untouched. With --json, run's own report is one
 /// JSON object on one line, printed after CMD has exited: the last line of stdout when
@@ -131,17 +136,26 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
                     "cannot run {}: {e}; lease on {resource} (epoch {epoch}) released",
                     program.to_string_lossy()
                 ),
-                fields: json!({ "resource": resource, "epoch": epoch, "exit_code": 127 }),
+                fields: json!({
+                    "resource": resource,
+                    "epoch": epoch,
+                    "owner": args.request.owner,
+                    "exit_code": 127,
+                }),
             });
         }
     };
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    // Taken back when dropped: on every way out below, before anything is printed.
+    let terminal = Foreground::hand_to(group);
 
-    // Forward the signals a user or supervisor sends us to the child's group.
+    // Forward the signals a user or supervisor sends us to the child's group, and wake
+    // it in case it is stopped, so it can act on them.
     std::thread::spawn(move || {
         for sig in signals.forever() {
             if let Ok(sig) = Signal::try_from(sig) {
                 let _ = killpg(group, sig);
+                let _ = killpg(group, Signal::SIGCONT);
             }
         }
     });
@@ -198,6 +212,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         }
     };
     signal_handle.close();
+    drop(terminal);
     let code = exit_code(status);
     if code == 0 {
         let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
@@ -221,19 +236,23 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         ));
     }
     let _ = change_held(ctx, &holder, HolderChange::Release);
+    let program = program.to_string_lossy();
+    let how = match killed_by(status) {
+        Some(signal) => format!("{program} was killed by {signal} (exit {code})"),
+        None => format!("{program} exited with code {code}"),
+    };
     Err(Error::Child {
         code,
-        message: format!(
-            "{} exited with code {code}; lease on {resource} (epoch {epoch}) released",
-            program.to_string_lossy()
-        ),
+        message: format!("{how}; lease on {resource} (epoch {epoch}) released"),
         fields: json!({ "resource": resource, "epoch": epoch, "owner": args.request.owner, "exit_code": code }),
     })
 }
 
-/// SIGTERM to the group, SIGKILL after `grace` if the child has not exited.
+/// SIGTERM to the group (and SIGCONT, in case it is stopped), SIGKILL after `grace` if
+/// the child has not exited.
 fn stop_group(group: Pid, grace: Duration, rx: &mpsc::Receiver<std::io::Result<ExitStatus>>) {
     let _ = killpg(group, Signal::SIGTERM);
+    let _ = killpg(group, Signal::SIGCONT);
     if rx.recv_timeout(grace).is_err() {
         let _ = killpg(group, Signal::SIGKILL);
         let _ = rx.recv();
@@ -247,4 +266,58 @@ fn exit_code(status: ExitStatus) -> i32 {
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1)
+}
+
+/// The name of the signal that killed the command ("SIGKILL"), if one did.
+fn killed_by(status: ExitStatus) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    let n = status.signal()?;
+    Some(Signal::try_from(n).map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_string()))
+}
+
+/// The terminal on run's stdin, lent to the child's process group while it runs.
+///
+/// The child runs in a group of its own, so without this a child reading the terminal is
+/// stopped by SIGTTIN (and Ctrl-C reaches run, not the child). Dropping the value gives
+/// the terminal back to run's own group.
+struct Foreground {
+    own: Pid,
+}
+
+impl Foreground {
+    /// Makes `group` the terminal's foreground process group, if stdin is a terminal
+    /// whose foreground group is run's own; otherwise leaves the terminal alone.
+    fn hand_to(group: Pid) -> Option<Foreground> {
+        let stdin = std::io::stdin();
+        if !isatty(&stdin).unwrap_or(false) {
+            return None;
+        }
+        let own = getpgrp();
+        if tcgetpgrp(&stdin).ok()? != own {
+            return None;
+        }
+        set_foreground(group).ok()?;
+        // The child may have read the terminal before it was its own, and been stopped
+        // by SIGTTIN for it: let it go on.
+        let _ = killpg(group, Signal::SIGCONT);
+        Some(Foreground { own })
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = set_foreground(self.own);
+    }
+}
+
+/// `tcsetpgrp` on stdin with SIGTTOU blocked in this thread only: from a background group
+/// (run's own, once the child has the terminal) the call would otherwise stop run. Blocked
+/// here and restored right after, so no child ever inherits the blocked signal.
+fn set_foreground(group: Pid) -> nix::Result<()> {
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let before = ttou.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
+    let set = tcsetpgrp(std::io::stdin(), group);
+    before.thread_set_mask()?;
+    set
 }
