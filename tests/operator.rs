@@ -604,6 +604,22 @@ fn run_of_a_missing_program_reports_like_any_other_failure_in_json() {
 }
 
 #[test]
+fn run_refuses_a_bad_result_before_running_the_command() {
+    let env = Env::new();
+    run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "60s",
+        &["--result", "a\nb"],
+        "touch ran",
+    )
+    .expect(2);
+    assert!(!env.path("ran").exists(), "the command ran");
+    assert!(!db(&env).exists(), "a state file was made");
+}
+
+#[test]
 fn run_refuses_the_logical_clock() {
     let env = Env::new();
     let done = run_sh(&env, "doc.md", "O", "10", &[], "touch ran")
@@ -921,6 +937,37 @@ echo "after:$y""#;
     let r = row(&env, "doc.md");
     assert_eq!(r["lease"]["state"], "completed");
     assert_eq!(r["lease"]["owner"], "O");
+}
+
+#[test]
+fn ctrl_z_stops_the_command_and_run_and_fg_resumes_both() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("child.sh"),
+        "echo $$ > \"$FENCEPOST_ROOT/pid\"; echo child-ready; read x; \
+         echo \"got:$x\" > \"$FENCEPOST_ROOT/got\"\n",
+    )
+    .expect("write the child's script");
+    // `set -m`: a job-control shell, as at a prompt. Ctrl-Z (typed once the command is
+    // reading) must stop the job and give the shell the terminal back; `fg` resumes it,
+    // and the line typed then reaches the command.
+    let script = r#"set -m
+fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh"
+echo "stopped:$?"
+fg > /dev/null
+echo "fg-exit:$?""#;
+    let (code, shown) = in_terminal(
+        env.root(),
+        script,
+        &[("child-ready", "\x1a"), ("stopped:", "hello\n")],
+    );
+    kill_group_in(&env.path("pid"));
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    // A stopped job's status is 128 + SIGTSTP.
+    assert!(shown.contains("stopped:148"), "terminal showed: {shown:?}");
+    assert!(shown.contains("fg-exit:0"), "terminal showed: {shown:?}");
+    assert_eq!(env.text("got"), "got:hello\n");
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
 }
 
 #[test]
@@ -1456,6 +1503,27 @@ fn man_page_generates_roff() {
     assert!(man.contains(".TH fencepost 1"), "no title header");
     assert!(man.contains("verify") && man.contains("claim"));
     assert!(!db(&env).exists());
+}
+
+#[test]
+fn man_dir_writes_every_page_the_main_page_refers_to() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("man1")).expect("mkdir");
+    env.fp(&["man", "--dir", "man1"]).expect(0);
+    let main = std::fs::read_to_string(env.path("man1/fencepost.1")).expect("fencepost.1");
+    // Every page named as `fencepost\-NAME(1)` exists beside it.
+    let mut referred = 0;
+    for part in main.split("fencepost\\-").skip(1) {
+        let name = part.split('(').next().expect("a name");
+        let page = env.path(&format!("man1/fencepost-{name}.1"));
+        assert!(
+            page.exists(),
+            "fencepost.1 refers to a missing page {page:?}"
+        );
+        referred += 1;
+    }
+    assert!(referred >= 10, "only {referred} pages referred to");
+    env.fp(&["man", "--dir", "missing"]).expect(2);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -24,13 +24,18 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-/// Print the man page (roff).
+/// Print the man page (roff), or write it and one page per command into a folder.
 ///
 /// Example:
-///   fencepost man > /usr/local/share/man/man1/fencepost.1
+///   fencepost man --dir /usr/local/share/man/man1
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ManArgs {}
+pub struct ManArgs {
+    /// Write fencepost.1 and a fencepost-COMMAND.1 page for each command (which
+    /// fencepost.1 refers to) into this existing folder, instead of printing fencepost.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
 
 pub fn completions(args: &CompletionsArgs) -> Result<Report> {
     let shell = match args.shell {
@@ -43,7 +48,21 @@ pub fn completions(args: &CompletionsArgs) -> Result<Report> {
     text(buf)
 }
 
-pub fn man(_: &ManArgs) -> Result<Report> {
+pub fn man(args: &ManArgs) -> Result<Report> {
+    if let Some(dir) = &args.dir {
+        if !dir.is_dir() {
+            return Err(Error::usage(format!(
+                "--dir {} is not an existing folder",
+                dir.display()
+            )));
+        }
+        clap_mangen::generate_to(crate::Cli::command(), dir)
+            .map_err(Error::io("cannot write man pages to", dir))?;
+        return Ok(Report::new(
+            format!("wrote man pages to {}", dir.display()),
+            serde_json::json!({ "outcome": "generated", "dir": dir }),
+        ));
+    }
     let mut buf = Vec::new();
     clap_mangen::Man::new(crate::Cli::command())
         .render(&mut buf)

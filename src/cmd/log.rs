@@ -10,9 +10,10 @@ use crate::audit;
 use crate::error::Result;
 use crate::store::Store;
 
-/// Show the audit log: every claim, takeover, renew, complete, release and write, and
-/// every refusal (held, lost, stale, conflict, unissued), with time, owner, epoch, pid and
-/// host.
+/// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
+///
+/// Changes are claims, takeovers, renewals, completions, releases and writes; refusals
+/// are held, lost, stale, conflict and unissued.
 ///
 /// `--timeline` draws one column per owner, so a takeover and a refused late write stand
 /// out. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops

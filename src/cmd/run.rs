@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, raise};
 use nix::unistd::{Pid, getpgrp, isatty, tcgetpgrp, tcsetpgrp};
 use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -37,7 +37,10 @@ use crate::store::HolderChange;
 ///
 /// When run is in the foreground of the terminal on its stdin, CMD's group is made the
 /// foreground while it runs (so CMD can read the terminal and Ctrl-C reaches it), and run
-/// takes the terminal back when CMD exits. Otherwise the terminal is left alone.
+/// takes the terminal back when CMD exits. Otherwise the terminal is left alone. Ctrl-Z
+/// stops CMD and then run itself, handing the terminal back to the shell; `fg` resumes
+/// both. No renewal is made while they are stopped, so a stop longer than the TTL loses
+/// the lease (exit 4) when resumed.
 ///
 /// CMD's stdout and stderr pass through untouched. With --json, run's own report is one
 /// JSON object on one line, printed after CMD has exited: the last line of stdout when
@@ -71,6 +74,8 @@ pub struct RunArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
+    // Checked now, not when the command has done its work and the lease is completed.
+    super::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
         return Err(Error::usage_hint(
             "run renews its lease in real time and cannot use --now (logical time does not pass)",
@@ -167,12 +172,25 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
     let interval = Duration::from_millis((ttl_ms / 3).max(1));
     let mut next_renew = Instant::now() + interval;
     let status = loop {
-        match rx.recv_timeout(next_renew.saturating_duration_since(Instant::now())) {
+        // With the terminal lent, look in often enough to notice a Ctrl-Z.
+        let mut wake = next_renew;
+        if terminal.is_some() {
+            wake = wake.min(Instant::now() + JOB_CONTROL_POLL);
+        }
+        match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
             Ok(status) => break status.map_err(Error::io("cannot wait for", "the command"))?,
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::usage("internal: lost track of the command"));
             }
             Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(lent) = &terminal
+            && stopped(group)
+        {
+            lent.suspend(group);
+        }
+        if Instant::now() < next_renew {
+            continue;
         }
         // Renew, never waiting on a busy state file past our own deadline.
         let left = deadline.saturating_duration_since(Instant::now());
@@ -302,6 +320,35 @@ impl Foreground {
         let _ = killpg(group, Signal::SIGCONT);
         Some(Foreground { own })
     }
+}
+
+impl Foreground {
+    /// The command was stopped from the terminal (Ctrl-Z): do what a job's leader does.
+    /// Take the terminal back and stop run too, so the shell regains the terminal and
+    /// sees a stopped job. When resumed (`fg`, or `bg`), lend the terminal again if run
+    /// is in the foreground, and continue the command.
+    fn suspend(&self, group: Pid) {
+        let _ = set_foreground(self.own);
+        let _ = raise(Signal::SIGTSTP);
+        // Here once a SIGCONT has resumed run.
+        let stdin = std::io::stdin();
+        if tcgetpgrp(&stdin).is_ok_and(|fg| fg == self.own) {
+            let _ = set_foreground(group);
+        }
+        let _ = killpg(group, Signal::SIGCONT);
+    }
+}
+
+/// How often run checks whether the command it lent the terminal to was stopped.
+const JOB_CONTROL_POLL: Duration = Duration::from_millis(100);
+
+/// True if the process (the command's group leader) is stopped by a signal.
+fn stopped(pid: Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
 }
 
 impl Drop for Foreground {
