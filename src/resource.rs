@@ -157,8 +157,16 @@ fn walk(root: &Path, resource: &Resource) -> Result<Walk> {
         let next = dir.join(folder);
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                let real =
-                    std::fs::canonicalize(&next).map_err(Error::io("cannot follow", &next))?;
+                let real = std::fs::canonicalize(&next).map_err(|e| {
+                    if e.kind() == io::ErrorKind::NotFound {
+                        Error::usage(format!(
+                            "resource {resource} passes through symlink {} that leads nowhere",
+                            next.display()
+                        ))
+                    } else {
+                        Error::io("cannot follow", &next)(e)
+                    }
+                })?;
                 if !real.starts_with(root) {
                     return Err(Error::usage_hint(
                         format!(

@@ -971,6 +971,22 @@ echo "fg-exit:$?""#;
 }
 
 #[test]
+fn write_from_a_terminal_says_to_pipe_the_content_in() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 1);
+    let script = r#"fencepost --root "$ROOT" --now 2 write doc.md --epoch 1
+echo "write-exit:$?""#;
+    let (code, shown) = in_terminal(env.root(), script, &[]);
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    assert!(shown.contains("write-exit:2"), "terminal showed: {shown:?}");
+    assert!(
+        shown.contains("stdin, which is a terminal"),
+        "terminal showed: {shown:?}"
+    );
+    assert!(env.read("doc.md").is_none());
+}
+
+#[test]
 fn run_in_the_background_of_a_terminal_leaves_it_alone() {
     let env = Env::new();
     std::fs::write(
@@ -1175,6 +1191,22 @@ fn log_filters_by_resource_and_since() {
     assert_eq!(late_doc.len(), 2);
     assert!(events(&env, &["--since", "13"]).is_empty());
     assert!(events(&env, &["nothing.md"]).is_empty());
+
+    // --last D: the events since now - D, on the state file's clock (here, ticks).
+    let last = env
+        .fp(&["--json", "log", "--last", "2"])
+        .now(13)
+        .expect(0)
+        .json();
+    let kinds: Vec<&str> = last["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    assert_eq!(kinds, ["stale", "lost", "claim"]);
+    // A wall-clock duration on a state file that counts ticks is refused.
+    env.fp(&["log", "--last", "5m"]).expect(2);
 
     // A timeline over several resources names them.
     let text = env.fp(&["log", "--timeline"]).expect(0).stdout;

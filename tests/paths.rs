@@ -511,3 +511,42 @@ fn a_result_with_control_characters_is_refused() {
     .now(2)
     .expect_stdout(0, "completed");
 }
+
+#[test]
+fn a_dangling_symlinked_folder_is_bad_input() {
+    let env = Env::new();
+    std::os::unix::fs::symlink("nowhere", env.path("dang")).expect("symlink");
+    let done = env
+        .fp(&["claim", "dang/r.md", "--owner", "A", "--ttl", "10"])
+        .now(1)
+        .expect(2);
+    assert!(done.stderr.contains("leads nowhere"), "{}", done.stderr);
+    assert_eq!(entries(env.root()), ["dang"]);
+}
+
+#[test]
+fn recover_without_a_state_file_creates_none() {
+    let env = Env::new();
+    env.fp(&["recover"])
+        .expect_stdout(0, "nothing to recover: no state file");
+    env.fp(&["recover", "a.md"]).expect(0);
+    env.fp(&["recover", "../a.md"]).expect(2);
+    assert!(entries(env.root()).is_empty(), "something was created");
+}
+
+#[test]
+fn a_caller_that_never_held_the_lease_is_told_so() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 1);
+    let done = env
+        .fp(&[
+            "renew", "doc.md", "--owner", "B", "--epoch", "1", "--ttl", "10",
+        ])
+        .now(2)
+        .expect(4);
+    assert!(
+        done.stderr.contains("B epoch 1 does not hold doc.md"),
+        "{}",
+        done.stderr
+    );
+}

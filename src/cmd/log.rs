@@ -31,13 +31,17 @@ pub struct LogArgs {
     #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
     pub since: Option<i64>,
 
+    /// Only events of the last DURATION: 10m, 2h (or ticks, with --now).
+    #[arg(long, value_name = "DURATION", conflicts_with = "since")]
+    pub last: Option<String>,
+
     /// Draw lanes: one column per owner, one row per event.
     #[arg(long, conflicts_with = "prune")]
     pub timeline: bool,
 
     /// Drop all but the newest --log-keep events (of all resources), and print how many
     /// were dropped.
-    #[arg(long, conflicts_with_all = ["resource", "since"])]
+    #[arg(long, conflicts_with_all = ["resource", "since", "last"])]
     pub prune: bool,
 }
 
@@ -57,10 +61,21 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
             json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
         ));
     }
+    let since = match &args.last {
+        Some(text) => {
+            let span = crate::clock::parse_duration(text, ctx.clock.kind(), "--last")?;
+            Some(ctx.clock.now().saturating_sub(span))
+        }
+        None => args.since,
+    };
     let events = match Store::open_read_only(&ctx.db, ctx.busy)? {
         Some(mut store) => {
             let tx = store.snapshot()?;
-            tx.events(only.as_ref(), args.since)?
+            if args.last.is_some() {
+                // "The last 10 minutes" means nothing on a state file that counts ticks.
+                tx.check_clock(ctx.clock.kind())?;
+            }
+            tx.events(only.as_ref(), since)?
         }
         None => Vec::new(),
     };

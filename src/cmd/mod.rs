@@ -289,10 +289,15 @@ pub fn lost(
         "reason": reason.describe(),
         "lease": lease_json(current, now),
     });
+    // Only a lease that was this caller's can be lost; a wrong name never held it.
+    let holds = match reason {
+        LostReason::NoLease | LostReason::WrongOwner => "does not hold",
+        _ => "no longer holds",
+    };
     Error::Refused(Refusal::new(
         RefusalKind::Lost,
         format!(
-            "{owner} epoch {epoch} no longer holds {resource}: {}{holder}",
+            "{owner} epoch {epoch} {holds} {resource}: {}{holder}",
             reason.describe()
         ),
         fields,

@@ -14,7 +14,7 @@ use crate::atomic;
 use crate::error::Result;
 use crate::resource::{DocPath, Resource, locate};
 use crate::sink::{FileId, Leftovers, Recovery, recovery};
-use crate::store::Txn;
+use crate::store::{Store, Txn};
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
 ///
@@ -37,7 +37,16 @@ pub struct RecoverArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
-    let mut store = ctx.store()?;
+    // No state file, no write to finish or undo: say so rather than create one.
+    let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
+        if let Some(raw) = &args.resource {
+            ctx.resource(raw)?;
+        }
+        return Ok(Report::new(
+            "nothing to recover: no state file",
+            json!({ "outcome": "recovered", "resources": [] }),
+        ));
+    };
     if args.root_moved {
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, IsTerminal, Read};
 use std::path::PathBuf;
 
 use clap::Args;
@@ -73,6 +73,12 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         Some(path) => Box::new(open_source(path)?),
         None => {
             let stdin = io::stdin();
+            if stdin.is_terminal() {
+                return Err(Error::usage_hint(
+                    "write reads the document from stdin, which is a terminal",
+                    "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
+                ));
+            }
             widen_pipe(&stdin);
             Box::new(stdin.lock())
         }
