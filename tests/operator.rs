@@ -778,7 +778,9 @@ fn a_stopped_childs_last_write_is_refused_by_the_fence() {
                   > \"$FENCEPOST_ROOT/late.out\" 2>&1; echo $? > \"$FENCEPOST_ROOT/late.code\"; exit 0' TERM; \
                   echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
                   sleep 30 & wait";
-    let run = run_sh(&env, "doc.md", "O", "600ms", &["--grace", "10s"], script);
+    // A TTL long enough that no renewal can run late on a loaded machine: the test, not
+    // the clock, expires the lease.
+    let run = run_sh(&env, "doc.md", "O", "5s", &["--grace", "10s"], script);
     let handle = background(run);
     let run_pid = pid_in(&env.path("runpid"));
     pid_in(&env.path("pid"));
@@ -967,6 +969,69 @@ echo "fg-exit:$?""#;
     assert!(shown.contains("stopped:148"), "terminal showed: {shown:?}");
     assert!(shown.contains("fg-exit:0"), "terminal showed: {shown:?}");
     assert_eq!(env.text("got"), "got:hello\n");
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
+}
+
+#[test]
+fn ctrl_z_stops_a_whole_pipeline_job_not_only_run() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("child.sh"),
+        "echo $$ > \"$FENCEPOST_ROOT/pid\"; echo child-ready; read x; \
+         echo \"got:$x\" > \"$FENCEPOST_ROOT/got\"\n",
+    )
+    .expect("write the child's script");
+    // run shares its job with `cat`: Ctrl-Z must stop both, or the shell never sees a
+    // stopped job and the terminal hangs.
+    let script = r#"set -m
+fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh" | cat
+echo "stopped:$?"
+fg > /dev/null
+echo "fg-exit:$?""#;
+    let (code, shown) = in_terminal(
+        env.root(),
+        script,
+        &[("child-ready", "\x1a"), ("stopped:", "hello\n")],
+    );
+    kill_group_in(&env.path("pid"));
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    assert!(shown.contains("stopped:148"), "terminal showed: {shown:?}");
+    assert!(shown.contains("fg-exit:0"), "terminal showed: {shown:?}");
+    assert_eq!(env.text("got"), "got:hello\n");
+}
+
+#[test]
+fn after_ctrl_z_and_bg_run_leaves_the_shell_its_terminal() {
+    let env = Env::new();
+    std::fs::write(
+        env.path("child.sh"),
+        "echo $$ > \"$FENCEPOST_ROOT/pid\"; echo child-ready; sleep 1; \
+         echo done > \"$FENCEPOST_ROOT/done\"\n",
+    )
+    .expect("write the child's script");
+    // Stopped, then resumed in the background: when the command ends, run must not
+    // take the terminal from the shell, which reads it next.
+    let script = r#"set -m
+fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh"
+echo "stopped:$?"
+bg > /dev/null
+wait
+echo waited
+read y
+echo "after:$y""#;
+    let (code, shown) = in_terminal(
+        env.root(),
+        script,
+        &[("child-ready", "\x1a"), ("waited", "world\n")],
+    );
+    kill_group_in(&env.path("pid"));
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    assert!(shown.contains("stopped:148"), "terminal showed: {shown:?}");
+    assert!(
+        shown.contains("after:world"),
+        "run took the terminal: {shown:?}"
+    );
+    assert_eq!(env.text("done"), "done\n");
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
 }
 

@@ -3,13 +3,14 @@
 //! The kill on a lost lease only stops wasted work: what keeps the document safe is the
 //! sink's fence, which refuses the old epoch whether or not the child is still alive.
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::process::{Command, ExitStatus};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, raise};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
 use nix::unistd::{Pid, getpgrp, isatty, tcgetpgrp, tcsetpgrp};
 use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -38,9 +39,9 @@ use crate::store::HolderChange;
 /// When run is in the foreground of the terminal on its stdin, CMD's group is made the
 /// foreground while it runs (so CMD can read the terminal and Ctrl-C reaches it), and run
 /// takes the terminal back when CMD exits. Otherwise the terminal is left alone. Ctrl-Z
-/// stops CMD and then run itself, handing the terminal back to the shell; `fg` resumes
-/// both. No renewal is made while they are stopped, so a stop longer than the TTL loses
-/// the lease (exit 4) when resumed.
+/// stops CMD and then run's job, handing the terminal back to the shell; `fg` resumes
+/// both. No renewal is made while they are stopped, so a stop of more than about 2/3 of
+/// the TTL loses the lease (exit 4) when resumed.
 ///
 /// CMD's stdout and stderr pass through untouched. With --json, run's own report is one
 /// JSON object on one line, printed after CMD has exited: the last line of stdout when
@@ -187,7 +188,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         if let Some(lent) = &terminal
             && stopped(group)
         {
-            lent.suspend(group);
+            lent.suspend();
         }
         if Instant::now() < next_renew {
             continue;
@@ -299,7 +300,12 @@ fn killed_by(status: ExitStatus) -> Option<String> {
 /// stopped by SIGTTIN (and Ctrl-C reaches run, not the child). Dropping the value gives
 /// the terminal back to run's own group.
 struct Foreground {
+    /// run's own process group.
     own: Pid,
+    /// The command's process group.
+    group: Pid,
+    /// Whether the command has the terminal now (not after a Ctrl-Z and `bg`).
+    lent: Cell<bool>,
 }
 
 impl Foreground {
@@ -318,24 +324,38 @@ impl Foreground {
         // The child may have read the terminal before it was its own, and been stopped
         // by SIGTTIN for it: let it go on.
         let _ = killpg(group, Signal::SIGCONT);
-        Some(Foreground { own })
+        Some(Foreground {
+            own,
+            group,
+            lent: Cell::new(true),
+        })
+    }
+
+    /// Gives the terminal back to run's group if the command still has it; never takes
+    /// it from anyone else (the shell, after `bg`).
+    fn take_back(&self) {
+        let stdin = std::io::stdin();
+        if self.lent.replace(false) && tcgetpgrp(&stdin).is_ok_and(|fg| fg == self.group) {
+            let _ = set_foreground(self.own);
+        }
     }
 }
 
 impl Foreground {
-    /// The command was stopped from the terminal (Ctrl-Z): do what a job's leader does.
-    /// Take the terminal back and stop run too, so the shell regains the terminal and
-    /// sees a stopped job. When resumed (`fg`, or `bg`), lend the terminal again if run
-    /// is in the foreground, and continue the command.
-    fn suspend(&self, group: Pid) {
-        let _ = set_foreground(self.own);
-        let _ = raise(Signal::SIGTSTP);
+    /// The command was stopped (Ctrl-Z, or reading the terminal from the background):
+    /// do what a job's leader does. Take the terminal back if the command has it, and
+    /// stop run's whole job (run and whatever shares its group, e.g. a `| tee`), so the
+    /// shell regains the terminal and sees a stopped job. When resumed (`fg` or `bg`),
+    /// lend the terminal again if run is in the foreground, and continue the command.
+    fn suspend(&self) {
+        self.take_back();
+        let _ = killpg(self.own, Signal::SIGTSTP);
         // Here once a SIGCONT has resumed run.
         let stdin = std::io::stdin();
-        if tcgetpgrp(&stdin).is_ok_and(|fg| fg == self.own) {
-            let _ = set_foreground(group);
+        if tcgetpgrp(&stdin).is_ok_and(|fg| fg == self.own) && set_foreground(self.group).is_ok() {
+            self.lent.set(true);
         }
-        let _ = killpg(group, Signal::SIGCONT);
+        let _ = killpg(self.group, Signal::SIGCONT);
     }
 }
 
@@ -353,7 +373,7 @@ fn stopped(pid: Pid) -> bool {
 
 impl Drop for Foreground {
     fn drop(&mut self) {
-        let _ = set_foreground(self.own);
+        self.take_back();
     }
 }
 
