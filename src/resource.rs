@@ -179,6 +179,7 @@ fn walk(root: &Path, resource: &Resource) -> Result<Walk> {
                 if !real.is_dir() {
                     return Err(Error::usage(format!("{} is not a folder", next.display())));
                 }
+                skipped_folders(root, &real, resource)?;
                 dir = real;
             }
             Ok(meta) if meta.is_dir() => dir = next,
@@ -211,6 +212,25 @@ fn walk(root: &Path, resource: &Resource) -> Result<Walk> {
         missing: Vec::new(),
         name: name.to_string(),
     })
+}
+
+/// Checks the folders a symlink jumps over as if they had been walked one by one: none
+/// may be a `.fencepost` folder or another publish root.
+fn skipped_folders(root: &Path, real: &Path, resource: &Resource) -> Result<()> {
+    let Ok(inside) = real.strip_prefix(root) else {
+        return Ok(());
+    };
+    let mut dir = root.to_path_buf();
+    for part in inside.components() {
+        if part.as_os_str() == STATE_DIR {
+            return Err(Error::usage(format!(
+                "resource {resource} leads into a .fencepost folder, which holds a state file"
+            )));
+        }
+        dir.push(part);
+        another_root(&dir, resource)?;
+    }
+    Ok(())
 }
 
 /// Refuses a folder under the root that is itself a publish root (it has a `.fencepost`

@@ -550,3 +550,33 @@ fn a_caller_that_never_held_the_lease_is_told_so() {
         done.stderr
     );
 }
+
+#[test]
+fn a_symlink_does_not_jump_into_a_nested_root_or_its_state_folder() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.path("sub/deeper")).expect("mkdir");
+    env.fp(&["claim", "x.md", "--owner", "A", "--ttl", "10"])
+        .root(&env.path("sub"))
+        .now(1)
+        .expect(0);
+    std::os::unix::fs::symlink("sub/deeper", env.path("link")).expect("symlink");
+    std::os::unix::fs::symlink("sub/.fencepost", env.path("state")).expect("symlink");
+    for res in ["link/doc.md", "state/state.db"] {
+        let done = env
+            .fp(&["claim", res, "--owner", "C", "--ttl", "10"])
+            .now(1)
+            .expect(2);
+        assert!(
+            done.stderr.contains("another publish root")
+                || done.stderr.contains(".fencepost folder"),
+            "{res}: {}",
+            done.stderr
+        );
+        env.fp(&["write", res, "--epoch", "1"])
+            .now(1)
+            .stdin("garbage")
+            .expect(2);
+    }
+    assert!(!env.path("sub/deeper/doc.md").exists());
+    env.fp(&["status"]).root(&env.path("sub")).now(2).expect(0);
+}
