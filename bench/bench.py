@@ -799,7 +799,7 @@ class Bench:
             L.append(f"### Peak memory, {fmt_size(c['big'])} document\n")
             L.append("`/usr/bin/time -v`, Maximum resident set size, MiB, per sample: "
                      + "; ".join(f"{k}: {', '.join(mib(x) for x in v)}" for k, v in self.rss.items())
-                     + ". The write streams through a 128 KiB buffer.\n")
+                     + ". The write streams through four 128 KiB buffers.\n")
         if hasattr(self, "prune"):
             p = self.prune
             L.append("### One-off: a log above its retention cap\n")

@@ -165,7 +165,7 @@ fn copy_hashed(
             .expect("the channel has room for every buffer");
     }
     thread::scope(|scope| {
-        let hashing = scope.spawn(move || {
+        let spawned = thread::Builder::new().spawn_scoped(scope, move || {
             let mut hasher = Sha256::new();
             for (buf, n) in filled {
                 hasher.update(&buf[..n]);
@@ -174,6 +174,10 @@ fn copy_hashed(
             }
             hasher.finalize()
         });
+        let Ok(hashing) = spawned else {
+            // No thread to be had (a process limit): hash in series instead.
+            return copy_serial(source, file, doc, temp);
+        };
         let copied = copy_chunks(source, file, &free, &to_hasher, doc, temp);
         // Closing the channel ends the hasher's loop, whatever the copy's outcome.
         drop(to_hasher);
@@ -184,6 +188,39 @@ fn copy_hashed(
         })?;
         copied.map(|size| (hex(&digest), size))
     })
+}
+
+/// `copy_hashed` without the second thread: SHA-256 in series with the copy.
+fn copy_serial(
+    source: &mut dyn Read,
+    file: &mut File,
+    doc: &DocPath,
+    temp: &Path,
+) -> Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut size: u64 = 0;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = read_some(source, &mut buf, doc)?;
+        if n == 0 {
+            return Ok((hex(&hasher.finalize()), size));
+        }
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n])
+            .map_err(Error::io("cannot write", temp.to_path_buf()))?;
+        size += n as u64;
+    }
+}
+
+/// One read of the content (0 at its end), retried when a signal interrupts it.
+fn read_some(source: &mut dyn Read, buf: &mut [u8], doc: &DocPath) -> Result<usize> {
+    loop {
+        match source.read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("cannot read the content for", doc.path())(e)),
+        }
+    }
 }
 
 /// The copying half of `copy_hashed`: reads, writes, hands each chunk to the hasher.
@@ -203,13 +240,7 @@ fn copy_chunks(
     let mut size: u64 = 0;
     loop {
         let mut buf = free.recv().map_err(|_| hasher_gone())?;
-        let n = loop {
-            match source.read(&mut buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io("cannot read the content for", doc.path())(e)),
-            }
-        };
+        let n = read_some(source, &mut buf, doc)?;
         if n == 0 {
             return Ok(size);
         }

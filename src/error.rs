@@ -171,8 +171,9 @@ impl Error {
                 source,
                 ..
             } if source.kind() == io::ErrorKind::PermissionDenied => Some(
-                "the document belongs to another user and the kernel (fs.protected_hardlinks) \
-                 refuses to link it; run the writer as the document's owner",
+                "the kernel refused to hard-link the document: it belongs to another user \
+                 (fs.protected_hardlinks), or the filesystem has no hard links; run the \
+                 writer as the document's owner",
             ),
             _ => None,
         }

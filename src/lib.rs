@@ -201,7 +201,12 @@ where
     });
     match result {
         Ok(report) => {
-            let generated = matches!(cli.command, Command::Completions(_) | Command::Man(_));
+            // A script or page printed as it is; `man --dir` prints a report like others.
+            let generated = match &cli.command {
+                Command::Completions(_) => true,
+                Command::Man(args) => args.dir.is_none(),
+                _ => false,
+            };
             let text = if json && !generated {
                 let mut map = report.json;
                 map.entry("outcome").or_insert(json!("ok"));

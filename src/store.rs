@@ -90,6 +90,9 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     busy: Duration,
+    /// For a reader of an immutable database file: the lock that keeps writers from
+    /// checkpointing into it meanwhile (see `hold_shared`). Dropped after `conn`.
+    _frozen: Option<std::fs::File>,
 }
 
 impl Store {
@@ -121,6 +124,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             busy,
+            _frozen: None,
         };
         store.configure()?;
         if is_new {
@@ -159,15 +163,18 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let opened = Connection::open_with_flags(path, flags)
             .and_then(|conn| header(&conn).map(|h| (conn, h)));
+        let mut frozen = None;
         let (conn, (app_id, version, tables)) = match opened {
             Ok(done) => done,
             // A WAL file is read through its shared-memory index, which a reader must be
             // able to create when no writer has made it (the folder is not ours to write).
             // With no WAL file, no writer is between a commit and its checkpoint: the
-            // database file alone is the whole state, and can be read as immutable. (A
-            // writer that opened, committed, checkpointed and closed within this read's
-            // milliseconds could still be seen half-way; monitoring reads accept that.)
+            // database file alone is the whole state, and can be read as immutable. A
+            // writer starting meanwhile commits into a new WAL, which this read does not
+            // see (it reads the state as of its start); the lock below keeps that writer
+            // from checkpointing into the file under the read when it closes.
             Err(e) if read_only_refused(&e) && !wal_path(path).exists() => {
+                frozen = Some(hold_shared(path, busy)?);
                 let conn = Connection::open_with_flags(
                     immutable_uri(path),
                     flags | OpenFlags::SQLITE_OPEN_URI,
@@ -185,6 +192,12 @@ impl Store {
             return Err(not_ours(path));
         }
         let known = MIGRATIONS.len() as i64;
+        // Written by an older fencepost: upgrade it, as any command would, if we may.
+        if version < known
+            && let Ok(store) = Store::open(path, busy, false)
+        {
+            return Ok(store);
+        }
         if version != known {
             let (what, fix) = if version < known {
                 (
@@ -206,6 +219,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             busy,
+            _frozen: frozen,
         }))
     }
 
@@ -715,6 +729,46 @@ fn clock_mismatch(path: &Path, bound: ClockKind) -> Error {
             ),
             "drop --now, or use another --db for logical ticks",
         ),
+    }
+}
+
+/// Takes a read lock on the bytes SQLite's SHARED lock covers (its unix VFS: 510 bytes
+/// from 2^30 + 2), as a reader connection would. While it is held no connection gets the
+/// EXCLUSIVE lock that checkpointing the WAL when the last connection closes needs, so
+/// the database file does not change under an immutable read. (A checkpoint run after a
+/// commit that grew the WAL past 1000 pages needs no EXCLUSIVE lock; no fencepost
+/// transaction but an unbounded `log --prune` is that big.) Retried while a checkpoint
+/// holds the lock, up to the busy timeout.
+fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    use nix::libc;
+    const SHARED_FIRST: libc::off_t = (1 << 30) + 2;
+    const SHARED_SIZE: libc::off_t = 510;
+    let file = std::fs::File::open(path).map_err(Error::io("cannot open", path))?;
+    let lock = libc::flock {
+        l_type: libc::F_RDLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: SHARED_FIRST,
+        l_len: SHARED_SIZE,
+        l_pid: 0,
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match fcntl(&file, FcntlArg::F_SETLK(&lock)) {
+            Ok(_) => return Ok(file),
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES)
+                if started.elapsed() < busy =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
+                return Err(Error::Busy {
+                    path: path.to_path_buf(),
+                    waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            Err(e) => return Err(Error::io("cannot lock", path)(e.into())),
+        }
     }
 }
 

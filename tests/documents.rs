@@ -314,6 +314,22 @@ fn equivalent_spellings_name_the_same_resource() {
     assert_eq!(env.text("reports/daily.md"), "same");
 }
 
+/// A folder `rw` in the env that belongs to `nobody` (the env's root opened to all), for
+/// tests that run fencepost as another user. `None`, with a note, unless run as root (CI
+/// runs as root).
+fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
+    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    if me != 0 {
+        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+        return None;
+    }
+    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = env.path("rw");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
+    Some(dir)
+}
+
 /// Runs fencepost as `nobody` (through setpriv) in `root` at tick `now`.
 fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> std::process::Output {
     use std::io::Write as _;
@@ -342,19 +358,17 @@ fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> st
 
 #[test]
 fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
-    // Needs root to make a document owned by another user than the writer.
-    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    // The kernel's rule this test is about.
     let protected =
         std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1");
-    if me != 0 || !protected {
-        eprintln!("skipped: needs root and fs.protected_hardlinks=1 (uid {me})");
+    if !protected {
+        eprintln!("skipped: needs fs.protected_hardlinks=1");
         return;
     }
     let env = Env::new();
-    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let dir = env.path("rw");
-    std::fs::create_dir(&dir).expect("mkdir");
-    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
+    let Some(dir) = nobodys_folder(&env) else {
+        return;
+    };
     let out = as_nobody(
         &dir,
         1,
@@ -435,4 +449,55 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
         1,
         "{out:?}"
     );
+}
+
+#[test]
+fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
+    let env = Env::new();
+    let Some(dir) = nobodys_folder(&env) else {
+        return;
+    };
+    let out = as_nobody(
+        &dir,
+        1,
+        &["claim", "b.bin", "--owner", "n", "--ttl", "10"],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let content: String = (0..300_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    // One process allowed to nobody (the writer itself): no thread can be started.
+    let mut child = std::process::Command::new("prlimit")
+        .args([
+            "--nproc=1:1",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .arg(crate::harness::bin())
+        .args(["--root"])
+        .arg(&dir)
+        .args(["--now", "2", "--json", "write", "b.bin", "--epoch", "1"])
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run prlimit");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(content.as_bytes()).expect("feed stdin");
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let digest: String = Sha256::digest(content.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(j["sha256"], digest.as_str());
+    assert_eq!(env.text("rw/b.bin"), content);
 }

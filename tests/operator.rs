@@ -6,6 +6,7 @@
 //! and timings that are measured but never asserted tightly.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -1621,6 +1622,21 @@ fn man_dir_writes_every_page_the_main_page_refers_to() {
     }
     assert!(referred >= 10, "only {referred} pages referred to");
     env.fp(&["man", "--dir", "missing"]).expect(2);
+    // A folder whose name is not UTF-8: no panic, in --json either.
+    let odd = std::ffi::OsStr::from_bytes(b"man\xff");
+    std::fs::create_dir(env.root().join(odd)).expect("mkdir");
+    let done = Command::new(harness::bin())
+        .arg("--json")
+        .arg("man")
+        .arg("--dir")
+        .arg(odd)
+        .current_dir(env.root())
+        .env_clear()
+        .output()
+        .expect("run fencepost");
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+    let j: Value = serde_json::from_slice(&done.stdout).expect("one JSON object");
+    assert_eq!(j["outcome"], "generated");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -413,6 +413,17 @@ fn one_state_file_serves_one_root() {
         );
     }
     assert!(!env.path("a/sub/x.md").exists());
+    // Bad input to `recover --root-moved` changes nothing, not even the root's record.
+    env.fp(&["--db", db, "recover", "--root-moved", "../x.md"])
+        .root(&env.path("a"))
+        .now(2)
+        .expect(2);
+    env.fp(&["--db", db, "status"])
+        .root(&env.path("a"))
+        .now(2)
+        .expect(0);
+    // `log` reads another root's state file no more than `status` does.
+    env.fp(&["--db", db, "log"]).now(2).expect(2);
     // The root moved: once told, the state file follows it.
     std::fs::rename(env.path("a"), env.path("b")).expect("move the root");
     env.fp(&["--db", db, "status"])

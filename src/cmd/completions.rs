@@ -60,7 +60,7 @@ pub fn man(args: &ManArgs) -> Result<Report> {
             .map_err(Error::io("cannot write man pages to", dir))?;
         return Ok(Report::new(
             format!("wrote man pages to {}", dir.display()),
-            serde_json::json!({ "outcome": "generated", "dir": dir }),
+            serde_json::json!({ "outcome": "generated", "dir": dir.to_string_lossy() }),
         ));
     }
     let mut buf = Vec::new();

@@ -71,6 +71,7 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let events = match Store::open_read_only(&ctx.db, ctx.busy)? {
         Some(mut store) => {
             let tx = store.snapshot()?;
+            ctx.check_root(&tx)?;
             if args.last.is_some() {
                 // "The last 10 minutes" means nothing on a state file that counts ticks.
                 tx.check_clock(ctx.clock.kind())?;

@@ -120,8 +120,14 @@ impl Ctx {
         }
     }
 
-    /// The state file's folder, as a real path where it exists.
+    /// The state file's real folder: through a symlinked state file to the folder of
+    /// the file SQLite opens, else the (real) folder named.
     fn db_dir(&self) -> PathBuf {
+        if let Ok(real) = std::fs::canonicalize(&self.db)
+            && let Some(dir) = real.parent()
+        {
+            return dir.to_path_buf();
+        }
         let dir = self
             .db
             .parent()
@@ -378,9 +384,6 @@ pub fn change_held(
     ))
 }
 
-/// True when the document would be the state file or one of SQLite's files beside it
-/// (possible when --db is inside the root). Never write it, and never open it with a
-/// plain file descriptor: closing one drops SQLite's POSIX locks in this process.
 /// Refuses a resource that names the state file or one of its companions: no lease
 /// and no write for it.
 pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
@@ -392,6 +395,9 @@ pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource
     Ok(())
 }
 
+/// True when the document would be the state file or one of SQLite's files beside it
+/// (possible when --db is inside the root). Never write it, and never open it with a
+/// plain file descriptor: closing one drops SQLite's POSIX locks in this process.
 pub fn is_state_file(doc: &resource::DocPath, db: &std::path::Path) -> bool {
     let (Some(dir), Some(name)) = (db.parent(), db.file_name()) else {
         return false;

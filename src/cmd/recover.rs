@@ -37,26 +37,31 @@ pub struct RecoverArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
+    // Bad input changes nothing, not even the root's record.
+    let only = args
+        .resource
+        .as_deref()
+        .map(|raw| ctx.resource(raw))
+        .transpose()?;
     // No state file, no write to finish or undo: say so rather than create one.
     let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
-        if let Some(raw) = &args.resource {
-            ctx.resource(raw)?;
-        }
         return Ok(Report::new(
             "nothing to recover: no state file",
             json!({ "outcome": "recovered", "resources": [] }),
         ));
     };
+    let mut lines = Vec::new();
     if args.root_moved {
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;
         ctx.rebind_root(&tx)?;
         tx.commit()?;
+        lines.push(format!("state file now belongs to {}", ctx.root.display()));
     }
     // Another root's state file: say so once, not once per resource.
     ctx.check_root(&store.snapshot()?)?;
-    let names = match &args.resource {
-        Some(raw) => vec![ctx.resource(raw)?],
+    let names = match only {
+        Some(resource) => vec![resource],
         None => {
             let tx = store.snapshot()?;
             tx.resources()?
@@ -65,7 +70,6 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
                 .collect()
         }
     };
-    let mut lines = Vec::new();
     let mut actions = Vec::new();
     let mut failed = Vec::new();
     for resource in &names {

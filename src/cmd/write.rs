@@ -79,8 +79,11 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
                     "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
                 ));
             }
-            widen_pipe(&stdin);
-            Box::new(stdin.lock())
+            Box::new(Piped {
+                stdin: stdin.lock(),
+                read: 0,
+                widened: false,
+            })
         }
     };
     let mut store = ctx.store()?;
@@ -342,6 +345,30 @@ fn refusal(
         map.extend(more);
     }
     Error::Refused(Refusal::new(kind, message, fields))
+}
+
+/// Stdin, whose pipe is widened (`widen_pipe`) once the content has proved big.
+struct Piped {
+    stdin: io::StdinLock<'static>,
+    read: u64,
+    widened: bool,
+}
+
+/// Content read from stdin before its pipe is widened. Small documents, the common case
+/// and often many at once, keep the default pipe: a wider one counts against the user's
+/// pipe budget (`/proc/sys/fs/pipe-user-pages-soft`), shared with all their programs.
+const WIDEN_AFTER: u64 = 1 << 20;
+
+impl Read for Piped {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.stdin.read(buf)?;
+        self.read += n as u64;
+        if !self.widened && self.read >= WIDEN_AFTER {
+            self.widened = true;
+            widen_pipe(&io::stdin());
+        }
+        Ok(n)
+    }
 }
 
 /// Piped content arrives at most 64 KiB per read by default (the pipe's capacity), so
