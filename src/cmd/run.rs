@@ -28,7 +28,8 @@ use crate::store::HolderChange;
 /// FENCEPOST_OWNER, FENCEPOST_ROOT and FENCEPOST_DB set, so inside it a plain
 /// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch. The lease is
 /// renewed every TTL/3. If a renewal is refused (taken over) or cannot be made before
-/// the deadline, CMD's group gets SIGTERM, then SIGKILL after --grace, and run exits 4.
+/// the deadline, CMD's group gets SIGTERM (and SIGCONT), then SIGKILL after --grace, and
+/// run exits 4.
 /// The sink's fence, not this kill, is what keeps the document safe.
 /// When CMD exits 0 the lease is completed (result: --result, or "exit 0"); when it
 /// fails the lease is released and run exits with CMD's code (128+N for signal N).
