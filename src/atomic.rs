@@ -214,11 +214,15 @@ fn copy_serial(
 
 /// One read of the content (0 at its end), retried when a signal interrupts it.
 fn read_some(source: &mut dyn Read, buf: &mut [u8], doc: &DocPath) -> Result<usize> {
+    read_retrying(source, buf).map_err(Error::io("cannot read the content for", doc.path()))
+}
+
+/// One read, retried when a signal interrupts it.
+fn read_retrying(source: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         match source.read(buf) {
-            Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("cannot read the content for", doc.path())(e)),
+            done => return done,
         }
     }
 }
@@ -402,6 +406,13 @@ pub fn ensure_space(dir: &Path, size: u64) -> Result<()> {
     }
 }
 
+/// The folder a path names its file in: `.` for a bare file name.
+pub fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// fsyncs a folder, making renames and links in it durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
@@ -416,12 +427,10 @@ pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
     let mut buf = vec![0u8; CHUNK];
     let mut size = 0u64;
     loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        let n = read_retrying(&mut file, &mut buf)?;
+        if n == 0 {
+            break;
+        }
         hasher.update(&buf[..n]);
         size += n as u64;
     }

@@ -130,14 +130,9 @@ impl Store {
         if is_new {
             // A new state file (and any folder made for it) must survive a power loss as
             // surely as its first commit: fsync the folders that now name them.
-            let here = Path::new(".");
-            atomic::fsync_dir(dir.unwrap_or(here))?;
+            atomic::fsync_dir(atomic::folder_of(path))?;
             for made in &new_dirs {
-                atomic::fsync_dir(
-                    made.parent()
-                        .filter(|p| !p.as_os_str().is_empty())
-                        .unwrap_or(here),
-                )?;
+                atomic::fsync_dir(atomic::folder_of(made))?;
             }
         }
         Ok(Some(store))
@@ -151,14 +146,9 @@ impl Store {
             return Ok(None);
         }
         let fail = |e| db_error(path, busy, e);
-        let header = |conn: &Connection| -> rusqlite::Result<(i32, i64, i64)> {
+        let header = |conn: &Connection| {
             conn.busy_timeout(busy)?;
-            conn.query_row(
-                "SELECT application_id, user_version, (SELECT count(*) FROM sqlite_schema)
-                 FROM pragma_application_id, pragma_user_version",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
+            header(conn)
         };
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let opened = Connection::open_with_flags(path, flags)
@@ -227,14 +217,7 @@ impl Store {
         let (path, busy) = (self.path.clone(), self.busy);
         let fail = |e| db_error(&path, busy, e);
         self.conn.busy_timeout(busy).map_err(fail)?;
-        let (app_id, version): (i32, i64) = self
-            .conn
-            .query_row(
-                "SELECT application_id, user_version FROM pragma_application_id, pragma_user_version",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(fail)?;
+        let (app_id, version, _) = header(&self.conn).map_err(fail)?;
         if app_id == APPLICATION_ID && version == MIGRATIONS.len() as i64 {
             self.conn
                 .pragma_update(None, "synchronous", "FULL")
@@ -251,15 +234,7 @@ impl Store {
         let fail = |e| db_error(&path, busy, e);
         // Refuse another application's database before writing anything to it, even its
         // journal mode (checked again below, under the lock).
-        let (app_id, tables): (i32, i64) = self
-            .conn
-            .query_row(
-                "SELECT application_id, (SELECT count(*) FROM sqlite_schema)
-                 FROM pragma_application_id",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(fail)?;
+        let (app_id, _, tables) = header(&self.conn).map_err(fail)?;
         if app_id != APPLICATION_ID && (app_id != 0 || tables != 0) {
             return Err(not_ours(&path));
         }
@@ -281,15 +256,7 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(fail)?;
-        let (app_id, version, tables): (i32, i64, i64) = tx
-            .query_row(
-                "SELECT application_id, user_version,
-                        (SELECT count(*) FROM sqlite_schema)
-                 FROM pragma_application_id, pragma_user_version",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(fail)?;
+        let (app_id, version, tables) = header(&tx).map_err(fail)?;
         let fresh = app_id == 0 && version == 0 && tables == 0;
         if !fresh && app_id != APPLICATION_ID {
             return Err(not_ours(&path));
@@ -423,14 +390,11 @@ impl Txn<'_> {
     }
 
     fn clock(&self) -> Result<Option<ClockKind>> {
-        let value: Option<String> = self
-            .tx
-            .query_row("SELECT value FROM meta WHERE key = 'clock'", [], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(self.fail())?;
-        Ok(value.as_deref().and_then(ClockKind::parse))
+        let value = self.meta_bytes("clock")?;
+        Ok(value
+            .as_deref()
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(ClockKind::parse))
     }
 
     pub fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
@@ -770,6 +734,17 @@ fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
             Err(e) => return Err(Error::io("cannot lock", path)(e.into())),
         }
     }
+}
+
+/// What a state file says of itself: its application id, schema version and number of
+/// schema objects (0, 0, 0 for a file nobody has initialised).
+fn header(conn: &Connection) -> rusqlite::Result<(i32, i64, i64)> {
+    conn.query_row(
+        "SELECT application_id, user_version, (SELECT count(*) FROM sqlite_schema)
+         FROM pragma_application_id, pragma_user_version",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
 }
 
 /// SQLite's answer when a read-only connection would have to create a file.

@@ -5,8 +5,8 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
+use crate::crash::sha256_hex;
 use crate::harness::Env;
 
 fn mode(env: &Env, rel: &str) -> u32 {
@@ -229,11 +229,7 @@ fn multi_mebibyte_document_streams_from_stdin() {
     assert_eq!(j["size"], size as u64);
     // The hash is computed beside the copy (a second thread): check it against one
     // computed here from the bytes sent.
-    let digest: String = Sha256::digest(&content)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(j["sha256"], digest.as_str());
+    assert_eq!(j["sha256"], sha256_hex(&content).as_str());
     assert!(env.read("big.bin").expect("doc") == content, "bytes differ");
     let r = row(&env, "big.bin", 1);
     assert_eq!(r["document"]["state"], "matches");
@@ -332,9 +328,27 @@ fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
 
 /// Runs fencepost as `nobody` (through setpriv) in `root` at tick `now`.
 fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> std::process::Output {
+    as_nobody_under(&[], root, now, args, stdin)
+}
+
+/// The same, started through `wrapper` (e.g. `prlimit --nproc=1:1`) before setpriv.
+fn as_nobody_under(
+    wrapper: &[&str],
+    root: &std::path::Path,
+    now: i64,
+    args: &[&str],
+    stdin: &str,
+) -> std::process::Output {
     use std::io::Write as _;
-    let mut child = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+    let setpriv = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let mut line = wrapper.iter().chain(&setpriv);
+    let mut child = std::process::Command::new(line.next().expect("a program"))
+        .args(line)
         .arg(crate::harness::bin())
         .arg("--root")
         .arg(root)
@@ -468,36 +482,15 @@ fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
     // One process allowed to nobody (the writer itself): no thread can be started.
-    let mut child = std::process::Command::new("prlimit")
-        .args([
-            "--nproc=1:1",
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ])
-        .arg(crate::harness::bin())
-        .args(["--root"])
-        .arg(&dir)
-        .args(["--now", "2", "--json", "write", "b.bin", "--epoch", "1"])
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run prlimit");
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(content.as_bytes()).expect("feed stdin");
-    }
-    let out = child.wait_with_output().expect("wait");
+    let out = as_nobody_under(
+        &["prlimit", "--nproc=1:1"],
+        &dir,
+        2,
+        &["--json", "write", "b.bin", "--epoch", "1"],
+        &content,
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let j: Value = serde_json::from_slice(&out.stdout).expect("json");
-    let digest: String = Sha256::digest(content.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(j["sha256"], digest.as_str());
+    assert_eq!(j["sha256"], sha256_hex(content.as_bytes()).as_str());
     assert_eq!(env.text("rw/b.bin"), content);
 }

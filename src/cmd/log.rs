@@ -46,11 +46,7 @@ pub struct LogArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
-    let only = args
-        .resource
-        .as_deref()
-        .map(|raw| ctx.resource(raw))
-        .transpose()?;
+    let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
         let mut store = ctx.store()?;
         let tx = store.immediate()?;

@@ -68,20 +68,21 @@ impl Ctx {
     /// recovers the resource's document from any crashed write: the first steps of
     /// every change.
     pub fn begin<'s>(&self, store: &'s mut Store, resource: &Resource) -> Result<Txn<'s>> {
+        // Resolved before the lock: it walks the state file's path.
+        let pin = self.root_pin();
         let tx = store.immediate()?;
-        self.bind(&tx)?;
+        self.bind(&tx, &pin)?;
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)
     }
 
-    /// Binds a state file to this clock and this root on its first change, and refuses
-    /// it to any other.
-    pub fn bind(&self, tx: &Txn<'_>) -> Result<()> {
+    /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on
+    /// its first change, and refuses it to any other.
+    pub fn bind(&self, tx: &Txn<'_>, pin: &[u8]) -> Result<()> {
         tx.bind_clock(self.clock.kind())?;
-        let pin = self.root_pin();
         match tx.meta_bytes(ROOT_KEY)? {
-            None => tx.set_meta_bytes(ROOT_KEY, &pin),
-            Some(bound) => self.same_root(&bound, &pin),
+            None => tx.set_meta_bytes(ROOT_KEY, pin),
+            Some(bound) => self.same_root(&bound, pin),
         }
     }
 
@@ -94,17 +95,18 @@ impl Ctx {
         }
     }
 
-    /// Records this root as the state file's root, whatever it was (`recover
+    /// Records this root (`pin`) as the state file's root, whatever it was (`recover
     /// --root-moved`).
-    pub fn rebind_root(&self, tx: &Txn<'_>) -> Result<()> {
-        tx.set_meta_bytes(ROOT_KEY, &self.root_pin())
+    pub fn rebind_root(&self, tx: &Txn<'_>, pin: &[u8]) -> Result<()> {
+        tx.set_meta_bytes(ROOT_KEY, pin)
     }
 
     /// How a state file names its root: relative to the state file's folder when the
     /// root contains it (`..` for the default `<root>/.fencepost/state.db`, so moving
     /// the whole tree keeps working), else the root's absolute real path. Two roots, one
     /// state file would mean two names, two leases and two fences for one document.
-    fn root_pin(&self) -> Vec<u8> {
+    /// Resolving it walks the state file's path: do it before taking the lock.
+    pub fn root_pin(&self) -> Vec<u8> {
         use std::os::unix::ffi::OsStrExt;
         let db_dir = self.db_dir();
         match db_dir.strip_prefix(&self.root) {
@@ -128,11 +130,7 @@ impl Ctx {
         {
             return dir.to_path_buf();
         }
-        let dir = self
-            .db
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
+        let dir = crate::atomic::folder_of(&self.db);
         std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
     }
 
@@ -171,6 +169,11 @@ impl Ctx {
     /// never creates one.
     pub fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         resource::canonical(&self.root, &Resource::parse(raw)?)
+    }
+
+    /// [`Ctx::resource`] for an optional argument ("this one, or all").
+    pub fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
+        raw.map(|raw| self.resource(raw)).transpose()
     }
 
     /// Appends an event to the audit log inside `tx`.
@@ -399,14 +402,10 @@ pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource
 /// (possible when --db is inside the root). Never write it, and never open it with a
 /// plain file descriptor: closing one drops SQLite's POSIX locks in this process.
 pub fn is_state_file(doc: &resource::DocPath, db: &std::path::Path) -> bool {
-    let (Some(dir), Some(name)) = (db.parent(), db.file_name()) else {
+    let Some(name) = db.file_name() else {
         return false;
     };
-    let dir = if dir.as_os_str().is_empty() {
-        std::path::Path::new(".")
-    } else {
-        dir
-    };
+    let dir = crate::atomic::folder_of(db);
     if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.dir.as_path()) {
         return false;
     }

@@ -38,11 +38,7 @@ pub struct RecoverArgs {
 
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     // Bad input changes nothing, not even the root's record.
-    let only = args
-        .resource
-        .as_deref()
-        .map(|raw| ctx.resource(raw))
-        .transpose()?;
+    let only = ctx.resource_opt(args.resource.as_deref())?;
     // No state file, no write to finish or undo: say so rather than create one.
     let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
         return Ok(Report::new(
@@ -51,10 +47,11 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         ));
     };
     let mut lines = Vec::new();
+    let pin = ctx.root_pin();
     if args.root_moved {
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;
-        ctx.rebind_root(&tx)?;
+        ctx.rebind_root(&tx, &pin)?;
         tx.commit()?;
         lines.push(format!("state file now belongs to {}", ctx.root.display()));
     }
@@ -75,7 +72,7 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     for resource in &names {
         // One unreachable or broken resource must not stop the others from being tidied.
         let one = store.immediate().and_then(|tx| {
-            ctx.bind(&tx)?;
+            ctx.bind(&tx, &pin)?;
             let done = recover_in(&tx, &ctx.root, resource)?;
             tx.commit()?;
             Ok(done)

@@ -40,11 +40,7 @@ struct Problem {
 }
 
 pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
-    let only = args
-        .resource
-        .as_deref()
-        .map(|raw| ctx.resource(raw))
-        .transpose()?;
+    let only = ctx.resource_opt(args.resource.as_deref())?;
     let resource = only.as_ref().map(|r| r.to_string());
     let Some(mut store) = Store::open_read_only(&ctx.db, ctx.busy)? else {
         return Ok(Report::new(

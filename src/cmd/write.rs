@@ -404,10 +404,7 @@ fn open_source(path: &PathBuf) -> Result<File> {
 /// into a failed write, never a success whose commit could be lost. Skipped when the
 /// folder is the document's (fsynced after the rename anyway).
 fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
-    let dir = match ctx.db.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => std::path::Path::new("."),
-    };
+    let dir = atomic::folder_of(&ctx.db);
     if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.dir.as_path()) {
         return Ok(());
     }
