@@ -1002,6 +1002,53 @@ echo "fg-exit:$?""#;
 }
 
 #[test]
+fn ctrl_z_while_the_command_starts_a_program_stops_the_job() {
+    let env = Env::new();
+    // The command keeps starting programs, so a Ctrl-Z often lands while its shell waits
+    // in vfork for one to exec: the child is stopped, the shell (the group's leader) is
+    // not, and run must still see a stopped job. On each resume the command prints the
+    // round the outer shell wrote just before `fg`, which is the cue for the next Ctrl-Z.
+    std::fs::write(
+        env.path("child.sh"),
+        "trap '{ read r < \"$FENCEPOST_ROOT/round\"; } 2>/dev/null; echo \"resumed-$r\"' CONT\n\
+         echo $$ > \"$FENCEPOST_ROOT/pid\"; echo child-ready\n\
+         while [ ! -e \"$FENCEPOST_ROOT/stop\" ]; do /bin/true; done\n",
+    )
+    .expect("write the child's script");
+    // Each round catches the vfork window only sometimes, so there are several.
+    const ROUNDS: usize = 8;
+    let script = format!(
+        r#"set -m
+fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh"
+echo "stopped-1:$?"
+for round in $(seq 1 {last}); do
+  echo "$round" > "$ROOT/round"
+  fg > /dev/null
+  echo "stopped-$((round + 1)):$?"
+done
+touch "$ROOT/stop"
+fg > /dev/null
+echo "fg-exit:$?""#,
+        last = ROUNDS - 1
+    );
+    let cues: Vec<String> = std::iter::once("child-ready".to_string())
+        .chain((1..ROUNDS).map(|r| format!("resumed-{r}")))
+        .collect();
+    let steps: Vec<(&str, &str)> = cues.iter().map(|c| (c.as_str(), "\x1a")).collect();
+    let (code, shown) = in_terminal(env.root(), &script, &steps);
+    kill_group_in(&env.path("pid"));
+    assert_eq!(code, 0, "terminal showed: {shown:?}");
+    for n in 1..=ROUNDS {
+        assert!(
+            shown.contains(&format!("stopped-{n}:148")),
+            "terminal showed: {shown:?}"
+        );
+    }
+    assert!(shown.contains("fg-exit:0"), "terminal showed: {shown:?}");
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
+}
+
+#[test]
 fn after_ctrl_z_and_bg_run_leaves_the_shell_its_terminal() {
     let env = Env::new();
     std::fs::write(

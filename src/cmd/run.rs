@@ -364,12 +364,51 @@ impl Foreground {
 const JOB_CONTROL_POLL: Duration = Duration::from_millis(100);
 
 /// True if the process (the command's group leader) is stopped by a signal.
+///
+/// A leader in uninterruptible sleep counts as stopped when a child of its own is: a shell
+/// that runs a command through `vfork` waits in the kernel (state `D`, never `T`) until the
+/// child execs, and a Ctrl-Z can stop that child before it does. The whole job is then
+/// stopped, though the leader never shows it.
 fn stopped(pid: Pid) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // The state follows the command name, which is in parentheses.
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('T'))
-    })
+    stopped_at(pid.as_raw(), 0)
+}
+
+/// `stopped` for `pid`, `depth` vfork levels below the leader.
+fn stopped_at(pid: i32, depth: usize) -> bool {
+    match proc_state(pid) {
+        Some('T') => true,
+        Some('D') if depth < 8 => children(pid).into_iter().any(|c| stopped_at(c, depth + 1)),
+        _ => false,
+    }
+}
+
+/// The state letter and the parent's pid, from `/proc/PID/stat` (they follow the
+/// parenthesised command name).
+fn proc_stat(pid: &str) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(") ")?.1.split(' ');
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+fn proc_state(pid: i32) -> Option<char> {
+    proc_stat(&pid.to_string()).map(|(state, _)| state)
+}
+
+/// The children of `pid`, found by their parent pid: `/proc/PID/task/TID/children` is
+/// missing on kernels built without CONFIG_PROC_CHILDREN. Only called for a leader in
+/// state `D`, which is rare and short.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(all) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    all.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let child = name.parse().ok()?;
+            (proc_stat(&name)?.1 == pid).then_some(child)
+        })
+        .collect()
 }
 
 impl Drop for Foreground {
