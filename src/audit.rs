@@ -6,6 +6,8 @@
 
 use serde_json::{Value, json};
 
+use crate::clock::{ClockKind, show};
+
 /// One logged event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -120,14 +122,14 @@ impl Event {
 }
 
 /// The events as a table, one per line.
-pub fn table(events: &[Event]) -> String {
+pub fn table(events: &[Event], clock: ClockKind) -> String {
     if events.is_empty() {
         return "no events".to_string();
     }
     let mut rows = vec![["AT", "RESOURCE", "EVENT", "OWNER", "EPOCH", "DETAIL"].map(String::from)];
     for e in events {
         rows.push([
-            e.at.to_string(),
+            show(clock, e.at),
             e.resource.clone(),
             e.kind.clone(),
             e.owner.clone().unwrap_or_else(|| "-".into()),
@@ -140,7 +142,7 @@ pub fn table(events: &[Event]) -> String {
 
 /// The story as lanes: one column per owner (in order of first appearance), one row
 /// per event, so a takeover and a refused late write stand out at a glance.
-pub fn timeline(events: &[Event]) -> String {
+pub fn timeline(events: &[Event], clock: ClockKind) -> String {
     if events.is_empty() {
         return "no events".to_string();
     }
@@ -160,7 +162,7 @@ pub fn timeline(events: &[Event]) -> String {
     let mut rows = vec![header];
     for e in events {
         let owner = e.owner.clone().unwrap_or_else(|| "?".into());
-        let mut row = vec![e.at.to_string()];
+        let mut row = vec![show(clock, e.at)];
         if several {
             row.push(e.resource.clone());
         }
@@ -227,7 +229,7 @@ mod tests {
             ev(10, "takeover", "B", 2).previous(Some("A"), Some(1)),
             ev(11, "stale", "A", 1).previous(None, Some(2)),
         ];
-        let text = timeline(&events);
+        let text = timeline(&events, ClockKind::Logical);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),

@@ -78,6 +78,45 @@ pub fn wall_millis() -> i64 {
         .unwrap_or(0)
 }
 
+/// A time on a `kind` clock as a person reads it: logical ticks as they are, wall-clock
+/// milliseconds as a UTC timestamp (`2026-11-30T06:09:33.374Z`). For plain output only;
+/// `--json` keeps the integer.
+pub fn show(kind: ClockKind, t: i64) -> String {
+    if kind == ClockKind::Logical {
+        return t.to_string();
+    }
+    let (days, ms) = (t.div_euclid(86_400_000), t.rem_euclid(86_400_000));
+    let (y, m, d) = civil_date(days);
+    let (h, min, sec, milli) = (
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1_000 % 60,
+        ms % 1_000,
+    );
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}.{milli:03}Z")
+}
+
+/// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01,
+/// counted in 400-year eras of 146,097 days that start on March 1st, so the leap day
+/// falls at the end of each era's year.
+fn civil_date(days: i64) -> (i64, i64, i64) {
+    let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 /// Parses a TTL or wait: a bare positive integer (ticks of the clock in use) or, on the
 /// wall clock only, a number with a unit: `500ms`, `30s`, `2m`, `1h`.
 pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
@@ -128,6 +167,20 @@ pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wall_times_show_as_utc_and_logical_ticks_as_they_are() {
+        let w = ClockKind::Wall;
+        assert_eq!(show(ClockKind::Logical, 1_796_018_173_374), "1796018173374");
+        assert_eq!(show(w, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(show(w, 1_796_018_173_374), "2026-11-30T05:56:13.374Z");
+        // Leap days, a century that is not a leap year, and one that is.
+        assert_eq!(show(w, 951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(show(w, 4_107_542_399_999), "2100-02-28T23:59:59.999Z");
+        assert_eq!(show(w, 4_107_542_400_000), "2100-03-01T00:00:00.000Z");
+        assert_eq!(show(w, 1_709_164_800_000), "2024-02-29T00:00:00.000Z");
+        assert_eq!(show(w, 1_735_689_599_000), "2024-12-31T23:59:59.000Z");
+    }
 
     #[test]
     fn units_scale_to_milliseconds_on_the_wall_clock() {

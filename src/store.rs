@@ -389,7 +389,8 @@ impl Txn<'_> {
         }
     }
 
-    fn clock(&self) -> Result<Option<ClockKind>> {
+    /// The clock the state file is bound to, if it has seen a change yet.
+    pub fn clock(&self) -> Result<Option<ClockKind>> {
         let value = self.meta_bytes("clock")?;
         Ok(value
             .as_deref()

@@ -435,6 +435,55 @@ fn status_plain_shows_table() {
 }
 
 #[test]
+fn plain_output_shows_wall_clock_times_in_utc_and_json_keeps_milliseconds() {
+    let env = Env::new();
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1h"])
+        .expect_stdout(0, "1");
+    let j = env
+        .fp(&["--json", "status", "doc.md"])
+        .expect(0)
+        .json_contract();
+    let deadline = j["resources"][0]["lease"]["deadline"]
+        .as_i64()
+        .expect("deadline in milliseconds");
+    // The UTC rendering, from GNU date rather than from the code under test.
+    let date = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("@{}", deadline / 1000)])
+        .arg("+%Y-%m-%dT%H:%M:%S")
+        .output()
+        .expect("run date");
+    let utc = format!(
+        "{}.{:03}Z",
+        String::from_utf8_lossy(&date.stdout).trim(),
+        deadline % 1000
+    );
+    let table = env.fp(&["status"]).expect(0).stdout;
+    assert!(table.contains(&utc), "no {utc} in:\n{table}");
+    let held = env
+        .fp(&["claim", "doc.md", "--owner", "B", "--ttl", "1h"])
+        .expect(3);
+    assert!(
+        held.stderr
+            .contains(&format!("held by A (epoch 1) until {utc}")),
+        "stderr: {}",
+        held.stderr
+    );
+    let log = env.fp(&["log"]).expect(0).stdout;
+    assert!(log.contains(&format!("deadline {utc}")), "log:\n{log}");
+    // renew's stdout stays the integer a script compares.
+    let renewed: i64 = env
+        .fp(&[
+            "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "2h",
+        ])
+        .expect(0)
+        .stdout
+        .trim()
+        .parse()
+        .expect("renew prints milliseconds");
+    assert!(renewed > deadline);
+}
+
+#[test]
 fn every_command_prints_one_json_object_with_outcome_resource_epoch() {
     let env = Env::new();
     let cases: Vec<(Vec<&str>, i64, &str, i32, &str)> = vec![

@@ -108,7 +108,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                         pause = (pause * 2).min(Duration::from_millis(50));
                         continue;
                     }
-                    _ => return Err(held(&resource, &args.owner, holder, now)),
+                    _ => return Err(held(ctx, &resource, &args.owner, holder, now)),
                 }
             }
         };
@@ -136,7 +136,10 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
             .owner(Some(&args.owner))
             .epoch(Some(epoch))
             .previous(prev.map(|l| l.owner.as_str()), prev.map(|l| l.epoch))
-            .detail(format!("deadline {deadline}{fence}"));
+            .detail(format!(
+                "deadline {}{fence}",
+                crate::clock::show(ctx.clock.kind(), deadline)
+            ));
         ctx.log(&tx, &event)?;
         crate::failpoint!("claim.before_commit");
         tx.commit()?;
@@ -156,6 +159,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
 }
 
 fn held(
+    ctx: &Ctx,
     resource: &crate::resource::Resource,
     claimant: &str,
     holder: Option<&Lease>,
@@ -173,7 +177,10 @@ fn held(
     });
     Error::Refused(Refusal::new(
         RefusalKind::Held,
-        format!("{resource} is held by {who} (epoch {epoch}) until {deadline}"),
+        format!(
+            "{resource} is held by {who} (epoch {epoch}) until {}",
+            crate::clock::show(ctx.clock.kind(), deadline)
+        ),
         fields,
     ))
 }

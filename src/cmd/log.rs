@@ -27,7 +27,8 @@ pub struct LogArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,
 
-    /// Only events at or after this time (on the state file's clock).
+    /// Only events at or after this time: a tick, or on the wall clock milliseconds since
+    /// the Unix epoch (the `at` of --json).
     #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
     pub since: Option<i64>,
 
@@ -64,7 +65,9 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         }
         None => args.since,
     };
-    let events = match Store::open_read_only(&ctx.db, ctx.busy)? {
+    // Times show on the state file's own clock: `log` reads a logical-tick file without
+    // --now.
+    let (events, clock) = match Store::open_read_only(&ctx.db, ctx.busy)? {
         Some(mut store) => {
             let tx = store.snapshot()?;
             ctx.check_root(&tx)?;
@@ -72,14 +75,15 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
                 // "The last 10 minutes" means nothing on a state file that counts ticks.
                 tx.check_clock(ctx.clock.kind())?;
             }
-            tx.events(only.as_ref(), since)?
+            let clock = tx.clock()?.unwrap_or(ctx.clock.kind());
+            (tx.events(only.as_ref(), since)?, clock)
         }
-        None => Vec::new(),
+        None => (Vec::new(), ctx.clock.kind()),
     };
     let plain = if args.timeline {
-        audit::timeline(&events)
+        audit::timeline(&events, clock)
     } else {
-        audit::table(&events)
+        audit::table(&events, clock)
     };
     let list: Vec<Value> = events.iter().map(audit::Event::to_json).collect();
     let mut out = json!({ "outcome": "log", "events": list });

@@ -24,9 +24,11 @@ use crate::store::Store;
 ///   absent       no file and no record
 ///   interrupted  a crashed write awaits recovery (any change or `fencepost recover`)
 ///   not-a-file   a symlink, folder or special file stands at the document's path
-///   unreachable  a folder on its path is a file or a symlink leading outside the root
+///   unreachable  a folder on its path is a file, a symlink leading outside the root,
+///                or another publish root (it has .fencepost/)
 ///   state-file   the path is the state file itself (--db inside the root)
-/// Read-only: it changes nothing.
+/// Read-only: it changes nothing. Wall-clock deadlines show in UTC; --json gives them
+/// as milliseconds since the Unix epoch.
 ///
 /// Example:
 ///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
@@ -82,7 +84,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
         let epoch = rows.first().and_then(|r| r.lease.as_ref()).map(|l| l.epoch);
         map.insert("epoch".into(), json!(epoch));
     }
-    Ok(Report::new(table(&rows, now), out))
+    Ok(Report::new(table(&rows, now, ctx.clock.kind()), out))
 }
 
 fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<Row>> {
@@ -188,7 +190,7 @@ fn row_json(row: &Row, now: i64) -> Value {
     })
 }
 
-fn table(rows: &[Row], now: i64) -> String {
+fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
     if rows.is_empty() {
         return "no resources".to_string();
     }
@@ -207,7 +209,7 @@ fn table(rows: &[Row], now: i64) -> String {
             lease.map_or_else(|| "none".into(), |l| l.view(now).into()),
             lease.map_or_else(dash, |l| l.owner.clone()),
             lease.map_or_else(dash, |l| l.epoch.to_string()),
-            lease.map_or_else(dash, |l| l.deadline.to_string()),
+            lease.map_or_else(dash, |l| crate::clock::show(clock, l.deadline)),
             row.sink.as_ref().map_or_else(dash, |s| s.fence.to_string()),
             content.map_or_else(dash, |c| format!("epoch {}", c.epoch)),
             row.doc.state.to_string(),
