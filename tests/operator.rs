@@ -1477,6 +1477,23 @@ fn verify_catches_a_missing_document() {
 }
 
 #[test]
+fn verify_says_why_a_document_became_unreachable() {
+    let env = Env::new();
+    published(&env, "sub/doc.md", "tool");
+    // A publish root of its own now starts at sub/: the outer root no longer reaches
+    // the document, though the file is still there.
+    std::fs::create_dir(env.path("sub/.fencepost")).expect("mkdir");
+    assert_eq!(problems(&env, 3, &[]), one("sub/doc.md", "unreachable"));
+    let done = env.fp(&["verify"]).now(3).expect(9);
+    assert!(
+        done.stdout.contains("another publish root"),
+        "stdout: {}",
+        done.stdout
+    );
+    assert_eq!(env.text("sub/doc.md"), "tool");
+}
+
+#[test]
 fn verify_catches_completion_over_older_content() {
     let env = Env::new();
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);

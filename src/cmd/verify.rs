@@ -17,7 +17,7 @@ use crate::store::Store;
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
 ///
 /// Finds: a document whose bytes differ from the recorded SHA-256 (changed behind the
-/// tool's back) or that is missing; a lease completed by epoch E while the document holds
+/// tool's back), that is missing, or that its path no longer reaches; a lease completed by epoch E while the document holds
 /// content from an older epoch; a completed lease with no write at all ("completed but
 /// never published"); a crashed write awaiting recovery, or the recovery links a
 /// finished one left; temp files of dead writers.
@@ -87,11 +87,23 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
                 Some(_) => {}
             }
         }
-        let Some(doc) = locate(&ctx.root, resource, false).ok().flatten() else {
-            if content.is_some() {
-                found("missing", "the recorded document is missing".into());
+        let doc = match locate(&ctx.root, resource, false) {
+            Ok(Some(doc)) => doc,
+            Ok(None) => {
+                if content.is_some() {
+                    found("missing", "the recorded document is missing".into());
+                }
+                continue;
             }
-            continue;
+            // The path no longer leads to a document of this root (a folder on it became
+            // a file, a symlink out of the root, or another publish root): say why.
+            Err(Error::Usage { message, .. }) => {
+                if content.is_some() {
+                    found("unreachable", message);
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         if super::is_state_file(&doc, &ctx.db) {
             continue; // never a document: write refuses it, and it must not be hashed
