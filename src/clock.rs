@@ -117,6 +117,63 @@ fn civil_date(days: i64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
+/// Parses a point in time: a bare integer (a tick, or wall-clock milliseconds since the
+/// Unix epoch), or a UTC timestamp as [`show`] prints it, `2026-11-30T05:58:10Z` with
+/// optional milliseconds. The second value is true for a timestamp, which only a
+/// wall-clock state file can use.
+pub fn parse_time(text: &str, what: &str) -> Result<(i64, bool)> {
+    let text = text.trim();
+    if let Ok(n) = text.parse::<i64>() {
+        return Ok((n, false));
+    }
+    let bad = || {
+        Error::usage_hint(
+            format!(
+                "{what} must be a tick, milliseconds since the Unix epoch, or a UTC time; got {text:?}"
+            ),
+            "write UTC times as log prints them: 2026-11-30T05:58:10Z (milliseconds optional)",
+        )
+    };
+    let stamp = text.strip_suffix('Z').ok_or_else(bad)?;
+    let (date, time) = stamp.split_once('T').ok_or_else(bad)?;
+    let (clock, milli) = time.split_once('.').unwrap_or((time, "0"));
+    let number = |s: &str, digits: std::ops::RangeInclusive<usize>| -> Result<i64> {
+        if digits.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()) {
+            s.parse().map_err(|_| bad())
+        } else {
+            Err(bad())
+        }
+    };
+    let fields = |s: &str, sep: char| -> Vec<String> { s.split(sep).map(String::from).collect() };
+    let (d, c) = (fields(date, '-'), fields(clock, ':'));
+    let ([y, mo, day], [h, mi, se]) = (d.as_slice(), c.as_slice()) else {
+        return Err(bad());
+    };
+    let (y, mo, day) = (number(y, 4..=4)?, number(mo, 2..=2)?, number(day, 2..=2)?);
+    let (h, mi, se) = (number(h, 2..=2)?, number(mi, 2..=2)?, number(se, 2..=2)?);
+    let milli = number(milli, 1..=3)? * 10_i64.pow(3 - milli.len() as u32);
+    let days = days_from_civil(y, mo, day);
+    // A day that does not exist (February 30th) comes back as another date.
+    if !(1..=12).contains(&mo) || civil_date(days) != (y, mo, day) || h > 23 || mi > 59 || se > 59 {
+        return Err(bad());
+    }
+    Ok((
+        days * 86_400_000 + ((h * 60 + mi) * 60 + se) * 1_000 + milli,
+        true,
+    ))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date: the inverse of [`civil_date`].
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = year - i64::from(month <= 2);
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 /// Parses a TTL or wait: a bare positive integer (ticks of the clock in use) or, on the
 /// wall clock only, a number with a unit: `500ms`, `30s`, `2m`, `1h`.
 pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
@@ -180,6 +237,38 @@ mod tests {
         assert_eq!(show(w, 4_107_542_400_000), "2100-03-01T00:00:00.000Z");
         assert_eq!(show(w, 1_709_164_800_000), "2024-02-29T00:00:00.000Z");
         assert_eq!(show(w, 1_735_689_599_000), "2024-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn utc_times_parse_back_to_what_show_printed() {
+        for t in [0, 951_782_400_000, 1_796_018_173_374, 4_107_542_399_999] {
+            assert_eq!(
+                parse_time(&show(ClockKind::Wall, t), "--since").ok(),
+                Some((t, true))
+            );
+        }
+        assert_eq!(
+            parse_time("2026-11-30T05:56:13Z", "--since").ok(),
+            Some((1_796_018_173_000, true))
+        );
+        assert_eq!(
+            parse_time("2026-11-30T05:56:13.5Z", "--since").ok(),
+            Some((1_796_018_173_500, true))
+        );
+        assert_eq!(parse_time("42", "--since").ok(), Some((42, false)));
+        for bad in [
+            "2026-11-30T05:56:13",  // no Z: local time or UTC?
+            "2026-02-30T00:00:00Z", // no such day
+            "2026-13-01T00:00:00Z",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30 05:56:13Z",
+            "2026-11-30T05:56Z",
+            "2026-11-30T05:56:13.1234Z",
+            "yesterday",
+            "",
+        ] {
+            assert!(parse_time(bad, "--since").is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[test]

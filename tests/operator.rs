@@ -1318,8 +1318,13 @@ fn log_filters_by_resource_and_since() {
         .filter_map(|e| e["event"].as_str())
         .collect();
     assert_eq!(kinds, ["stale", "lost", "claim"]);
-    // A wall-clock duration on a state file that counts ticks is refused.
+    // A wall-clock duration on a state file that counts ticks is refused, and so is a
+    // UTC time.
     env.fp(&["log", "--last", "5m"]).expect(2);
+    let done = env
+        .fp(&["log", "--since", "2026-11-30T05:56:13Z"])
+        .expect(2);
+    assert_one_error_line(&done);
 
     // A timeline over several resources names them.
     let text = env.fp(&["log", "--timeline"]).expect(0).stdout;
@@ -1330,6 +1335,35 @@ fn log_filters_by_resource_and_since() {
     // An empty log says so.
     let fresh = Env::new();
     fresh.fp(&["log"]).expect_stdout(0, "no events");
+}
+
+#[test]
+fn log_since_takes_the_utc_time_the_table_prints() {
+    let env = Env::new();
+    env.claim_wall("doc.md", "A");
+    // So the claim and the write fall in different milliseconds.
+    thread::sleep(Duration::from_millis(5));
+    env.fp(&["write", "doc.md", "--epoch", "1"])
+        .stdin("x")
+        .expect_stdout(0, "written");
+    // The write's time, copied from the table as a person would.
+    let table = env.fp(&["log"]).expect(0).stdout;
+    let write_row = table
+        .lines()
+        .find(|l| l.contains(" write "))
+        .unwrap_or_else(|| panic!("no write row:\n{table}"));
+    let at = write_row.split_whitespace().next().expect("AT cell");
+    let since = events(&env, &["--since", at]);
+    let kinds: Vec<&str> = since.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds, ["write"], "--since {at}");
+    // The same time in milliseconds, as --json gives it, selects the same events.
+    let ms = since[0]["at"].as_i64().expect("at").to_string();
+    assert_eq!(events(&env, &["--since", &ms]).len(), 1);
+    // A day that does not exist is bad input.
+    let done = env
+        .fp(&["log", "--since", "2026-02-30T00:00:00Z"])
+        .expect(2);
+    assert_one_error_line(&done);
 }
 
 #[test]

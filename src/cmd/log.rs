@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 use super::{Ctx, Report};
 use crate::audit;
-use crate::error::Result;
+use crate::clock::ClockKind;
+use crate::error::{Error, Result};
 use crate::store::Store;
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
@@ -27,10 +28,10 @@ pub struct LogArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,
 
-    /// Only events at or after this time: a tick, or on the wall clock milliseconds since
-    /// the Unix epoch (the `at` of --json).
+    /// Only events at or after this time: a tick, or on the wall clock a UTC time as the
+    /// table prints it (2026-11-30T05:58:10Z) or milliseconds since the Unix epoch.
     #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
-    pub since: Option<i64>,
+    pub since: Option<String>,
 
     /// Only events of the last DURATION: 10m, 2h (or ticks, with --now).
     #[arg(long, value_name = "DURATION", conflicts_with = "since")]
@@ -58,12 +59,17 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
             json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
         ));
     }
-    let since = match &args.last {
-        Some(text) => {
+    // `utc`: --since was given as a UTC time, which only a wall-clock file can use.
+    let (since, utc) = match (&args.last, &args.since) {
+        (Some(text), _) => {
             let span = crate::clock::parse_duration(text, ctx.clock.kind(), "--last")?;
-            Some(ctx.clock.now().saturating_sub(span))
+            (Some(ctx.clock.now().saturating_sub(span)), false)
         }
-        None => args.since,
+        (None, Some(text)) => {
+            let (time, utc) = crate::clock::parse_time(text, "--since")?;
+            (Some(time), utc)
+        }
+        (None, None) => (None, false),
     };
     // Times show on the state file's own clock: `log` reads a logical-tick file without
     // --now.
@@ -76,6 +82,12 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
                 tx.check_clock(ctx.clock.kind())?;
             }
             let clock = tx.clock()?.unwrap_or(ctx.clock.kind());
+            if utc && clock == ClockKind::Logical {
+                return Err(Error::usage_hint(
+                    "--since is a UTC time, but the state file counts logical ticks",
+                    "give --since as a tick",
+                ));
+            }
             (tx.events(only.as_ref(), since)?, clock)
         }
         None => (Vec::new(), ctx.clock.kind()),
