@@ -1,6 +1,7 @@
 //! Crash-test hooks, compiled in only with the `failpoints` feature.
 //!
-//! Each named point in `write`, `claim` and the commit is driven by the `FAILPOINTS`
+//! Each named point in `write`, `claim`, the commit and the immutable read
+//! (`read.frozen`) is driven by the `FAILPOINTS`
 //! variable of the `fail` crate (`FAILPOINTS='write.after_rename=return(abort)'`).
 //! Actions of `return(ARG)`:
 //! - `abort`: kill the process on the spot (a real crash: no destructors, no cleanup);

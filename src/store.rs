@@ -171,6 +171,7 @@ impl Store {
                 )
                 .map_err(fail)?;
                 let h = header(&conn).map_err(fail)?;
+                crate::failpoint!("read.frozen");
                 (conn, h)
             }
             Err(e) => return Err(fail(e)),

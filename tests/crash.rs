@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -164,6 +165,19 @@ pub fn spawn_paused(
     stdin: &[u8],
     point: &str,
 ) -> Paused {
+    spawn_paused_via(&[], env, args, now, stdin, point)
+}
+
+/// The same, started through `wrapper` (e.g. setpriv, to run as another user), which
+/// must exec fencepost in its own process.
+pub fn spawn_paused_via(
+    wrapper: &[&str],
+    env: &Env,
+    args: &[&str],
+    now: Option<i64>,
+    stdin: &[u8],
+    point: &str,
+) -> Paused {
     let fifos = tempfile::Builder::new()
         .prefix("fencepost-fifo-")
         .tempdir()
@@ -172,7 +186,23 @@ pub fn spawn_paused(
     let ready = PathBuf::from(format!("{}.ready", base.display()));
     let resume = PathBuf::from(format!("{}.resume", base.display()));
     mkfifo(&resume);
-    let mut child = command(env, args, now)
+    let mut cmd = command(env, args, now);
+    if let Some((program, rest)) = wrapper.split_first() {
+        // Another user must be able to signal and wait through the FIFOs.
+        let open = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod")
+        };
+        open(fifos.path(), 0o777);
+        open(&resume, 0o666);
+        let inner = cmd;
+        cmd = Command::new(program);
+        cmd.args(rest)
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .env_clear()
+            .current_dir(env.root());
+    }
+    let mut child = cmd
         .env(
             "FAILPOINTS",
             format!("{point}=return(wait:{})", base.display()),

@@ -466,6 +466,59 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
 }
 
 #[test]
+fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
+    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    if me != 0 {
+        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+        return;
+    }
+    let env = Env::new();
+    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.claim("doc.md", "A", 10, 1);
+    let wal = env.path(".fencepost/state.db-wal");
+    assert!(!wal.exists(), "the last writer left its WAL");
+    // nobody may not create the WAL index beside the state file, so status reads the
+    // file as immutable; it pauses there, holding its lock.
+    let reader = crate::crash::spawn_paused_via(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+        &env,
+        &["--json", "status"],
+        Some(2),
+        b"",
+        "read.frozen",
+    );
+    // A writer commits meanwhile. Closing, it would checkpoint its WAL into the file the
+    // reader reads and delete the WAL: the reader's lock must stop that.
+    env.claim("other.md", "B", 10, 2);
+    assert!(
+        wal.exists(),
+        "a writer checkpointed under an immutable read"
+    );
+    let out = reader.resume();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let names: Vec<&str> = j["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["resource"].as_str())
+        .collect();
+    assert_eq!(names, ["doc.md"], "the state as of the read's start");
+    // With the read over, the next writer checkpoints and removes the WAL.
+    env.claim("third.md", "C", 10, 3);
+    assert!(!wal.exists(), "the WAL outlived every reader");
+    assert_eq!(
+        crate::crash::status_row(&env, "other.md", Some(3))["lease"]["owner"],
+        "B"
+    );
+}
+
+#[test]
 fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
     let env = Env::new();
     let Some(dir) = nobodys_folder(&env) else {
