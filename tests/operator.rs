@@ -651,29 +651,35 @@ fn run_without_a_command_is_bad_usage() {
 // ---------------------------------------------------------------------------------------
 // run: a lost lease stops the command
 
-#[test]
-fn run_kills_the_child_group_when_the_lease_is_taken_over() {
-    let env = Env::new();
-    let run = run_sh(
-        &env,
-        "doc.md",
-        "O",
-        "600ms",
-        &["--grace", "500ms"],
-        "echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30",
-    );
+/// Starts `run` on doc.md for O in the background, with a 600 ms TTL and a 500 ms
+/// grace, its command running `prefix` and then sleeping; returns the join handle and the
+/// command's process group once the command has started.
+fn start_short_run(env: &Env, prefix: &str) -> (thread::JoinHandle<(Done, Duration)>, Pid) {
+    let script = format!("{prefix}echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30");
+    let run = run_sh(env, "doc.md", "O", "600ms", &["--grace", "500ms"], &script);
     let handle = background(run);
-    let group = pid_in(&env.path("pid"));
-    // Another actor, with a clock of its own, takes the lease over: a new epoch for X,
-    // registered with the sink's fence, as a takeover claim does in one transaction.
+    (handle, pid_in(&env.path("pid")))
+}
+
+/// Another actor, with a clock of its own, takes doc.md over behind run's back: a new
+/// epoch for X, registered with the sink's fence, as a takeover claim does in one
+/// transaction.
+fn take_over_as_x(env: &Env) {
     sql(
-        &db(&env),
+        &db(env),
         "BEGIN IMMEDIATE;\n\
          UPDATE lease SET epoch = epoch + 1, owner = 'X', state = 'held',\n\
            deadline = 9000000000000 WHERE resource = 'doc.md';\n\
          UPDATE sink SET fence = fence + 1 WHERE resource = 'doc.md';\n\
          COMMIT;",
     );
+}
+
+#[test]
+fn run_kills_the_child_group_when_the_lease_is_taken_over() {
+    let env = Env::new();
+    let (handle, group) = start_short_run(&env, "");
+    take_over_as_x(&env);
     let (done, took) = handle.join().expect("run thread");
     assert_eq!(
         done.code, 4,
@@ -709,17 +715,8 @@ fn run_kills_the_child_group_when_the_lease_is_taken_over() {
 #[test]
 fn run_kills_the_child_when_the_state_file_stays_locked_past_the_deadline() {
     let env = Env::new();
-    let run = run_sh(
-        &env,
-        "doc.md",
-        "O",
-        "600ms",
-        &["--grace", "500ms"],
-        "echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30",
-    );
     let start = Instant::now();
-    let handle = background(run);
-    let group = pid_in(&env.path("pid"));
+    let (handle, group) = start_short_run(&env, "");
     let mut locker = hold_lock(&db(&env));
     // No renewal can be made: the child must be stopped while the lock is still held.
     let gone = group_gone(group, Duration::from_secs(15));
@@ -748,16 +745,7 @@ fn run_kills_the_child_when_the_state_file_stays_locked_past_the_deadline() {
 fn run_escalates_to_sigkill_after_the_grace_period() {
     let env = Env::new();
     // The child ignores SIGTERM (and so does its sleep, which inherits the setting).
-    let run = run_sh(
-        &env,
-        "doc.md",
-        "O",
-        "600ms",
-        &["--grace", "500ms"],
-        "trap '' TERM; echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 30",
-    );
-    let handle = background(run);
-    let group = pid_in(&env.path("pid"));
+    let (handle, group) = start_short_run(&env, "trap '' TERM; ");
     sql(
         &db(&env),
         "UPDATE lease SET deadline = 0 WHERE resource = 'doc.md';",
@@ -888,14 +876,7 @@ fn run_wakes_a_stopped_command_to_stop_it_on_a_lost_lease() {
     ));
     let group = pid_in(&env.path("pid"));
     wait_until_stopped(group);
-    sql(
-        &db(&env),
-        "BEGIN IMMEDIATE;\n\
-         UPDATE lease SET epoch = epoch + 1, owner = 'X', state = 'held',\n\
-           deadline = 9000000000000 WHERE resource = 'doc.md';\n\
-         UPDATE sink SET fence = fence + 1 WHERE resource = 'doc.md';\n\
-         COMMIT;",
-    );
+    take_over_as_x(&env);
     let done = join_within(handle, Duration::from_secs(15), group);
     assert_eq!(done.code, 4, "stderr: {}", done.stderr);
     assert_one_error_line(&done);
