@@ -310,13 +310,21 @@ fn equivalent_spellings_name_the_same_resource() {
     assert_eq!(env.text("reports/daily.md"), "same");
 }
 
+/// True when the tests run as root, as CI does, and so may run commands as `nobody`;
+/// otherwise says the test is skipped.
+fn root_or_skipped() -> bool {
+    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
+    if me != 0 {
+        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+    }
+    me == 0
+}
+
 /// A folder `rw` in the env that belongs to `nobody` (the env's root opened to all), for
 /// tests that run fencepost as another user. `None`, with a note, unless run as root (CI
 /// runs as root).
 fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
-    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
-    if me != 0 {
-        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+    if !root_or_skipped() {
         return None;
     }
     std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -414,9 +422,7 @@ fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
 
 #[test]
 fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
-    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
-    if me != 0 {
-        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+    if !root_or_skipped() {
         return;
     }
     let env = Env::new();
@@ -467,9 +473,7 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
 
 #[test]
 fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
-    let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
-    if me != 0 {
-        eprintln!("skipped: needs root to run a command as another user (uid {me})");
+    if !root_or_skipped() {
         return;
     }
     let env = Env::new();
