@@ -334,6 +334,14 @@ fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
     Some(dir)
 }
 
+/// The command line that runs the rest of it as `nobody`, with no groups.
+const AS_NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
 /// Runs fencepost as `nobody` (through setpriv) in `root` at tick `now`.
 fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> std::process::Output {
     as_nobody_under(&[], root, now, args, stdin)
@@ -348,13 +356,7 @@ fn as_nobody_under(
     stdin: &str,
 ) -> std::process::Output {
     use std::io::Write as _;
-    let setpriv = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
-    let mut line = wrapper.iter().chain(&setpriv);
+    let mut line = wrapper.iter().chain(&AS_NOBODY);
     let mut child = std::process::Command::new(line.next().expect("a program"))
         .args(line)
         .arg(crate::harness::bin())
@@ -484,12 +486,7 @@ fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
     // nobody may not create the WAL index beside the state file, so status reads the
     // file as immutable; it pauses there, holding its lock.
     let reader = crate::crash::spawn_paused_via(
-        &[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ],
+        &AS_NOBODY,
         &env,
         &["--json", "status"],
         Some(2),
