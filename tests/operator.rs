@@ -923,8 +923,11 @@ echo "after:$y""#;
     assert_eq!(r["lease"]["owner"], "O");
 }
 
-#[test]
-fn ctrl_z_stops_the_command_and_run_and_fg_resumes_both() {
+/// In a job-control shell (`set -m`, as at a prompt), starts `run` (followed by `tail`
+/// in the same job), types Ctrl-Z once the command reads the terminal, then `fg`s the
+/// job and types a line. The job must stop and give the shell the terminal back, and
+/// the line typed after `fg` must reach the command.
+fn ctrl_z_then_fg(tail: &str) -> Env {
     let env = Env::new();
     std::fs::write(
         env.path("child.sh"),
@@ -932,17 +935,16 @@ fn ctrl_z_stops_the_command_and_run_and_fg_resumes_both() {
          echo \"got:$x\" > \"$FENCEPOST_ROOT/got\"\n",
     )
     .expect("write the child's script");
-    // `set -m`: a job-control shell, as at a prompt. Ctrl-Z (typed once the command is
-    // reading) must stop the job and give the shell the terminal back; `fg` resumes it,
-    // and the line typed then reaches the command.
-    let script = r#"set -m
-fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh"
+    let script = format!(
+        r#"set -m
+fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh"{tail}
 echo "stopped:$?"
 fg > /dev/null
-echo "fg-exit:$?""#;
+echo "fg-exit:$?""#
+    );
     let (code, shown) = in_terminal(
         env.root(),
-        script,
+        &script,
         &[("child-ready", "\x1a"), ("stopped:", "hello\n")],
     );
     kill_group_in(&env.path("pid"));
@@ -951,35 +953,20 @@ echo "fg-exit:$?""#;
     assert!(shown.contains("stopped:148"), "terminal showed: {shown:?}");
     assert!(shown.contains("fg-exit:0"), "terminal showed: {shown:?}");
     assert_eq!(env.text("got"), "got:hello\n");
+    env
+}
+
+#[test]
+fn ctrl_z_stops_the_command_and_run_and_fg_resumes_both() {
+    let env = ctrl_z_then_fg("");
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
 }
 
 #[test]
 fn ctrl_z_stops_a_whole_pipeline_job_not_only_run() {
-    let env = Env::new();
-    std::fs::write(
-        env.path("child.sh"),
-        "echo $$ > \"$FENCEPOST_ROOT/pid\"; echo child-ready; read x; \
-         echo \"got:$x\" > \"$FENCEPOST_ROOT/got\"\n",
-    )
-    .expect("write the child's script");
     // run shares its job with `cat`: Ctrl-Z must stop both, or the shell never sees a
     // stopped job and the terminal hangs.
-    let script = r#"set -m
-fencepost --root "$ROOT" run doc.md --owner O --ttl 60s -- sh "$ROOT/child.sh" | cat
-echo "stopped:$?"
-fg > /dev/null
-echo "fg-exit:$?""#;
-    let (code, shown) = in_terminal(
-        env.root(),
-        script,
-        &[("child-ready", "\x1a"), ("stopped:", "hello\n")],
-    );
-    kill_group_in(&env.path("pid"));
-    assert_eq!(code, 0, "terminal showed: {shown:?}");
-    assert!(shown.contains("stopped:148"), "terminal showed: {shown:?}");
-    assert!(shown.contains("fg-exit:0"), "terminal showed: {shown:?}");
-    assert_eq!(env.text("got"), "got:hello\n");
+    ctrl_z_then_fg(" | cat");
 }
 
 #[test]
