@@ -363,51 +363,80 @@ impl Foreground {
 /// How often run checks whether the command it lent the terminal to was stopped.
 const JOB_CONTROL_POLL: Duration = Duration::from_millis(100);
 
-/// True if the process (the command's group leader) is stopped by a signal.
+/// True if the command's job is stopped: its leader is, or the leader waits in the kernel
+/// for a child that a stop signal caught between vfork and exec.
 ///
-/// A leader in uninterruptible sleep counts as stopped when a child of its own is: a shell
-/// that runs a command through `vfork` waits in the kernel (state `D`, never `T`) until the
-/// child execs, and a Ctrl-Z can stop that child before it does. The whole job is then
-/// stopped, though the leader never shows it.
-fn stopped(pid: Pid) -> bool {
-    stopped_at(pid.as_raw(), 0)
-}
-
-/// `stopped` for `pid`, `depth` vfork levels below the leader.
-fn stopped_at(pid: i32, depth: usize) -> bool {
-    match proc_state(pid) {
-        Some('T') => true,
-        Some('D') if depth < 8 => children(pid).into_iter().any(|c| stopped_at(c, depth + 1)),
+/// A shell that runs a program through `vfork` waits in state `D` (never `T`) until the
+/// child execs, and a Ctrl-Z can stop that child before it does: the whole job is then
+/// stopped, though the leader never shows it. Only such a child counts (same group, still
+/// marked forked-but-not-exec'd), so a leader that is merely busy on a disk next to some
+/// other stopped child is not taken for a stopped job.
+fn stopped(group: Pid) -> bool {
+    let leader = group.as_raw();
+    match proc_stat(leader) {
+        Some(stat) if stat.state == 'T' => true,
+        Some(stat) if stat.state == 'D' => children(leader).into_iter().any(|child| {
+            proc_stat(child).is_some_and(|c| {
+                c.state == 'T' && c.group == leader && c.flags & PF_FORKNOEXEC != 0
+            })
+        }),
         _ => false,
     }
 }
 
-/// The state letter and the parent's pid, from `/proc/PID/stat` (they follow the
-/// parenthesised command name).
-fn proc_stat(pid: &str) -> Option<(char, i32)> {
+/// The kernel's task flag for a process that has forked but not yet exec'd.
+const PF_FORKNOEXEC: u64 = 0x40;
+
+/// What `stopped` needs from `/proc/PID/stat`.
+struct ProcStat {
+    state: char,
+    parent: i32,
+    group: i32,
+    flags: u64,
+}
+
+/// Reads `/proc/PID/stat`; its fields follow the parenthesised command name: state,
+/// parent, group, session, terminal, terminal's group, flags.
+fn proc_stat(pid: i32) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.rsplit_once(") ")?.1.split(' ');
-    let state = fields.next()?.chars().next()?;
-    Some((state, fields.next()?.parse().ok()?))
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').take(7).collect();
+    let [state, parent, group, _, _, _, flags] = fields.as_slice() else {
+        return None;
+    };
+    Some(ProcStat {
+        state: state.chars().next()?,
+        parent: parent.parse().ok()?,
+        group: group.parse().ok()?,
+        flags: flags.parse().ok()?,
+    })
 }
 
-fn proc_state(pid: i32) -> Option<char> {
-    proc_stat(&pid.to_string()).map(|(state, _)| state)
-}
-
-/// The children of `pid`, found by their parent pid: `/proc/PID/task/TID/children` is
-/// missing on kernels built without CONFIG_PROC_CHILDREN. Only called for a leader in
-/// state `D`, which is rare and short.
+/// The children of `pid`, from `/proc/PID/task/TID/children`; on a kernel built without
+/// those files, found by their parent pid among all processes.
 fn children(pid: i32) -> Vec<i32> {
+    let listed: Option<Vec<i32>> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()
+        .and_then(|tasks| {
+            tasks
+                .flatten()
+                .map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+                .collect::<Option<Vec<String>>>()
+        })
+        .map(|lists| {
+            lists
+                .iter()
+                .flat_map(|list| list.split_whitespace().filter_map(|c| c.parse().ok()))
+                .collect()
+        });
+    if let Some(children) = listed {
+        return children;
+    }
     let Ok(all) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     all.flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let child = name.parse().ok()?;
-            (proc_stat(&name)?.1 == pid).then_some(child)
-        })
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|&child| proc_stat(child).is_some_and(|c| c.parent == pid))
         .collect()
 }
 
