@@ -134,10 +134,28 @@ pub fn table(events: &[Event], clock: ClockKind) -> String {
             e.kind.clone(),
             e.owner.clone().unwrap_or_else(|| "-".into()),
             e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
-            e.detail.clone().unwrap_or_default(),
+            e.detail
+                .as_deref()
+                .map(|d| show_detail(d, clock))
+                .unwrap_or_default(),
         ]);
     }
     align(&rows)
+}
+
+/// A stored detail for the table: the deadline that claims and renewals record (as an
+/// integer, like every stored time) shown the way [`show`] shows times.
+fn show_detail(detail: &str, clock: ClockKind) -> String {
+    let Some(rest) = detail.strip_prefix("deadline ") else {
+        return detail.to_string();
+    };
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    match rest[..digits].parse::<i64>() {
+        Ok(deadline) => format!("deadline {}{}", show(clock, deadline), &rest[digits..]),
+        Err(_) => detail.to_string(),
+    }
 }
 
 /// The story as lanes: one column per owner (in order of first appearance), one row

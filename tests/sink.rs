@@ -470,6 +470,13 @@ fn plain_output_shows_wall_clock_times_in_utc_and_json_keeps_milliseconds() {
     );
     let log = env.fp(&["log"]).expect(0).stdout;
     assert!(log.contains(&format!("deadline {utc}")), "log:\n{log}");
+    // The stored detail, which --json shows, keeps milliseconds like every stored time.
+    let events = env.fp(&["--json", "log"]).expect(0).json();
+    assert_eq!(
+        events["events"][0]["detail"],
+        format!("deadline {deadline}"),
+        "{events}"
+    );
     // renew's stdout stays the integer a script compares.
     let renewed: i64 = env
         .fp(&[

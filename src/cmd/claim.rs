@@ -136,10 +136,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
             .owner(Some(&args.owner))
             .epoch(Some(epoch))
             .previous(prev.map(|l| l.owner.as_str()), prev.map(|l| l.epoch))
-            .detail(format!(
-                "deadline {}{fence}",
-                crate::clock::show(ctx.clock.kind(), deadline)
-            ));
+            .detail(format!("deadline {deadline}{fence}"));
         ctx.log(&tx, &event)?;
         crate::failpoint!("claim.before_commit");
         tx.commit()?;

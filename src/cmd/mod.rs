@@ -354,13 +354,9 @@ pub fn change_held(
     let tx = ctx.begin(&mut store, &resource)?;
     if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
         let (kind, detail) = match change {
-            crate::store::HolderChange::Renew { deadline } => (
-                "renew",
-                format!(
-                    "deadline {}",
-                    crate::clock::show(ctx.clock.kind(), deadline)
-                ),
-            ),
+            crate::store::HolderChange::Renew { deadline } => {
+                ("renew", format!("deadline {deadline}"))
+            }
             crate::store::HolderChange::Complete { result } => (
                 "complete",
                 result.map(|r| format!("result {r}")).unwrap_or_default(),
