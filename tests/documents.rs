@@ -474,6 +474,58 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
 }
 
 #[test]
+fn a_document_the_reader_may_not_read_is_unreadable_and_the_others_still_reported() {
+    if !root_or_skipped() {
+        return;
+    }
+    let env = Env::new();
+    std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.claim("doc.md", "A", 10, 1);
+    env.write("doc.md", 1, "v1", 2, 0);
+    env.claim("private/doc.md", "A", 10, 1);
+    env.write("private/doc.md", 1, "secret", 2, 0);
+    std::fs::set_permissions(env.path("private"), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    let status = as_nobody(env.root(), 3, &["--json", "status"], "");
+    assert_eq!(status.status.code(), Some(0), "{status:?}");
+    let j: Value = serde_json::from_slice(&status.stdout).expect("json");
+    let states: Vec<(String, String)> = j["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| {
+            (
+                r["resource"].as_str().unwrap_or_default().to_string(),
+                r["document"]["state"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        states.contains(&("doc.md".into(), "matches".into()))
+            && states.contains(&("private/doc.md".into(), "unreadable".into())),
+        "{states:?}"
+    );
+    let verify = as_nobody(env.root(), 3, &["--json", "verify"], "");
+    assert_eq!(verify.status.code(), Some(9), "{verify:?}");
+    let j: Value = serde_json::from_slice(&verify.stdout).expect("json");
+    let problems = j["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{j}");
+    assert_eq!(problems[0]["resource"], "private/doc.md");
+    assert_eq!(problems[0]["problem"], "unreadable");
+    assert!(
+        problems[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("ermission denied")),
+        "{j}"
+    );
+    // root may read everything: all is well.
+    env.fp(&["verify"]).now(3).expect(0);
+}
+
+#[test]
 fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
     if !root_or_skipped() {
         return;

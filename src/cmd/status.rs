@@ -27,6 +27,7 @@ use crate::store::Store;
 ///   unreachable  a folder on its path is a file, a symlink leading outside the root,
 ///                or another publish root (it has .fencepost/)
 ///   state-file   the path is the state file itself (--db inside the root)
+///   unreadable   this user may not read the document or search a folder on its path
 /// Read-only: it changes nothing. Wall-clock deadlines show in UTC; --json gives them
 /// as milliseconds since the Unix epoch.
 ///
@@ -113,7 +114,20 @@ fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<R
     Ok(rows)
 }
 
+/// How the document compares with the sink's record. A document this user may not read
+/// (or whose folder it may not search) is `unreadable`: status reports every other one.
 fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
+    match compare(ctx, resource, sink) {
+        Err(crate::error::Error::Io { .. }) => Ok(DocState {
+            state: "unreadable",
+            sha256: None,
+            size: None,
+        }),
+        other => other,
+    }
+}
+
+fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
     let recorded = sink.and_then(|s| s.content.as_ref());
     let none = |state| DocState {
         state,

@@ -9,18 +9,19 @@ use serde_json::{Value, json};
 use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
-use crate::lease::LeaseState;
+use crate::lease::{Lease, LeaseState};
 use crate::resource::{Resource, locate};
-use crate::sink::Recovery;
+use crate::sink::{Content, Recovery};
 use crate::store::Store;
 
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
 ///
 /// Finds: a document whose bytes differ from the recorded SHA-256 (changed behind the
-/// tool's back), that is missing, or that its path no longer reaches; a lease completed by epoch E while the document holds
-/// content from an older epoch; a completed lease with no write at all ("completed but
-/// never published"); a crashed write awaiting recovery, or the recovery links a
-/// finished one left; temp files of dead writers.
+/// tool's back), that is missing, that its path no longer reaches, or that this user may
+/// not read; a lease completed by epoch E while the document holds content from an
+/// older epoch; a completed lease with no write at all ("completed but never
+/// published"); a crashed write awaiting recovery, or the recovery links a finished one
+/// left; temp files of dead writers.
 /// Read-only. Prints one line per problem (or one JSON object with --json).
 ///
 /// Example (cron):
@@ -69,86 +70,10 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
                 message,
             })
         };
-        if let Some(l) = &lease
-            && l.state == LeaseState::Completed
-        {
-            match &content {
-                None => found(
-                    "never-published",
-                    format!("epoch {} completed but never wrote the document", l.epoch),
-                ),
-                Some(c) if c.epoch < l.epoch => found(
-                    "older-content",
-                    format!(
-                        "epoch {} completed but the document holds content from epoch {}",
-                        l.epoch, c.epoch
-                    ),
-                ),
-                Some(_) => {}
-            }
-        }
-        let doc = match locate(&ctx.root, resource, false) {
-            Ok(Some(doc)) => doc,
-            Ok(None) => {
-                if content.is_some() {
-                    found("missing", "the recorded document is missing".into());
-                }
-                continue;
-            }
-            // The path no longer leads to a document of this root (a folder on it became
-            // a file, a symlink out of the root, or another publish root): say why.
-            Err(Error::Usage { message, .. }) => {
-                if content.is_some() {
-                    found("unreachable", message);
-                }
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if super::is_state_file(&doc, &ctx.db) {
-            continue; // never a document: write refuses it, and it must not be hashed
-        }
-        let pending = super::recover::pending(&doc, content.as_ref().and_then(|c| c.file))?;
-        match pending {
-            Recovery::RestorePre | Recovery::RemoveDoc => found(
-                "interrupted",
-                "a crashed write awaits recovery (run `fencepost recover`)".into(),
-            ),
-            Recovery::DropLinks => found(
-                "leftover-links",
-                "recovery links of a finished or abandoned write remain (run `fencepost recover`)"
-                    .into(),
-            ),
-            Recovery::Nothing => {}
-        }
-        let abandoned = atomic::abandoned_temps(&doc)?;
-        if abandoned > 0 {
-            found(
-                "leftover-temp",
-                format!("{abandoned} temp file(s) of dead writers (run `fencepost recover`)"),
-            );
-        }
-        match (atomic::inspect_document(&doc), &content) {
-            (Err(_), _) => found("not-a-file", "the document is not a regular file".into()),
-            (Ok(None), Some(_)) => found("missing", "the recorded document is missing".into()),
-            (Ok(Some(_)), Some(c))
-                if !matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) =>
-            {
-                let (sha, _) =
-                    atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
-                if sha != c.sha256 {
-                    found(
-                        "drifted",
-                        format!(
-                            "the document's SHA-256 {} differs from the one recorded at epoch {} ({})",
-                            short(&sha),
-                            c.epoch,
-                            short(&c.sha256)
-                        ),
-                    );
-                }
-            }
-            _ => {}
+        // One document this user may not read does not hide the others' problems.
+        match check(ctx, resource, lease.as_ref(), content.as_ref(), &mut found) {
+            Err(e @ Error::Io { .. }) => found("unreadable", e.to_string()),
+            other => other?,
         }
     }
     let list: Vec<Value> = problems
@@ -175,6 +100,98 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         report: lines.join("\n"),
         fields: json!({ "resource": resource, "checked": names.len(), "problems": list }),
     })
+}
+
+/// Finds the problems of one resource, given its lease and the content the sink recorded.
+fn check(
+    ctx: &Ctx,
+    resource: &Resource,
+    lease: Option<&Lease>,
+    content: Option<&Content>,
+    found: &mut impl FnMut(&'static str, String),
+) -> Result<()> {
+    if let Some(l) = lease
+        && l.state == LeaseState::Completed
+    {
+        match content {
+            None => found(
+                "never-published",
+                format!("epoch {} completed but never wrote the document", l.epoch),
+            ),
+            Some(c) if c.epoch < l.epoch => found(
+                "older-content",
+                format!(
+                    "epoch {} completed but the document holds content from epoch {}",
+                    l.epoch, c.epoch
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    let doc = match locate(&ctx.root, resource, false) {
+        Ok(Some(doc)) => doc,
+        Ok(None) => {
+            if content.is_some() {
+                found("missing", "the recorded document is missing".into());
+            }
+            return Ok(());
+        }
+        // The path no longer leads to a document of this root (a folder on it became
+        // a file, a symlink out of the root, or another publish root): say why.
+        Err(Error::Usage { message, .. }) => {
+            if content.is_some() {
+                found("unreachable", message);
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    if super::is_state_file(&doc, &ctx.db) {
+        return Ok(()); // never a document: write refuses it, and it must not be hashed
+    }
+    let pending = super::recover::pending(&doc, content.and_then(|c| c.file))?;
+    match pending {
+        Recovery::RestorePre | Recovery::RemoveDoc => found(
+            "interrupted",
+            "a crashed write awaits recovery (run `fencepost recover`)".into(),
+        ),
+        Recovery::DropLinks => found(
+            "leftover-links",
+            "recovery links of a finished or abandoned write remain (run `fencepost recover`)"
+                .into(),
+        ),
+        Recovery::Nothing => {}
+    }
+    let abandoned = atomic::abandoned_temps(&doc)?;
+    if abandoned > 0 {
+        found(
+            "leftover-temp",
+            format!("{abandoned} temp file(s) of dead writers (run `fencepost recover`)"),
+        );
+    }
+    match (atomic::inspect_document(&doc), content) {
+        (Err(_), _) => found("not-a-file", "the document is not a regular file".into()),
+        (Ok(None), Some(_)) => found("missing", "the recorded document is missing".into()),
+        (Ok(Some(_)), Some(c))
+            if !matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) =>
+        {
+            let (sha, _) =
+                atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
+            if sha != c.sha256 {
+                found(
+                    "drifted",
+                    format!(
+                        "the document's SHA-256 {} differs from the one recorded at epoch {} ({})",
+                        short(&sha),
+                        c.epoch,
+                        short(&c.sha256)
+                    ),
+                );
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn short(sha: &str) -> &str {
