@@ -134,8 +134,12 @@ pub fn parse_time(text: &str, what: &str) -> Result<(i64, bool)> {
             "write UTC times as log prints them: 2026-11-30T05:58:10Z (milliseconds optional)",
         )
     };
-    let stamp = text.strip_suffix('Z').ok_or_else(bad)?;
-    let (date, time) = stamp.split_once('T').ok_or_else(bad)?;
+    // UTC only, spelled as RFC 3339 allows: `Z`, `z` or `+00:00`.
+    let stamp = ["Z", "z", "+00:00"]
+        .iter()
+        .find_map(|utc| text.strip_suffix(utc))
+        .ok_or_else(bad)?;
+    let (date, time) = stamp.split_once(['T', 't']).ok_or_else(bad)?;
     let (clock, milli) = time.split_once('.').unwrap_or((time, "0"));
     let number = |s: &str, digits: std::ops::RangeInclusive<usize>| -> Result<i64> {
         if digits.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit()) {
@@ -255,9 +259,17 @@ mod tests {
             parse_time("2026-11-30T05:56:13.5Z", "--since").ok(),
             Some((1_796_018_173_500, true))
         );
+        for same in ["2026-11-30t05:56:13z", "2026-11-30T05:56:13+00:00"] {
+            assert_eq!(
+                parse_time(same, "--since").ok(),
+                Some((1_796_018_173_000, true)),
+                "{same}"
+            );
+        }
         assert_eq!(parse_time("42", "--since").ok(), Some((42, false)));
         for bad in [
-            "2026-11-30T05:56:13",  // no Z: local time or UTC?
+            "2026-11-30T05:56:13", // no Z: local time or UTC?
+            "2026-11-30T05:56:13+01:00",
             "2026-02-30T00:00:00Z", // no such day
             "2026-13-01T00:00:00Z",
             "2026-11-30T24:00:00Z",
