@@ -268,7 +268,7 @@ steps = [(steps[i].encode(), steps[i + 1].encode()) for i in range(0, len(steps)
 pid, fd = pty.fork()
 if pid == 0:
     os.execv('/bin/sh', ['sh', '-c', script])
-out, code, deadline = b'', None, time.monotonic() + 15
+out, code, deadline = b'', None, time.monotonic() + 30
 while True:
     while steps and steps[0][0] in out:
         os.write(fd, steps.pop(0)[1])
