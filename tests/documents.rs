@@ -206,6 +206,47 @@ fn abandoned_temp_file_of_a_dead_writer_is_removed_by_next_write() {
 }
 
 #[test]
+fn documents_around_the_copy_chunk_size_keep_every_byte_and_hash() {
+    let env = Env::new();
+    // Content that ends inside the first 128 KiB chunk is hashed in series; longer
+    // content goes through the hashing thread. Both sides of that line, by stdin and
+    // by --from, must record the digest of exactly the bytes sent.
+    const CHUNK: usize = 128 * 1024;
+    let sizes = [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK, 3 * CHUNK + 5];
+    for (i, size) in sizes.into_iter().enumerate() {
+        let content: Vec<u8> = (0..size).map(|b| (b * 7 + i) as u8).collect();
+        for (way, epoch) in [("stdin", 1), ("from", 2)] {
+            let res = format!("doc{i}.bin");
+            let now = epoch * 10;
+            assert_eq!(env.claim(&res, "A", 5, now), epoch);
+            let epoch_text = epoch.to_string();
+            let mut args = vec!["--json", "write", res.as_str(), "--epoch", &epoch_text];
+            let source = env.path(&format!("src{i}"));
+            std::fs::write(&source, &content).expect("write the source");
+            let source_text = source.to_string_lossy().into_owned();
+            let mut run = if way == "from" {
+                args.extend(["--from", source_text.as_str()]);
+                env.fp(&args)
+            } else {
+                env.fp(&args).stdin(content.clone())
+            };
+            run = run.now(now + 1);
+            let j = run.expect(0).json_contract();
+            assert_eq!(j["size"], size as u64, "{size} bytes by {way}");
+            assert_eq!(
+                j["sha256"],
+                sha256_hex(&content).as_str(),
+                "{size} bytes by {way}"
+            );
+            assert!(
+                env.read(&res).expect("doc") == content,
+                "{size} bytes by {way}: the document differs"
+            );
+        }
+    }
+}
+
+#[test]
 fn multi_mebibyte_document_streams_from_stdin() {
     let env = Env::new();
     // 12 MiB of non-repeating-looking bytes.
