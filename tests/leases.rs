@@ -421,3 +421,37 @@ fn claim_wait_with_logical_clock_is_bad_usage() {
     let lease = &row(&env, "doc.md", 5)["lease"];
     assert_eq!(lease["owner"], "A");
 }
+
+#[test]
+fn first_claims_racing_on_a_fresh_root_wait_instead_of_failing_busy() {
+    // Eight processes make their first claim on a fresh root at once: one creates the
+    // state file and turns it to WAL while the others open it. SQLite answers some of
+    // those opens SQLITE_BUSY at once, without its busy handler; none may reach the
+    // caller as `busy` (exit 7) when the --busy-timeout (10 s) has not run out.
+    for round in 0..150 {
+        let env = Env::new();
+        let claims: Vec<std::process::Child> = (0..8)
+            .map(|w| {
+                std::process::Command::new(crate::harness::bin())
+                    .env_clear()
+                    .args(["--root"])
+                    .arg(env.root())
+                    .args(["--now", "1", "claim", &format!("d{w}.md")])
+                    .args(["--owner", &format!("w{w}"), "--ttl", "10"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("spawn a claim")
+            })
+            .collect();
+        for claim in claims {
+            let out = claim.wait_with_output().expect("wait for a claim");
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
