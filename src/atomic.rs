@@ -125,7 +125,7 @@ pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) 
                 .map_err(Error::io("cannot set mode of", path.to_path_buf()))?;
         }
     }
-    let (sha256, size) = copy_hashed(source, &mut file, doc, &path)?;
+    let (sha256, size) = copy_hashed(source, &mut file, &doc.path(), &path)?;
     crate::failpoint!("write.after_temp_write");
     file.sync_all()
         .map_err(Error::io("cannot fsync", path.to_path_buf()))?;
@@ -155,7 +155,7 @@ const BUFFERS: usize = 4;
 fn copy_hashed(
     source: &mut dyn Read,
     file: &mut File,
-    doc: &DocPath,
+    doc: &Path,
     temp: &Path,
 ) -> Result<(String, u64)> {
     // Most documents fit in one chunk: read that much first, and when the content ends
@@ -165,7 +165,7 @@ fn copy_hashed(
     while filled < CHUNK {
         let n = read_some(source, &mut first[filled..], doc)?;
         if n == 0 {
-            return copy_serial(source, file, doc, temp, first, filled);
+            return copy_serial(source, file, doc, temp, &mut first, filled, false);
         }
         filled += n;
     }
@@ -189,7 +189,7 @@ fn copy_hashed(
         });
         let Ok(hashing) = spawned else {
             // No thread to be had (a process limit): hash in series instead.
-            return copy_serial(source, file, doc, temp, first, CHUNK);
+            return copy_serial(source, file, doc, temp, &mut first, CHUNK, true);
         };
         let copied = file
             .write_all(&first)
@@ -203,7 +203,7 @@ fn copy_hashed(
         // Closing the channel ends the hasher's loop, whatever the copy's outcome.
         drop(to_hasher);
         let digest = hashing.join().map_err(|_| {
-            Error::io("cannot hash the content for", doc.path())(io::Error::other(
+            Error::io("cannot hash the content for", doc)(io::Error::other(
                 "the hashing thread failed",
             ))
         })?;
@@ -212,14 +212,17 @@ fn copy_hashed(
 }
 
 /// `copy_hashed` without the second thread: SHA-256 in series with the copy, starting
-/// with the first `filled` bytes already read into `buf`.
+/// with the first `filled` bytes already read into `buf`. `more` says whether to go on
+/// reading: not once the content has ended, since a terminal or a FIFO can give more
+/// after its end, which is not part of this content.
 fn copy_serial(
     source: &mut dyn Read,
     file: &mut File,
-    doc: &DocPath,
+    doc: &Path,
     temp: &Path,
-    mut buf: Vec<u8>,
+    buf: &mut [u8],
     filled: usize,
+    more: bool,
 ) -> Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let mut size: u64 = 0;
@@ -229,14 +232,18 @@ fn copy_serial(
         file.write_all(&buf[..n])
             .map_err(Error::io("cannot write", temp.to_path_buf()))?;
         size += n as u64;
-        n = read_some(source, &mut buf, doc)?;
+        n = if more {
+            read_some(source, buf, doc)?
+        } else {
+            0
+        };
     }
     Ok((hex(&hasher.finalize()), size))
 }
 
 /// One read of the content (0 at its end), retried when a signal interrupts it.
-fn read_some(source: &mut dyn Read, buf: &mut [u8], doc: &DocPath) -> Result<usize> {
-    read_retrying(source, buf).map_err(Error::io("cannot read the content for", doc.path()))
+fn read_some(source: &mut dyn Read, buf: &mut [u8], doc: &Path) -> Result<usize> {
+    read_retrying(source, buf).map_err(Error::io("cannot read the content for", doc))
 }
 
 /// One read, retried when a signal interrupts it.
@@ -255,7 +262,7 @@ fn copy_chunks(
     file: &mut File,
     free: &Receiver<Vec<u8>>,
     to_hasher: &SyncSender<(Vec<u8>, usize)>,
-    doc: &DocPath,
+    doc: &Path,
     temp: &Path,
 ) -> Result<u64> {
     let mut size: u64 = 0;
@@ -273,10 +280,8 @@ fn copy_chunks(
 }
 
 /// The error when the hashing thread is no longer there to take a chunk.
-fn hasher_gone(doc: &DocPath) -> Error {
-    Error::io("cannot hash the content for", doc.path())(io::Error::other(
-        "the hashing thread stopped",
-    ))
+fn hasher_gone(doc: &Path) -> Error {
+    Error::io("cannot hash the content for", doc)(io::Error::other("the hashing thread stopped"))
 }
 
 impl Staged {
@@ -477,4 +482,58 @@ fn hex(bytes: &[u8]) -> String {
         out.push(DIGITS[usize::from(b & 15)] as char);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Content in reads of up to 1000 bytes, then its end (a read of 0), then `late` once
+    /// and the end again, as a terminal or a FIFO with a new writer can give.
+    struct EndsThenMore {
+        content: Vec<u8>,
+        at: usize,
+        ends: usize,
+    }
+
+    impl Read for EndsThenMore {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.at == self.content.len() {
+                self.ends += 1;
+                if self.ends != 2 {
+                    return Ok(0);
+                }
+                let late = b"late";
+                let n = late.len().min(buf.len());
+                buf[..n].copy_from_slice(&late[..n]);
+                return Ok(n);
+            }
+            let n = (self.content.len() - self.at).min(buf.len()).min(1000);
+            buf[..n].copy_from_slice(&self.content[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn the_copy_ends_at_the_first_end_of_the_content() {
+        for size in [0, 3, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 7] {
+            let content: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let mut source = EndsThenMore {
+                content: content.clone(),
+                at: 0,
+                ends: 0,
+            };
+            let mut file = tempfile::tempfile().expect("temp file");
+            let (sha256, copied) =
+                copy_hashed(&mut source, &mut file, Path::new("doc"), Path::new("temp"))
+                    .expect("copy");
+            assert_eq!(copied, size as u64, "{size} bytes");
+            assert_eq!(sha256, hex(&Sha256::digest(&content)), "{size} bytes");
+            let mut written = Vec::new();
+            io::Seek::rewind(&mut file).expect("rewind");
+            file.read_to_end(&mut written).expect("read back");
+            assert!(written == content, "{size} bytes: the file differs");
+        }
+    }
 }
