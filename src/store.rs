@@ -119,18 +119,28 @@ impl Store {
         } else {
             OpenFlags::SQLITE_OPEN_READ_WRITE
         } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let store = retry_busy(busy, || {
+        let started = std::time::Instant::now();
+        let is_busy = |e: &Error| matches!(e, Error::Busy { .. });
+        let store = retry_busy(busy, is_busy, |left| {
             let conn =
-                Connection::open_with_flags(path, flags).map_err(|e| db_error(path, busy, e))?;
+                Connection::open_with_flags(path, flags).map_err(|e| db_error(path, left, e))?;
+            // Set up waiting no longer than the time left; transactions get the whole
+            // busy timeout again.
             let mut store = Store {
                 conn,
                 path: path.to_path_buf(),
-                busy,
+                busy: left,
                 _frozen: None,
             };
             store.configure()?;
+            store.busy = busy;
+            store
+                .conn
+                .busy_timeout(busy)
+                .map_err(|e| db_error(path, busy, e))?;
             Ok(store)
-        })?;
+        })
+        .map_err(|e| waited_since(e, started))?;
         if is_new {
             // A new state file (and any folder made for it) must survive a power loss as
             // surely as its first commit: fsync the folders that now name them.
@@ -149,14 +159,21 @@ impl Store {
         if !path.exists() {
             return Ok(None);
         }
-        let fail = |e| db_error(path, busy, e);
+        let started = std::time::Instant::now();
+        let fail = |e| waited_since(db_error(path, busy, e), started);
         let header = |conn: &Connection| {
             conn.busy_timeout(busy)?;
             header(conn)
         };
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let opened = Connection::open_with_flags(path, flags)
-            .and_then(|conn| header(&conn).map(|h| (conn, h)));
+        // As in `open`: an early SQLITE_BUSY (a writer creating the file) is waited out.
+        let opened = retry_busy(busy, sqlite_busy, |left| {
+            let conn = Connection::open_with_flags(path, flags)?;
+            conn.busy_timeout(left)?;
+            let found = self::header(&conn)?;
+            conn.busy_timeout(busy)?;
+            Ok((conn, found))
+        });
         let mut frozen = None;
         let (conn, (app_id, version, tables)) = match opened {
             Ok(done) => done,
@@ -702,30 +719,47 @@ fn clock_mismatch(path: &Path, bound: ClockKind) -> Error {
     }
 }
 
-/// Runs `attempt` again while it fails with `Busy` and the busy timeout has not run out.
+/// Runs `attempt` again while its error is a busy state file (`is_busy`) and the busy
+/// timeout has time left; `attempt` is given that time, to wait no longer than it.
 ///
 /// SQLite waits out a busy state file through its busy handler, but some of its lock
 /// steps return SQLITE_BUSY at once instead. Eight processes making their first claim on a
 /// fresh root at the same moment met that about 5 times in 1200 (while one turns the new
-/// file to WAL). Retried here, a caller meets `busy` only after really waiting, and is told
-/// how long it waited.
-fn retry_busy<T>(busy: Duration, mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+/// file to WAL). Retried here, a caller meets `busy` only after really waiting.
+fn retry_busy<T, E>(
+    busy: Duration,
+    is_busy: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut(Duration) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
     let started = std::time::Instant::now();
     let mut nap = Duration::from_millis(1);
     loop {
-        match attempt() {
-            Err(Error::Busy { .. }) if started.elapsed() + nap < busy => {
+        match attempt(busy.saturating_sub(started.elapsed())) {
+            Err(e) if is_busy(&e) && started.elapsed() + nap < busy => {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(Duration::from_millis(20));
             }
-            Err(Error::Busy { path, .. }) => {
-                return Err(Error::Busy {
-                    path,
-                    waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                });
-            }
             done => return done,
         }
+    }
+}
+
+/// True for SQLite's busy and locked errors.
+fn sqlite_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// A `Busy` error that says how long this call really waited, since `started`.
+fn waited_since(e: Error, started: std::time::Instant) -> Error {
+    match e {
+        Error::Busy { path, .. } => Error::Busy {
+            path,
+            waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        },
+        other => other,
     }
 }
 
@@ -828,5 +862,76 @@ fn db_error(path: &Path, busy: Duration, e: rusqlite::Error) -> Error {
             path: path.to_path_buf(),
             source: e,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_early_busy_is_retried_until_the_attempt_succeeds() {
+        let mut tries = 0;
+        let done: std::result::Result<u32, &str> = retry_busy(
+            Duration::from_secs(10),
+            |e| *e == "busy",
+            |_| {
+                tries += 1;
+                if tries < 4 { Err("busy") } else { Ok(7) }
+            },
+        );
+        assert_eq!(done, Ok(7));
+        assert_eq!(tries, 4);
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let mut tries = 0;
+        let done: std::result::Result<u32, &str> = retry_busy(
+            Duration::from_secs(10),
+            |e| *e == "busy",
+            |_| {
+                tries += 1;
+                Err("broken")
+            },
+        );
+        assert_eq!(done, Err("broken"));
+        assert_eq!(tries, 1);
+    }
+
+    #[test]
+    fn a_lasting_busy_ends_with_the_timeout_and_each_try_gets_only_the_time_left() {
+        let busy = Duration::from_millis(60);
+        let mut given = Vec::new();
+        let started = std::time::Instant::now();
+        let done: std::result::Result<u32, &str> = retry_busy(
+            busy,
+            |e| *e == "busy",
+            |left| {
+                given.push(left);
+                Err("busy")
+            },
+        );
+        assert_eq!(done, Err("busy"));
+        assert!(given.len() > 1, "never retried");
+        assert!(given[0] <= busy);
+        assert!(
+            given.windows(2).all(|w| w[1] < w[0]),
+            "the time left must shrink: {given:?}"
+        );
+        // It gave up only when the next nap would have run past the timeout (naps are at
+        // most 20 ms), never at once.
+        assert!(started.elapsed() + Duration::from_millis(20) >= busy);
+        // No busy timeout: one try.
+        let mut tries = 0;
+        let _: std::result::Result<u32, &str> = retry_busy(
+            Duration::ZERO,
+            |_| true,
+            |_| {
+                tries += 1;
+                Err("busy")
+            },
+        );
+        assert_eq!(tries, 1);
     }
 }

@@ -428,7 +428,7 @@ fn first_claims_racing_on_a_fresh_root_wait_instead_of_failing_busy() {
     // state file and turns it to WAL while the others open it. SQLite answers some of
     // those opens SQLITE_BUSY at once, without its busy handler; none may reach the
     // caller as `busy` (exit 7) when the --busy-timeout (10 s) has not run out.
-    for round in 0..150 {
+    for round in 0..80 {
         let env = Env::new();
         let claims: Vec<std::process::Child> = (0..8)
             .map(|w| {
