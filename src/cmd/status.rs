@@ -118,11 +118,15 @@ fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<R
 /// (or whose folder it may not search) is `unreadable`: status reports every other one.
 fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
     match compare(ctx, resource, sink) {
-        Err(crate::error::Error::Io { .. }) => Ok(DocState {
-            state: "unreadable",
-            sha256: None,
-            size: None,
-        }),
+        Err(crate::error::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            Ok(DocState {
+                state: "unreadable",
+                sha256: None,
+                size: None,
+            })
+        }
         other => other,
     }
 }

@@ -72,7 +72,9 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         };
         // One document this user may not read does not hide the others' problems.
         match check(ctx, resource, lease.as_ref(), content.as_ref(), &mut found) {
-            Err(e @ Error::Io { .. }) => found("unreadable", e.to_string()),
+            Err(e @ Error::Io { .. }) if permission_denied(&e) => {
+                found("unreadable", e.to_string());
+            }
             other => other?,
         }
     }
@@ -192,6 +194,11 @@ fn check(
         _ => {}
     }
     Ok(())
+}
+
+/// True for an I/O error that says this user may not read or search something.
+fn permission_denied(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
 }
 
 fn short(sha: &str) -> &str {
