@@ -161,16 +161,12 @@ impl Store {
         }
         let started = std::time::Instant::now();
         let fail = |e| waited_since(db_error(path, busy, e), started);
-        let header = |conn: &Connection| {
-            conn.busy_timeout(busy)?;
-            header(conn)
-        };
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         // As in `open`: an early SQLITE_BUSY (a writer creating the file) is waited out.
         let opened = retry_busy(busy, sqlite_busy, |left| {
             let conn = Connection::open_with_flags(path, flags)?;
             conn.busy_timeout(left)?;
-            let found = self::header(&conn)?;
+            let found = header(&conn)?;
             conn.busy_timeout(busy)?;
             Ok((conn, found))
         });
@@ -191,7 +187,10 @@ impl Store {
                     flags | OpenFlags::SQLITE_OPEN_URI,
                 )
                 .map_err(fail)?;
-                let h = header(&conn).map_err(fail)?;
+                let h = conn
+                    .busy_timeout(busy)
+                    .and_then(|()| header(&conn))
+                    .map_err(fail)?;
                 crate::failpoint!("read.frozen");
                 (conn, h)
             }

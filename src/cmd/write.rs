@@ -207,6 +207,8 @@ fn publish(
         file: Some(staged.id),
     };
     let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
+    // Checked before the recovery links are made (so none lands in a swapped folder), and
+    // again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
     let exists = atomic::inspect_document(doc)?.is_some();
     let staged_change = staged
