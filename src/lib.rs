@@ -23,6 +23,7 @@ pub mod cmd;
 pub mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
+pub mod folder;
 pub mod lease;
 pub mod resource;
 pub mod sink;

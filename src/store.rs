@@ -533,7 +533,9 @@ impl Txn<'_> {
                     content.sha256,
                     content.size as i64,
                     content.written_at,
-                    file.map(|f| f.dev as i64),
+                    // The `dev` column is no longer written (a device number changes across
+                    // remounts); files of older versions may still hold one, unread.
+                    Option::<i64>::None,
                     file.map(|f| f.ino as i64),
                     owner
                 ],
@@ -677,7 +679,6 @@ fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
     let content = match content_epoch {
         None => None,
         Some(epoch) => {
-            let dev: Option<i64> = r.get(5)?;
             let ino: Option<i64> = r.get(6)?;
             let size: i64 = r.get::<_, Option<i64>>(3)?.unwrap_or(0);
             Some(Content {
@@ -685,8 +686,7 @@ fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
                 sha256: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                 size: size as u64,
                 written_at: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
-                file: dev.zip(ino).map(|(dev, ino)| FileId {
-                    dev: dev as u64,
+                file: ino.map(|ino| FileId {
                     ino: ino as u64,
                     size: size as u64,
                 }),

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod acknowledged;
 mod crash;
 mod documents;
 mod inputs;
@@ -13,3 +14,4 @@ mod reproduce;
 mod sink;
 mod strace;
 mod torture;
+mod walls;

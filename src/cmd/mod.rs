@@ -71,6 +71,7 @@ impl Ctx {
         // Resolved before the lock: it walks the state file's path.
         let pin = self.root_pin();
         let tx = store.immediate()?;
+        crate::failpoint!("txn.after_begin");
         self.bind(&tx, &pin)?;
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)
@@ -406,7 +407,7 @@ pub fn is_state_file(doc: &resource::DocPath, db: &std::path::Path) -> bool {
         return false;
     };
     let dir = crate::atomic::folder_of(db);
-    if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.dir.as_path()) {
+    if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.folder.path()) {
         return false;
     }
     ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {

@@ -10,10 +10,10 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, Report};
-use crate::atomic;
+use crate::atomic::{self, LinkSet};
 use crate::error::Result;
 use crate::resource::{DocPath, Resource, locate};
-use crate::sink::{FileId, Leftovers, Recovery, recovery};
+use crate::sink::{FileId, Recovery, recovery};
 use crate::store::{Store, Txn};
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
@@ -123,7 +123,8 @@ pub struct Recovered {
 }
 
 /// Recovers one resource inside the caller's IMMEDIATE transaction: undoes a crashed
-/// write's rename (or drops its links) and removes temp files of dead writers.
+/// write's rename (or drops the links of writes that committed or never renamed) and
+/// removes temp files of dead writers.
 pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> Result<Recovered> {
     let Some(doc) = locate(root, resource, false)? else {
         return Ok(Recovered {
@@ -131,57 +132,104 @@ pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> 
             temps: 0,
         });
     };
-    let found = atomic::leftovers(&doc)?;
-    let action = if found.new.is_none() && !found.pre {
+    let sets = atomic::link_sets(&doc)?;
+    let action = if sets.is_empty() {
         Recovery::Nothing
     } else {
         let recorded = tx
             .sink(resource)?
             .and_then(|r| r.content)
             .and_then(|c| c.file);
-        apply(&doc, decide(&doc, recorded, found)?)?
+        crate::failpoint!("recover.before_apply");
+        let mut plan = Vec::new();
+        for set in sets {
+            let action = decide(&doc, recorded, &set)?;
+            plan.push((set, action));
+        }
+        apply_all(&doc, plan)?
     };
     let temps = atomic::remove_abandoned_temps(&doc)?;
     Ok(Recovered { action, temps })
 }
 
-/// Undoes an uncommitted rename against the record as it was before the write.
-pub fn undo(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
-    let found = atomic::leftovers(doc)?;
-    apply(doc, decide(doc, recorded, found)?)
+/// Undoes this writer's own uncommitted rename (its link set `own`) against the record as
+/// it was before the write. Under the lock, after the write failed.
+pub fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
+    let action = decide(doc, recorded, own)?;
+    apply_all(doc, vec![(own.clone(), action)])
 }
 
 /// What recovery would do for this document, without doing it (`status`, `verify`).
-pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
-    let found = atomic::leftovers(doc)?;
-    decide(doc, recorded, found)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// The most significant action for link sets whose writer is gone.
+    pub action: Recovery,
+    /// A writer is still running (or paused) between its links and its clean-up: a write
+    /// in progress, not a crash.
+    pub in_progress: bool,
 }
 
-/// The rule of `sink::recovery`, plus one check on disk: an uncommitted document that was
-/// edited in place since the crash no longer holds the staged bytes (its hash differs
-/// from the `-sum` link); it is someone's edit, kept and reported as drifted.
-fn decide(doc: &DocPath, recorded: Option<FileId>, found: Leftovers) -> Result<Recovery> {
-    let action = recovery(recorded, found);
+/// What recovery would do for this document (see [`Pending`]).
+pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
+    let mut found = Pending {
+        action: Recovery::Nothing,
+        in_progress: false,
+    };
+    for set in atomic::link_sets(doc)? {
+        if atomic::writer_alive(doc, &set) {
+            found.in_progress = true;
+            continue;
+        }
+        let action = decide(doc, recorded, &set)?;
+        if weight(action) > weight(found.action) {
+            found.action = action;
+        }
+    }
+    Ok(found)
+}
+
+/// The rule of `sink::recovery` for one link set, plus one check on disk: an
+/// uncommitted document that was edited in place since the crash no longer holds the
+/// staged bytes (its hash differs from the `-sum` link); it is someone's edit, kept and
+/// reported as drifted.
+fn decide(doc: &DocPath, recorded: Option<FileId>, set: &LinkSet) -> Result<Recovery> {
+    let action = recovery(recorded, atomic::leftovers(doc, set)?);
     if !matches!(action, Recovery::RestorePre | Recovery::RemoveDoc) {
         return Ok(action);
     }
-    let (sha256, _) = atomic::hash_file(&doc.path())
-        .map_err(crate::error::Error::io("cannot read", doc.path()))?;
-    Ok(if atomic::still_staged(doc, &sha256) {
+    let (sha256, _) = atomic::hash_document(doc)?;
+    Ok(if atomic::still_staged(doc, set, &sha256) {
         action
     } else {
         Recovery::DropLinks
     })
 }
 
-fn apply(doc: &DocPath, action: Recovery) -> Result<Recovery> {
-    match action {
-        Recovery::Nothing => {}
-        Recovery::DropLinks => atomic::drop_links(doc),
-        Recovery::RestorePre => atomic::restore_pre(doc)?,
-        Recovery::RemoveDoc => atomic::remove_uncommitted(doc)?,
+/// Applies the actions decided for each link set (all decided against the document as
+/// it was found): links are dropped first, then the one rollback, if any. Returns the
+/// most significant action.
+fn apply_all(doc: &DocPath, mut plan: Vec<(LinkSet, Recovery)>) -> Result<Recovery> {
+    plan.sort_by_key(|(_, action)| weight(*action));
+    let mut done = Recovery::Nothing;
+    for (set, action) in &plan {
+        match action {
+            Recovery::Nothing => {}
+            Recovery::DropLinks => atomic::drop_set(doc, set),
+            Recovery::RestorePre => atomic::restore_pre(doc, set)?,
+            Recovery::RemoveDoc => atomic::remove_uncommitted(doc, set)?,
+        }
+        done = *action;
     }
-    Ok(action)
+    Ok(done)
+}
+
+/// How much an action changes: nothing < links dropped < a rollback.
+fn weight(action: Recovery) -> u8 {
+    match action {
+        Recovery::Nothing => 0,
+        Recovery::DropLinks => 1,
+        Recovery::RestorePre | Recovery::RemoveDoc => 2,
+    }
 }
 
 fn describe(action: Recovery) -> &'static str {

@@ -166,11 +166,12 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
             "absent"
         }));
     };
-    let (sha256, size) = atomic::hash_file(&doc.path())
-        .map_err(crate::error::Error::io("cannot read", doc.path()))?;
+    let (sha256, size) = atomic::hash_document(&doc)?;
     let pending = super::recover::pending(&doc, recorded.and_then(|c| c.file))?;
-    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
+    let state = if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
         "interrupted"
+    } else if pending.in_progress {
+        "in-progress"
     } else {
         match recorded {
             Some(c) if c.sha256 == sha256 => "matches",
