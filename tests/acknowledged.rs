@@ -56,13 +56,20 @@ fn a_writer_paused_after_commit_never_removes_the_next_writers_pre_image() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "written");
     let out = a.resume();
-    assert_eq!(out.status.signal(), Some(6), "A dies after its rename: {out:?}");
-
-    env.fp(&["recover"]).now(42).expect(0);
     assert_eq!(
-        env.read(RES).as_deref(),
-        Some(v1.as_slice()),
-        "B's acknowledged v1 is the document"
+        out.status.signal(),
+        Some(6),
+        "A dies after its rename: {out:?}"
+    );
+
+    let recovered = env.fp(&["recover"]).now(42).expect(0);
+    let doc = env.read(RES);
+    assert!(
+        doc.as_deref() == Some(v1.as_slice()),
+        "B's acknowledged v1 must be the document; recover said {:?}, the document is {}",
+        recovered.stdout,
+        doc.map_or("missing".into(), |d| String::from_utf8_lossy(&d[..40])
+            .into_owned())
     );
     env.fp(&["verify"]).now(42).expect(0);
     let row = status_row(&env, RES, Some(42));
@@ -173,9 +180,9 @@ fn run(cmd: &mut Command) {
 /// True where loop devices can be set up (root, `losetup`, `mkfs.ext4`); otherwise
 /// says the test is skipped. Under CI (where they are there), never skips.
 fn loop_devices_or_skipped() -> bool {
-    let root = std::os::unix::fs::MetadataExt::uid(
-        &std::fs::metadata("/proc/self").expect("/proc/self"),
-    ) == 0;
+    let root =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc/self"))
+            == 0;
     let tools = ["losetup", "mkfs.ext4", "mount"].iter().all(|tool| {
         Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
@@ -224,9 +231,15 @@ fn a_committed_write_survives_a_remount_through_another_device() {
     };
     let v0 = version("v0", 700);
     let v1 = version("v1", 900);
-    assert_eq!(fp(&["claim", RES, "--owner", "Z", "--ttl", "10"], b"", 0).0, Some(0));
+    assert_eq!(
+        fp(&["claim", RES, "--owner", "Z", "--ttl", "10"], b"", 0).0,
+        Some(0)
+    );
     assert_eq!(fp(&["write", RES, "--epoch", "1"], &v0, 1).0, Some(0));
-    assert_eq!(fp(&["claim", RES, "--owner", "B", "--ttl", "10"], b"", 20).0, Some(0));
+    assert_eq!(
+        fp(&["claim", RES, "--owner", "B", "--ttl", "10"], b"", 20).0,
+        Some(0)
+    );
     let mut cmd = fp_command(&root, &["write", RES, "--epoch", "2"], 21);
     cmd.env("FAILPOINTS", "txn.after_commit=return(abort)");
     let (code, _) = run_with_stdin(&mut cmd, &v1);

@@ -384,7 +384,12 @@ const AS_NOBODY: [&str; 4] = [
 ];
 
 /// Runs fencepost as `nobody` (through setpriv) in `root` at tick `now`.
-pub(crate) fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> std::process::Output {
+pub(crate) fn as_nobody(
+    root: &std::path::Path,
+    now: i64,
+    args: &[&str],
+    stdin: &str,
+) -> std::process::Output {
     as_nobody_under(&[], root, now, args, stdin)
 }
 
