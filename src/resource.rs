@@ -58,7 +58,8 @@ impl Resource {
                 Component::RootDir | Component::Prefix(_) => {
                     return Err(Error::usage_hint(
                         format!("resource {text:?} is absolute"),
-                        "name the document relative to --root, e.g. reports/daily.md",
+                        "name the document relative to the root (under a root found from the current \
+                         folder, relative to that folder), e.g. reports/daily.md",
                     ));
                 }
             }

@@ -479,7 +479,11 @@ impl StateFiles {
             for suffix in COMPANIONS {
                 let mut file = name.to_os_string();
                 file.push(suffix);
-                files.paths.push(dir.join(&file));
+                let path = dir.join(&file);
+                if files.paths.contains(&path) {
+                    continue;
+                }
+                files.paths.push(path);
                 if let Some(id) = id {
                     files.names.push((id, file));
                 }

@@ -265,11 +265,23 @@ fn a_root_cannot_be_made_inside_another() {
 
 #[test]
 fn a_root_cannot_be_made_around_another() {
-    for outside in [false, true] {
+    for (inner_outside, outer_outside) in
+        [(false, false), (true, false), (false, true), (true, true)]
+    {
         let env = Env::new();
         let away = elsewhere();
         let outside_db = away.path().join("inner.db");
-        let inner_db = outside.then(|| outside_db.to_str().expect("utf-8"));
+        let inner_db = inner_outside.then(|| outside_db.to_str().expect("utf-8"));
+        let outer_db = away.path().join("outer.db");
+        let outer_db = outer_outside.then(|| outer_db.to_str().expect("utf-8"));
+        let with_outer = |args: &[&'static str]| -> Vec<String> {
+            let mut all: Vec<String> = Vec::new();
+            if let Some(db) = outer_db {
+                all.extend(["--db".to_string(), db.to_string()]);
+            }
+            all.extend(args.iter().map(|a| a.to_string()));
+            all
+        };
         let inner = env.path("pub");
         mkdir(&inner);
         let mut args = Vec::new();
@@ -280,15 +292,16 @@ fn a_root_cannot_be_made_around_another() {
         env.fp(&args).root(&inner).now(0).expect_stdout(0, "1");
         // The parent folder, as a new root (with its own default state file), would give
         // pub/a.md a second lease and fence: refused, naming the root that has it.
+        let claim = with_outer(&["claim", "pub/a.md", "--owner", "C", "--ttl", "100"]);
         let done = env
-            .fp(&["claim", "pub/a.md", "--owner", "C", "--ttl", "100"])
+            .fp(&claim.iter().map(String::as_str).collect::<Vec<_>>())
             .now(1)
             .expect(2);
         let inner_real = std::fs::canonicalize(&inner).expect("real");
         assert!(
             done.stderr
                 .contains(&format!("{}, another publish root", inner_real.display())),
-            "{inner_db:?}: {}",
+            "{inner_db:?} {outer_db:?}: {}",
             done.stderr
         );
         assert!(
@@ -296,11 +309,16 @@ fn a_root_cannot_be_made_around_another() {
             "{}",
             done.stderr
         );
-        env.fp(&["write", "pub/a.md", "--epoch", "1"])
+        let write = with_outer(&["write", "pub/a.md", "--epoch", "1"]);
+        env.fp(&write.iter().map(String::as_str).collect::<Vec<_>>())
             .now(1)
             .stdin("outer")
             .expect(2);
         assert!(!env.path(".fencepost").exists(), "the outer root was made");
+        assert!(
+            !away.path().join("outer.db").exists(),
+            "the outer state file was made"
+        );
         assert!(!env.path("pub/a.md").exists());
     }
 }

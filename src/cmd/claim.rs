@@ -36,7 +36,8 @@ pub struct ClaimArgs {
 /// What a claim asks for; shared by `claim` and `run`.
 #[derive(Debug, Clone, Args)]
 pub struct LeaseRequest {
-    /// The document's path relative to --root, e.g. reports/daily.md.
+    /// The document's path under the root, e.g. reports/daily.md (from the current folder
+    /// when the root was found from it, without --root).
     pub resource: OsString,
 
     /// Who is claiming (free text: host, pid, job id).
