@@ -18,9 +18,17 @@ pub const STATE_DIR: &str = ".fencepost";
 /// Marker inside file names that the tool reserves for its temp and link files.
 pub const RESERVED: &str = ".fencepost-";
 
-/// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXX` sibling
-/// names still fit in the usual 255-byte limit.
+/// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXXXXXX`
+/// sibling names still fit in the usual 255-byte limit (NAME_MAX).
 const MAX_NAME: usize = 200;
+
+/// Longest folder name accepted: NAME_MAX (folders get no sibling names).
+const MAX_FOLDER: usize = 255;
+
+/// Longest resource accepted: with the shortest root (`/`) and the tool's sibling names
+/// beside the document, its path still fits in PATH_MAX (4096, with its NUL). The root's
+/// own length is checked where the root is known.
+const MAX_RESOURCE: usize = 4096 - 1 - 64 - 1;
 
 /// A validated resource name: relative, normalised, `/`-separated, UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +59,8 @@ impl Resource {
                 Component::RootDir | Component::Prefix(_) => {
                     return Err(Error::usage_hint(
                         format!("resource {text:?} is absolute"),
-                        "name the document relative to --root, e.g. reports/daily.md",
+                        "name the document relative to the root (under a root found from the current \
+                         folder, relative to that folder), e.g. reports/daily.md",
                     ));
                 }
             }
@@ -74,7 +83,22 @@ impl Resource {
                 "has a file name longer than {MAX_NAME} bytes"
             )));
         }
-        Ok(Resource(parts.join("/")))
+        if let Some(folder) = parts.iter().find(|p| p.len() > MAX_FOLDER) {
+            return Err(Error::usage(format!(
+                "resource {:?} has a folder name of {} bytes, longer than {MAX_FOLDER}",
+                crate::root::shown(text),
+                folder.len()
+            )));
+        }
+        let joined = parts.join("/");
+        if joined.len() > MAX_RESOURCE {
+            return Err(Error::usage(format!(
+                "resource {:?} is {} bytes long, longer than {MAX_RESOURCE}",
+                crate::root::shown(text),
+                joined.len()
+            )));
+        }
+        Ok(Resource(joined))
     }
 
     pub fn as_str(&self) -> &str {
@@ -388,5 +412,21 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn names_too_long_for_the_filesystem_are_refused() {
+        let folder = |n| "d".repeat(n);
+        assert!(parse(&format!("{}/x.md", folder(255))).is_ok());
+        assert!(parse(&format!("{}/x.md", folder(256))).is_err());
+        assert!(parse(&"f".repeat(200)).is_ok());
+        assert!(parse(&"f".repeat(201)).is_err());
+        // Many short folders: the whole name counts.
+        let deep = |n| vec!["ab"; n].join("/") + "/x.md";
+        assert!(parse(&deep(1300)).is_ok(), "{} bytes", deep(1300).len());
+        assert!(parse(&deep(1400)).is_err(), "{} bytes", deep(1400).len());
+        // The limit counts the normalised name, not its spelling.
+        let padded = format!("./{}", ".//".repeat(2000)) + "x.md";
+        assert!(parse(&padded).is_ok());
     }
 }

@@ -420,10 +420,16 @@ impl Txn<'_> {
     }
 
     pub fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.lease_named(resource.as_str())
+    }
+
+    /// The lease stored under `name`, which may no longer pass the name rules (for
+    /// reports that must show every row).
+    pub fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
         self.tx
             .query_row(
                 "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
-                [resource.as_str()],
+                [name],
                 lease_row,
             )
             .optional()
@@ -488,11 +494,16 @@ impl Txn<'_> {
     }
 
     pub fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+        self.sink_named(resource.as_str())
+    }
+
+    /// The sink record stored under `name`, which may no longer pass the name rules.
+    pub fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
             .query_row(
                 "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
                  FROM sink WHERE resource = ?1",
-                [resource.as_str()],
+                [name],
                 sink_row,
             )
             .optional()

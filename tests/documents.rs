@@ -107,6 +107,7 @@ fn parent_folders_of_new_resource_are_created() {
 #[test]
 fn refused_write_creates_no_parent_folders() {
     let env = Env::new();
+    env.claim("other.md", "X", 10, 0);
     env.fp(&["write", "a/b/c.md", "--epoch", "1"])
         .now(0)
         .stdin("x")

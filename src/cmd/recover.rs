@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{Ctx, Report};
 use crate::atomic::{self, LinkSet};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::resource::{DocPath, Resource, locate};
 use crate::sink::{FileId, Recovery, recovery};
 use crate::store::{Store, Txn};
@@ -20,7 +20,10 @@ use crate::store::{Store, Txn};
 ///
 /// Every command that changes a resource already does this for that resource first;
 /// run `recover` after a crash to tidy all resources at once (e.g. from a boot script).
-/// Temp files of writers that are still running (or paused) are left alone.
+/// Temp files of writers that are still running (or paused) are left alone. A resource
+/// that cannot be recovered (its stored name no longer passes the name rules, its folder
+/// is unreachable, ...) is listed with why, the others are still recovered, and the exit
+/// code is that of the first failure. Exit 2 when there is no state file.
 ///
 /// Example:
 ///   fencepost recover
@@ -39,12 +42,10 @@ pub struct RecoverArgs {
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     // Bad input changes nothing, not even the root's record.
     let only = ctx.resource_opt(args.resource.as_deref())?;
-    // No state file, no write to finish or undo: say so rather than create one.
+    // No state file: no write was ever made here to finish or undo, and the likely cause
+    // is a wrong root or --db, which must not read as success. Never create one.
     let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
-        return Ok(Report::new(
-            "nothing to recover: no state file",
-            json!({ "outcome": "recovered", "resources": [] }),
-        ));
+        return Err(ctx.no_state_file("nothing to recover"));
     };
     let mut lines = Vec::new();
     let pin = ctx.root_pin();
@@ -57,23 +58,20 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     }
     // Another root's state file: say so once, not once per resource.
     ctx.check_root(&store.snapshot()?)?;
+    let single = only.is_some();
     let names = match only {
-        Some(resource) => vec![resource],
-        None => {
-            let tx = store.snapshot()?;
-            tx.resources()?
-                .iter()
-                .filter_map(|name| Resource::parse(name.as_ref()).ok())
-                .collect()
-        }
+        Some(resource) => vec![resource.to_string()],
+        None => store.snapshot()?.resources()?,
     };
     let mut actions = Vec::new();
     let mut failed = Vec::new();
-    for resource in &names {
-        // One unreachable or broken resource must not stop the others from being tidied.
-        let one = store.immediate().and_then(|tx| {
+    for name in &names {
+        // A name that no longer passes the rules, or one unreachable or broken resource,
+        // must not stop the others from being tidied.
+        let one = ctx.stored(name).and_then(|resource| {
+            let tx = store.immediate()?;
             ctx.bind(&tx, &pin)?;
-            let done = recover_in(&tx, &ctx.root, resource)?;
+            let done = recover_in(&tx, &ctx.root, &resource)?;
             tx.commit()?;
             Ok(done)
         });
@@ -83,25 +81,41 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         } = match one {
             Ok(done) => done,
             Err(e) => {
-                lines.push(format!("{resource}: not recovered: {e}"));
-                actions.push(json!({ "resource": resource.as_str(), "error": e.to_string() }));
+                lines.push(format!(
+                    "{}: not recovered: {e}",
+                    super::status::printable(name)
+                ));
+                actions.push(json!({ "resource": name, "error": e.to_string() }));
                 failed.push(e);
                 continue;
             }
         };
         let what = describe(done);
         if done != Recovery::Nothing || temps > 0 {
-            lines.push(format!("{resource}: {what}, {temps} temp file(s) removed"));
+            lines.push(format!("{name}: {what}, {temps} temp file(s) removed"));
         }
         actions.push(json!({
-            "resource": resource.as_str(),
+            "resource": name,
             "action": what,
             "temps_removed": temps,
         }));
     }
-    if let Some(first) = failed.into_iter().next() {
-        // The other resources were recovered; fail with the first error's exit code.
-        return Err(first);
+    if single && let Some(e) = failed.pop() {
+        return Err(e);
+    }
+    if let Some(first) = failed.first() {
+        // The others were recovered; say what was and was not, and fail with the first
+        // failure's exit code.
+        return Err(Error::Partial {
+            code: first.exit_code(),
+            message: format!(
+                "{} of {} resource(s) not recovered; first: {first}",
+                failed.len(),
+                names.len()
+            ),
+            report: lines.join("\n"),
+            fields: json!({ "resources": actions }),
+        });
     }
     let plain = if lines.is_empty() {
         "nothing to recover".to_string()
