@@ -42,7 +42,8 @@ use crate::store::Txn;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct WriteArgs {
-    /// The document's path relative to --root, e.g. reports/daily.md.
+    /// The document's path under the root, e.g. reports/daily.md (from the current folder
+    /// when the root was found from it, without --root).
     #[arg(env = "FENCEPOST_RESOURCE")]
     pub resource: OsString,
 
