@@ -53,6 +53,17 @@ pub enum Error {
         fields: Value,
     },
 
+    /// A command that works through every resource (`recover`) could not finish some:
+    /// it went on with the others, `report` says what it did and did not do, one line
+    /// each, and it exits with the first failure's code.
+    #[error("{message}")]
+    Partial {
+        code: i32,
+        message: String,
+        report: String,
+        fields: Value,
+    },
+
     /// `run`: the command failed; run exits with the command's own code.
     #[error("{message}")]
     Child {
@@ -143,7 +154,7 @@ impl Error {
             },
             Error::Busy { .. } => 7,
             Error::Diverged { .. } => 9,
-            Error::Child { code, .. } => *code,
+            Error::Child { code, .. } | Error::Partial { code, .. } => *code,
         }
     }
 
@@ -155,6 +166,7 @@ impl Error {
             Error::Busy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
             Error::Child { .. } => "failed",
+            Error::Partial { .. } => "incomplete",
             Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => "error",
         }
     }

@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
 
 pub mod atomic;
@@ -23,8 +23,10 @@ pub mod cmd;
 pub mod error;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
+pub mod folder;
 pub mod lease;
 pub mod resource;
+pub mod root;
 pub mod sink;
 pub mod store;
 
@@ -72,17 +74,14 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, clap::Args)]
 pub struct Global {
-    /// Publish root: resources are paths relative to it.
-    #[arg(
-        long,
-        global = true,
-        env = "FENCEPOST_ROOT",
-        default_value = ".",
-        value_name = "DIR"
-    )]
-    pub root: PathBuf,
+    /// Publish root: resources are paths relative to it [default: the nearest folder
+    /// from the current one up that holds .fencepost/, where names typed on the command
+    /// line are relative to the current folder; else the current folder].
+    #[arg(long, global = true, env = "FENCEPOST_ROOT", value_name = "DIR")]
+    pub root: Option<PathBuf>,
 
-    /// State file [default: <root>/.fencepost/state.db].
+    /// State file [default: the one the root's .fencepost/ names, else
+    /// <root>/.fencepost/state.db].
     #[arg(long, global = true, env = "FENCEPOST_DB", value_name = "PATH")]
     pub db: Option<PathBuf>,
 
@@ -161,8 +160,11 @@ where
     #[cfg(feature = "failpoints")]
     let _scenario = fail::FailScenario::setup();
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let cli = match Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e)
             if !e.use_stderr()
                 || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
@@ -192,7 +194,12 @@ where
     let json = cli.global.json;
     let quiet = cli.global.quiet && !json;
     let quiet_success = quiet && cli.command.is_confirmation();
-    let result = context(&cli.global).and_then(|ctx| {
+    // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
+    let typed = matches
+        .subcommand_matches("write")
+        .and_then(|m| m.value_source("resource"))
+        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
+    let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
         dispatch(&ctx, &cli.command).inspect_err(|err| {
             if let Error::Refused(refusal) = err {
                 cmd::log_refusal(&ctx, refusal);
@@ -300,19 +307,23 @@ fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
     }
 }
 
-fn context(global: &Global) -> Result<Ctx> {
+/// Resolves the global options. `typed`: the resource was typed on the command line
+/// (not read from FENCEPOST_RESOURCE), so under a found root it starts in the current
+/// folder.
+fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     let clock = Clock::from_option(global.now)?;
-    let root = std::fs::canonicalize(&global.root).map_err(|e| {
-        Error::usage_hint(
-            format!("publish root {} is not usable: {e}", global.root.display()),
-            "create it first, or pass --root DIR (FENCEPOST_ROOT)",
-        )
-    })?;
-    if !root.is_dir() {
-        return Err(Error::usage(format!(
-            "publish root {} is not a folder",
-            root.display()
-        )));
+    if matches!(command, Command::Completions(_) | Command::Man(_)) {
+        // Generated from the CLI definition alone: no root, no state file.
+        return Ok(Ctx {
+            root: PathBuf::new(),
+            db: PathBuf::new(),
+            clock,
+            busy: Duration::ZERO,
+            log_keep: global.log_keep,
+            how: root::How::Given,
+            here: None,
+            state_files: root::StateFiles::default(),
+        });
     }
     // 0 means "do not wait at all" (exit 7 at once if the state file is locked).
     let busy_ms = match global.busy_timeout.trim() {
@@ -333,7 +344,8 @@ fn context(global: &Global) -> Result<Ctx> {
             global.log_keep
         )));
     }
-    let db = global.db.clone().unwrap_or_else(|| cmd::default_db(&root));
+    let place = root::resolve(global.root.as_deref(), global.db.as_deref())?;
+    let db = place.db;
     if db.is_dir() {
         return Err(Error::usage_hint(
             format!("state file {} is a folder", db.display()),
@@ -341,11 +353,14 @@ fn context(global: &Global) -> Result<Ctx> {
         ));
     }
     Ok(Ctx {
-        root,
+        root: place.root,
+        state_files: root::StateFiles::of(&db),
         db,
         clock,
         busy: Duration::from_millis(busy_ms.unsigned_abs()),
         log_keep: global.log_keep,
+        how: place.how,
+        here: place.here.filter(|_| typed),
     })
 }
 
@@ -359,9 +374,9 @@ fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
     if json {
         let mut map = match err {
             Error::Refused(r) => r.fields.clone(),
-            Error::Diverged { fields, .. } | Error::Child { fields, .. } => {
-                fields.as_object().cloned().unwrap_or_default()
-            }
+            Error::Diverged { fields, .. }
+            | Error::Child { fields, .. }
+            | Error::Partial { fields, .. } => fields.as_object().cloned().unwrap_or_default(),
             _ => serde_json::Map::new(),
         };
         map.insert("outcome".into(), json!(err.outcome()));
@@ -374,7 +389,7 @@ fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
         if !quiet {
             emit(r.kind.outcome());
         }
-    } else if let Error::Diverged { report, .. } = err {
+    } else if let Error::Diverged { report, .. } | Error::Partial { report, .. } = err {
         emit(report);
     }
     let mut stderr = io::stderr().lock();

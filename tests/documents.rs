@@ -107,6 +107,7 @@ fn parent_folders_of_new_resource_are_created() {
 #[test]
 fn refused_write_creates_no_parent_folders() {
     let env = Env::new();
+    env.claim("other.md", "X", 10, 0);
     env.fp(&["write", "a/b/c.md", "--epoch", "1"])
         .now(0)
         .stdin("x")
@@ -353,7 +354,7 @@ fn equivalent_spellings_name_the_same_resource() {
 
 /// True when the tests run as root, as CI does, and so may run commands as `nobody`;
 /// otherwise says the test is skipped.
-fn root_or_skipped() -> bool {
+pub(crate) fn root_or_skipped() -> bool {
     let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
     if me != 0 {
         eprintln!("skipped: needs root to run a command as another user (uid {me})");
@@ -364,7 +365,7 @@ fn root_or_skipped() -> bool {
 /// A folder `rw` in the env that belongs to `nobody` (the env's root opened to all), for
 /// tests that run fencepost as another user. `None`, with a note, unless run as root (CI
 /// runs as root).
-fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
+pub(crate) fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
     if !root_or_skipped() {
         return None;
     }
@@ -384,7 +385,12 @@ const AS_NOBODY: [&str; 4] = [
 ];
 
 /// Runs fencepost as `nobody` (through setpriv) in `root` at tick `now`.
-fn as_nobody(root: &std::path::Path, now: i64, args: &[&str], stdin: &str) -> std::process::Output {
+pub(crate) fn as_nobody(
+    root: &std::path::Path,
+    now: i64,
+    args: &[&str],
+    stdin: &str,
+) -> std::process::Output {
     as_nobody_under(&[], root, now, args, stdin)
 }
 

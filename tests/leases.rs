@@ -236,6 +236,7 @@ fn complete_by_wrong_owner_is_refused() {
 #[test]
 fn holder_commands_on_unclaimed_resource_are_lost() {
     let env = Env::new();
+    env.claim("other.md", "X", 10, 0);
     let j = env
         .fp(&[
             "--json", "release", "doc.md", "--owner", "A", "--epoch", "1",

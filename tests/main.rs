@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod acknowledged;
 mod crash;
 mod documents;
 mod inputs;
@@ -10,7 +11,10 @@ mod leases;
 mod model;
 mod operator;
 mod paths;
+mod reports;
 mod reproduce;
+mod roots;
 mod sink;
 mod strace;
 mod torture;
+mod walls;

@@ -629,8 +629,8 @@ fn run_refuses_the_logical_clock() {
     assert!(done.stderr.contains("--now"), "stderr: {}", done.stderr);
     assert_eq!(done.stdout, "");
     assert!(!env.path("ran").exists(), "the command ran");
-    // Nothing was claimed.
-    assert_eq!(events(&env, &[]).len(), 0);
+    // Nothing was claimed: not even a state file was made.
+    assert!(!db(&env).exists());
     // Through the environment too.
     run_sh(&env, "doc.md", "O", "10", &[], "touch ran")
         .env("FENCEPOST_NOW", "5")
@@ -1271,7 +1271,8 @@ fn log_filters_by_resource_and_since() {
     let late_doc = events(&env, &["doc.md", "--since", "11"]);
     assert_eq!(late_doc.len(), 2);
     assert!(events(&env, &["--since", "13"]).is_empty());
-    assert!(events(&env, &["nothing.md"]).is_empty());
+    // A name the state file never saw is not an empty log.
+    env.fp(&["--json", "log", "nothing.md"]).expect(2);
 
     // --last D: the events since now - D, on the state file's clock (here, ticks).
     let last = env
@@ -1300,9 +1301,11 @@ fn log_filters_by_resource_and_since() {
         text.lines().next().is_some_and(|h| h.contains("RESOURCE")),
         "{text}"
     );
-    // An empty log says so.
+    // No events in the range asked says so; no state file at all is exit 2.
+    env.fp(&["log", "--since", "99"])
+        .expect_stdout(0, "no events");
     let fresh = Env::new();
-    fresh.fp(&["log"]).expect_stdout(0, "no events");
+    fresh.fp(&["log"]).expect_stdout(2, "");
 }
 
 #[test]
@@ -1413,10 +1416,9 @@ fn published(env: &Env, res: &str, content: &str) {
 #[test]
 fn verify_passes_on_a_clean_root() {
     let env = Env::new();
-    // No state file at all.
-    let j = env.fp(&["--json", "verify"]).expect(0).json_contract();
-    assert_eq!(j["outcome"], "ok");
-    assert_eq!(j["checked"], 0);
+    // No state file at all is not "ok": nothing was checked.
+    let j = env.fp(&["--json", "verify"]).expect(2).json_contract();
+    assert_eq!(j["outcome"], "usage");
     published(&env, "a.md", "one");
     published(&env, "dir/b.md", "two");
     // A lease still held, and one claimed but not yet written, are not problems.
@@ -1814,6 +1816,8 @@ fn quiet_run_passes_quiet_to_nothing_but_itself() {
 #[test]
 fn errors_are_one_fencepost_line_on_stderr() {
     let env = Env::new();
+    // A state file, so that renew and write below are refusals of the protocol.
+    env.claim("other.md", "X", 10, 0);
     let cases: Vec<(Vec<&str>, Option<i64>, i32)> = vec![
         // Bad usage from clap.
         (vec!["claim", "doc.md", "--ttl", "10"], Some(0), 2),

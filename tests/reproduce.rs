@@ -19,6 +19,8 @@ fn reproduce(fencepost: &Path, args: &[&str]) -> (i32, String, String) {
         .arg(fixtures().join("reproduce.sh"))
         .args(args)
         .env("FENCEPOST", fencepost)
+        // Scratch folders outside the system's temp folder (see `harness::scratch`).
+        .env("TMPDIR", harness::scratch())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run bash fixtures/reproduce.sh");

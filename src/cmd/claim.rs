@@ -36,7 +36,8 @@ pub struct ClaimArgs {
 /// What a claim asks for; shared by `claim` and `run`.
 #[derive(Debug, Clone, Args)]
 pub struct LeaseRequest {
-    /// The document's path relative to --root, e.g. reports/daily.md.
+    /// The document's path under the root, e.g. reports/daily.md (from the current folder
+    /// when the root was found from it, without --root).
     pub resource: OsString,
 
     /// Who is claiming (free text: host, pid, job id).
@@ -57,8 +58,10 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     let args = &claim.request;
     let resource = ctx.resource(&args.resource)?;
     check_owner(&args.owner)?;
-    // A document that is a symlink, a folder or a special file can never be written:
-    // refuse the claim now, not after the work is done.
+    // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
+    // document that is a symlink, a folder or a special file can never be written: refuse
+    // the claim now, before any lease is recorded.
+    super::refuse_state_path(ctx, &resource)?;
     if let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
         super::refuse_state_file(ctx, &doc, &resource)?;
         crate::atomic::inspect_document(&doc)?;
@@ -79,7 +82,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     };
     let started = Instant::now();
     let mut pause = Duration::from_millis(10);
-    let mut store = ctx.store()?;
+    let mut store = ctx.create_store(&resource)?;
     loop {
         let now = ctx.clock.now();
         let tx = ctx.begin(&mut store, &resource)?;

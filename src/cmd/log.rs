@@ -18,7 +18,8 @@ use crate::store::Store;
 ///
 /// `--timeline` draws one column per owner, so a takeover and a refused late write stand
 /// out. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops
-/// the older ones now.
+/// the older ones now. Exit 2 when there is no state file, or the resource named was
+/// never claimed, written or refused.
 ///
 /// Example:
 ///   fencepost log reports/daily.md --timeline
@@ -50,8 +51,10 @@ pub struct LogArgs {
 pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
-        let mut store = ctx.store()?;
+        let mut store = Store::open(&ctx.db, ctx.busy, false)?
+            .ok_or_else(|| ctx.no_state_file("nothing to prune"))?;
         let tx = store.immediate()?;
+        ctx.check_root(&tx)?;
         let dropped = tx.prune(ctx.log_keep, None)?;
         tx.commit()?;
         return Ok(Report::new(
@@ -73,25 +76,28 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     };
     // Times show on the state file's own clock: `log` reads a logical-tick file without
     // --now.
-    let (events, clock) = match Store::open_read_only(&ctx.db, ctx.busy)? {
-        Some(mut store) => {
-            let tx = store.snapshot()?;
-            ctx.check_root(&tx)?;
-            if args.last.is_some() {
-                // "The last 10 minutes" means nothing on a state file that counts ticks.
-                tx.check_clock(ctx.clock.kind())?;
-            }
-            let clock = tx.clock()?.unwrap_or(ctx.clock.kind());
-            if utc && clock == ClockKind::Logical {
-                return Err(Error::usage_hint(
-                    "--since is a UTC time, but the state file counts logical ticks",
-                    "give --since as a tick",
-                ));
-            }
-            (tx.events(only.as_ref(), since)?, clock)
-        }
-        None => (Vec::new(), ctx.clock.kind()),
-    };
+    let mut store = ctx.read_store("no log to show")?;
+    let tx = store.snapshot()?;
+    ctx.check_root(&tx)?;
+    if args.last.is_some() {
+        // "The last 10 minutes" means nothing on a state file that counts ticks.
+        tx.check_clock(ctx.clock.kind())?;
+    }
+    let clock = tx.clock()?.unwrap_or(ctx.clock.kind());
+    if utc && clock == ClockKind::Logical {
+        return Err(Error::usage_hint(
+            "--since is a UTC time, but the state file counts logical ticks",
+            "give --since as a tick",
+        ));
+    }
+    let events = tx.events(only.as_ref(), since)?;
+    // A name the state file never saw (a typo) is not "no events".
+    if let Some(resource) = &only
+        && events.is_empty()
+        && tx.events(Some(resource), None)?.is_empty()
+    {
+        ctx.refuse_unseen(&tx, resource, "no log to show")?;
+    }
     let plain = if args.timeline {
         audit::timeline(&events, clock)
     } else {

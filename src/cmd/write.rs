@@ -3,7 +3,8 @@
 //! Order (each step's crash outcome is in the README's design section):
 //! stage the bytes in a temp file and fsync it, with no lock held; then in one
 //! `BEGIN IMMEDIATE` transaction: recover, check the epoch, link `-pre`/`-new`, rename,
-//! fsync the folder, record the epoch and hash, COMMIT; then drop the links.
+//! fsync the folder, record the epoch and hash, COMMIT; then the writer drops its own
+//! links.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -41,7 +42,8 @@ use crate::store::Txn;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct WriteArgs {
-    /// The document's path relative to --root, e.g. reports/daily.md.
+    /// The document's path under the root, e.g. reports/daily.md (from the current folder
+    /// when the root was found from it, without --root).
     #[arg(env = "FENCEPOST_RESOURCE")]
     pub resource: OsString,
 
@@ -108,64 +110,14 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         }
     }
 
-    let doc = crate::resource::locate(&ctx.root, &resource, true)?
+    let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    super::refuse_state_file(ctx, &doc, &resource)?;
-    let existing = atomic::inspect_document(&doc)?;
-    // The WAL exists from the moment the store was opened above, and this open connection
-    // keeps it from being deleted: make its name durable now, outside the lock.
-    sync_state_dir(ctx, &doc)?;
-    if let Some(path) = &args.from
-        && let Ok(meta) = std::fs::metadata(path)
-    {
-        atomic::ensure_space(&doc.dir, meta.len())?;
+    let written = stage_and_publish(ctx, &mut store, &doc, &resource, args, &mut source);
+    if written.is_err() {
+        // Nothing was published: folders made for this write go again.
+        doc.remove_made_folders();
     }
-    let staged = atomic::stage(&doc, &mut source, existing.as_ref())?;
-
-    crate::failpoint!("write.before_lock");
-    let now = ctx.clock.now();
-    let tx = ctx.begin(&mut store, &resource)?;
-    let lease = tx.lease(&resource)?;
-    check_issued_owner(&resource, args, lease.as_ref())?;
-    let record = tx.sink(&resource)?;
-    let owner = writer(&tx, &resource, args)?;
-    let decision = decide(
-        record.as_ref(),
-        lease.map(|l| l.epoch),
-        args.epoch,
-        &staged.sha256,
-        args.unfenced,
-    );
-    // A replay is a no-op only while the document still holds those bytes; if it went
-    // missing or was changed by hand, publishing the epoch's value again restores it.
-    let republish = decision == WriteDecision::Replay && !on_disk(&doc, &staged.sha256)?;
-    let decision = if republish {
-        WriteDecision::Write
-    } else {
-        decision
-    };
-    let (sha256, size) = (staged.sha256.clone(), staged.size);
-    let outcome = match decision {
-        WriteDecision::Write => {
-            let how = Publish {
-                owner: owner.as_deref(),
-                now,
-                republish,
-            };
-            publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, how)?;
-            "written"
-        }
-        WriteDecision::Replay => {
-            let event = Event::new(now, resource.as_str(), "replay")
-                .owner(owner.as_deref())
-                .epoch(Some(args.epoch))
-                .sha256(Some(&sha256));
-            ctx.log(&tx, &event)?;
-            tx.commit()?;
-            "replay"
-        }
-        refused => return Err(refusal(&resource, args, owner.as_deref(), refused)),
-    };
+    let (outcome, sha256, size, record, owner) = written?;
     Ok(Report::new(
         outcome,
         json!({
@@ -181,8 +133,97 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     ))
 }
 
+/// What an accepted write reports: its outcome word, the bytes' hash and size, the
+/// record before it, and the writer's name.
+type Written = (
+    &'static str,
+    String,
+    u64,
+    Option<SinkRecord>,
+    Option<String>,
+);
+
+/// Stages the content beside the document, then decides and publishes under the lock.
+fn stage_and_publish(
+    ctx: &Ctx,
+    store: &mut crate::store::Store,
+    doc: &DocPath,
+    resource: &Resource,
+    args: &WriteArgs,
+    source: &mut dyn Read,
+) -> Result<Written> {
+    super::refuse_state_file(ctx, doc, resource)?;
+    let existing = atomic::inspect_document(doc)?;
+    // The WAL exists from the moment the store was opened above, and this open connection
+    // keeps it from being deleted: make its name durable now, outside the lock.
+    sync_state_dir(ctx, doc)?;
+    if let Some(path) = &args.from
+        && let Ok(meta) = std::fs::metadata(path)
+    {
+        atomic::ensure_space(doc.folder.path(), meta.len())?;
+    }
+    crate::failpoint!("write.before_stage");
+    let mut staged = atomic::stage(doc, source, existing.as_ref())?;
+
+    crate::failpoint!("write.before_lock");
+    let now = ctx.clock.now();
+    let tx = ctx.begin(store, resource)?;
+    let lease = tx.lease(resource)?;
+    check_issued_owner(resource, args, lease.as_ref())?;
+    let record = tx.sink(resource)?;
+    let owner = writer(&tx, resource, args)?;
+    let decision = decide(
+        record.as_ref(),
+        lease.map(|l| l.epoch),
+        args.epoch,
+        &staged.sha256,
+        args.unfenced,
+    );
+    // A replay is a no-op only while the document still holds those bytes; if it went
+    // missing or was changed by hand, publishing the epoch's value again restores it.
+    let republish = decision == WriteDecision::Replay && !on_disk(doc, &staged.sha256)?;
+    let decision = if republish {
+        WriteDecision::Write
+    } else {
+        decision
+    };
+    let (sha256, size) = (staged.sha256.clone(), staged.size);
+    let outcome = match decision {
+        WriteDecision::Write => {
+            let how = Publish {
+                owner: owner.as_deref(),
+                now,
+                republish,
+            };
+            publish(
+                ctx,
+                tx,
+                doc,
+                resource,
+                args,
+                record.as_ref(),
+                &mut staged,
+                how,
+            )?;
+            "written"
+        }
+        WriteDecision::Replay => {
+            let event = Event::new(now, resource.as_str(), "replay")
+                .owner(owner.as_deref())
+                .epoch(Some(args.epoch))
+                .sha256(Some(&sha256));
+            ctx.log(&tx, &event)?;
+            tx.commit()?;
+            "replay"
+        }
+        refused => return Err(refusal(resource, args, owner.as_deref(), refused)),
+    };
+    Ok((outcome, sha256, size, record, owner))
+}
+
 /// The part under the lock once the write is accepted: links, rename, folder fsync,
-/// record, COMMIT. On any failure the document is put back as it was.
+/// record, COMMIT, then this writer's own links go. On any failure before the COMMIT the
+/// document is put back as it was.
 #[allow(clippy::too_many_arguments)]
 fn publish(
     ctx: &Ctx,
@@ -191,7 +232,7 @@ fn publish(
     resource: &Resource,
     args: &WriteArgs,
     record: Option<&SinkRecord>,
-    staged: Staged,
+    staged: &mut Staged<'_>,
     how: Publish<'_>,
 ) -> Result<()> {
     let Publish {
@@ -207,14 +248,14 @@ fn publish(
         file: Some(staged.id),
     };
     let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
-    // Checked before the recovery links are made (so none lands in a swapped folder), and
-    // again just before the rename.
+    // Checked before the recovery links are made (so none lands in a folder moved out of
+    // the root), and again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
     let exists = atomic::inspect_document(doc)?.is_some();
     let staged_change = staged
-        .link_for_recovery(doc, exists)
+        .link_for_recovery(exists)
         .and_then(|()| doc.check_unmoved(&ctx.root, resource))
-        .and_then(|()| staged.rename_into_place(doc))
+        .and_then(|()| staged.rename_into_place())
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
             tx.record_write(resource, fence, &content, owner)?;
@@ -231,9 +272,9 @@ fn publish(
             ctx.log(&tx, &event)
         });
     if let Err(e) = staged_change {
-        // Still under the lock, and the transaction will roll back: undo the rename
-        // against the record as it was before this write.
-        super::recover::undo(doc, recorded_before)?;
+        // Still under the lock, and the transaction will roll back: undo this write's
+        // rename against the record as it was before it.
+        super::recover::undo(doc, recorded_before, &staged.links())?;
         return Err(e);
     }
     if let Err(e) = tx.commit() {
@@ -255,7 +296,8 @@ fn publish(
         });
         return Err(e);
     }
-    atomic::drop_links(doc);
+    crate::failpoint!("write.before_cleanup");
+    staged.drop_links();
     Ok(())
 }
 
@@ -273,8 +315,7 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
     if atomic::inspect_document(doc)?.is_none() {
         return Ok(false);
     }
-    let (on_disk, _) =
-        atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
+    let (on_disk, _) = atomic::hash_document(doc)?;
     Ok(on_disk == sha256)
 }
 
@@ -407,7 +448,7 @@ fn open_source(path: &PathBuf) -> Result<File> {
 /// folder is the document's (fsynced after the rename anyway).
 fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
     let dir = atomic::folder_of(&ctx.db);
-    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.dir.as_path()) {
+    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.folder.path()) {
         return Ok(());
     }
     atomic::fsync_dir(dir)
