@@ -1,22 +1,31 @@
 //! A model of the write protocol, explored exhaustively with `stateright`: every
 //! interleaving of a few workers that claim (taking over expired leases), write in the
-//! protocol's real steps, pause between any two of them, crash at any of them, lose power,
-//! and of a `recover` that can run at any time. The folder is names to inodes, with the
-//! view the page cache gives and the view that survives a power loss.
+//! protocol's steps, pause between any two of them, crash at any of them, lose power, and
+//! of a `recover` that can run at any time. The folder is names to inodes, with the view
+//! the page cache gives and what a power loss may leave of it.
 //!
 //! The model decides nothing itself: the epochs come from `lease::next_epoch`, the sink's
-//! answers from `sink::decide` and `sink::fence_after_write`, recovery's from
-//! `sink::recovery`. The protocol is a set of flags ([`Protocol`]): the current protocol
-//! is one setting, and the old or broken behaviours (no fencing, no folder fsync, link
-//! names shared by all writers, file identity with the device number) are others, which
-//! the checker must find counterexamples for, or the model proves nothing.
+//! answers from `sink::decide` and `sink::fence_after_write`, recovery's (one per link
+//! set) from `sink::recovery`. The protocol is a set of flags ([`Protocol`]): the current
+//! protocol is one setting, and the old or broken behaviours (no fencing, no folder
+//! fsync, link names shared by all writers, file identity with the device number) are
+//! others, for which the checker must find counterexamples, or the model proves nothing.
 //!
-//! What is not modelled: the bytes (each write has its own content, so an inode stands
-//! for a version), the `-sum` link (it only matters for a document edited by hand after a
-//! crash), hand edits, the early snapshot refusal (the decision under the lock is the one
-//! that counts), and `complete`/`release` (a takeover after expiry is the harder case). A
-//! `claim` runs recovery before it in the same transaction; recovery changes no lease, so
-//! that is the same as a `recover` just before the claim, which the model also explores.
+//! A write's steps, each a step of the model: stage (temp file created, written, fsynced,
+//! flocked); `BEGIN IMMEDIATE`; recovery under the lock, one change at a time; the
+//! decision; link `-pre-<token>`, link `-new-<token>`; rename; fsync the folder; COMMIT;
+//! remove its own links, without the lock. A link's token is the staged file's inode
+//! number, unique among live files; in the model each worker's staged file is its own
+//! inode, so the token is the worker.
+//!
+//! Not modelled: the bytes (each write has its own content, so an inode stands for a
+//! version), the `-sum` link and hand edits (it only matters for a document edited by hand
+//! after a crash), the early snapshot refusal (the decision under the lock is the one that
+//! counts), errors other than crashes, and `complete`/`release` (a takeover after expiry
+//! is the harder case). A `claim` runs recovery first in its transaction; recovery changes
+//! no lease, so that is the same as a `recover` just before the claim, which the model
+//! explores anyway. Each write's content is fsynced before its rename, so only names are
+//! at stake in a power loss; the state file's COMMIT is durable when it returns.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -452,14 +461,16 @@ impl WriteModel {
     }
 
     /// The identity the product computes for inode `ino` on device `dev`.
+    /// With `identity_has_dev`, the device number is folded into the identity, as the
+    /// old protocol's `(device, inode, size)` compared it.
     fn file_id(&self, ino: u8, dev: u8) -> FileId {
+        let dev = if self.protocol.identity_has_dev {
+            u64::from(dev)
+        } else {
+            0
+        };
         FileId {
-            dev: if self.protocol.identity_has_dev {
-                u64::from(dev)
-            } else {
-                1
-            },
-            ino: u64::from(ino) + 100,
+            ino: (dev << 32) | (u64::from(ino) + 100),
             size: 2,
         }
     }
@@ -503,10 +514,11 @@ impl WriteModel {
         u8::try_from(epoch).ok()
     }
 
-    /// Recovery's plan for the folder as it is: each link set through `sink::recovery`
-    /// (the document as the earlier sets left it), then the temp files of dead writers.
+    /// Recovery's plan for the folder as it is: each link set's action from
+    /// `sink::recovery`, all decided against the document as found; the links to drop
+    /// first, then the one rollback, if any; then the temp files of dead writers.
     fn recovery_plan(&self, s: &State) -> Vec<Op> {
-        let mut names = s.folder.cached;
+        let names = s.folder.cached;
         let recorded = s
             .sink
             .and_then(|row| row.content)
@@ -518,36 +530,35 @@ impl WriteModel {
                 _ => None,
             })
             .collect();
-        let mut plan = Vec::new();
+        let id = |name| names.get(name).map(|ino| self.file_id(ino, s.dev));
+        let (mut drops, mut rollbacks) = (Vec::new(), Vec::new());
         for t in tokens {
-            let id = |name| names.get(name).map(|ino| self.file_id(ino, s.dev));
             let found = Leftovers {
                 new: id(Name::New(t)),
                 pre: names.get(Name::Pre(t)).is_some(),
                 doc: id(Name::Doc),
             };
-            let ops = match sink::recovery(recorded, found) {
-                Recovery::Nothing => vec![],
-                Recovery::DropLinks if self.protocol.fsync_before_drop => {
-                    vec![
-                        Op::Fsync,
-                        Op::Unlink(Name::New(t)),
-                        Op::Unlink(Name::Pre(t)),
-                    ]
+            let drop_set = [Op::Unlink(Name::New(t)), Op::Unlink(Name::Pre(t))];
+            match sink::recovery(recorded, found) {
+                Recovery::Nothing => {}
+                Recovery::DropLinks => {
+                    if self.protocol.fsync_before_drop {
+                        drops.push(Op::Fsync);
+                    }
+                    drops.extend(drop_set);
                 }
-                Recovery::DropLinks => vec![Op::Unlink(Name::New(t)), Op::Unlink(Name::Pre(t))],
-                Recovery::RestorePre => vec![Op::Restore(t), Op::Fsync, Op::Unlink(Name::New(t))],
+                Recovery::RestorePre => {
+                    rollbacks.extend([Op::Restore(t), Op::Fsync]);
+                    rollbacks.extend(drop_set);
+                }
                 Recovery::RemoveDoc => {
-                    vec![Op::Unlink(Name::Doc), Op::Fsync, Op::Unlink(Name::New(t))]
+                    rollbacks.extend([Op::Unlink(Name::Doc), Op::Fsync]);
+                    rollbacks.extend(drop_set);
                 }
-            };
-            let mut scratch = Folder::new(names, None);
-            for &op in &ops {
-                let _ = run_op(&mut scratch, op);
             }
-            names = scratch.cached;
-            plan.extend(ops);
         }
+        let mut plan = drops;
+        plan.extend(rollbacks);
         for (name, _) in names.iter() {
             if let Name::Tmp(w) = name
                 && !s.workers[usize::from(w)].alive()
@@ -599,10 +610,10 @@ impl WriteModel {
         let t = self.token(w);
         match self.steps[usize::from(i)] {
             Step::LinkPre => {
-                if !self.protocol.own_links {
-                    s.folder.remove(Name::Pre(t));
-                    s.folder.remove(Name::New(t));
-                }
+                // Names of this token left by a dead writer (the shared names, or a
+                // reused inode number) go first.
+                s.folder.remove(Name::Pre(t));
+                s.folder.remove(Name::New(t));
                 if let Some(doc) = s.folder.get(Name::Doc) {
                     s.folder.change(Change::Set(Name::Pre(t), doc));
                 }
@@ -923,9 +934,44 @@ impl std::fmt::Display for WriteModel {
         };
         write!(
             f,
-            "{} workers, up to {} {loss} power losses, {:?}",
+            "{} workers, up to {} {loss} power losses, {}",
             self.workers, self.max_power_losses, self.protocol
         )
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    /// The protocol as its differences from the current one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let now = Protocol::CURRENT;
+        let changes: Vec<&str> = [
+            (self.fenced != now.fenced, "unfenced"),
+            (
+                self.fsync_before_rename != now.fsync_before_rename,
+                "fsync before the rename",
+            ),
+            (
+                self.fsync_after_rename != now.fsync_after_rename,
+                "no fsync after the rename",
+            ),
+            (
+                self.fsync_before_drop != now.fsync_before_drop,
+                "recovery fsyncs before dropping links",
+            ),
+            (self.own_links != now.own_links, "shared link names"),
+            (
+                self.identity_has_dev != now.identity_has_dev,
+                "identity with the device number",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(differs, what)| differs.then_some(what))
+        .collect();
+        if changes.is_empty() {
+            write!(f, "the current protocol")
+        } else {
+            write!(f, "the current protocol with {}", changes.join(", "))
+        }
     }
 }
 
