@@ -20,12 +20,11 @@
 //!
 //! Not modelled: the bytes (each write has its own content, so an inode stands for a
 //! version), the `-sum` link and hand edits (it only matters for a document edited by hand
-//! after a crash), the early snapshot refusal (the decision under the lock is the one that
-//! counts), errors other than crashes, and `complete`/`release` (a takeover after expiry
-//! is the harder case). A `claim` runs recovery first in its transaction; recovery changes
-//! no lease, so that is the same as a `recover` just before the claim, which the model
-//! explores anyway. Each write's content is fsynced before its rename, so only names are
-//! at stake in a power loss; the state file's COMMIT is durable when it returns.
+//! after a crash), errors other than crashes, and `complete`/`release` (a takeover after
+//! expiry is the harder case). A `claim` runs recovery first, in its transaction, in one
+//! step (a `recover` covers the crashes inside a recovery). Each write's content is
+//! fsynced before its rename, so only names are at stake in a power loss; the state
+//! file's COMMIT is durable when it returns.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -83,6 +82,10 @@ struct WriteModel {
     power_loss: PowerLoss,
     /// How many power losses one run may have.
     max_power_losses: u8,
+    /// Steps as coarse as the product's failpoints: recovery under the lock, the
+    /// decision and the pre-image link are one step (so is a `recover`), since the
+    /// product has no failpoint between them. For replaying paths with real processes.
+    coarse: bool,
     /// The steps of an accepted write, from `protocol`.
     steps: Vec<Step>,
 }
@@ -444,7 +447,15 @@ impl WriteModel {
             protocol,
             power_loss,
             max_power_losses: 2,
+            coarse: false,
             steps,
+        }
+    }
+
+    fn coarse(self) -> WriteModel {
+        WriteModel {
+            coarse: true,
+            ..self
         }
     }
 
@@ -569,17 +580,58 @@ impl WriteModel {
         plan
     }
 
-    /// Worker `w`, its recovery done, asks the sink.
-    fn decide(&self, s: &mut State, w: u8) {
-        let worker = &s.workers[usize::from(w)];
-        let decision = sink::decide(
+    /// Recovery in one step, as a claim runs it (the failpoints see no step inside it).
+    fn recover_all(&self, s: &mut State) -> Result<(), ()> {
+        let plan = self.recovery_plan(s);
+        plan.into_iter()
+            .try_for_each(|op| run_op(&mut s.folder, op))
+    }
+
+    /// The sink's answer to worker `w` now (`sha256`: its content's hash, or "" for the
+    /// early check made before staging).
+    fn decision(&self, s: &State, w: u8, sha256: &str) -> WriteDecision {
+        sink::decide(
             self.record(s).as_ref(),
             s.lease.map(|row| i64::from(row.epoch)),
-            i64::from(worker.epoch),
-            &hash(w),
+            i64::from(s.workers[usize::from(w)].epoch),
+            sha256,
             !self.protocol.fenced,
-        );
-        let phase = match decision {
+        )
+    }
+
+    /// Worker `w` stages its content, unless the early check (no lock, no recovery)
+    /// already finds its epoch stale.
+    fn stage(&self, s: &mut State, w: u8) {
+        let phase = match self.decision(s, w, "") {
+            WriteDecision::Stale { .. } => Phase::Refused("stale"),
+            WriteDecision::Unissued { .. } => Phase::Refused("unissued"),
+            _ => {
+                s.folder.change(Change::Set(Name::Tmp(w), w));
+                Phase::Staged
+            }
+        };
+        s.workers[usize::from(w)].phase = phase;
+    }
+
+    /// Worker `w` takes the lock and plans its recovery. With an empty plan it decides
+    /// at once; with `coarse`, it also recovers, decides and links its pre-image in this
+    /// one step.
+    fn begin(&self, s: &mut State, w: u8) {
+        s.workers[usize::from(w)].phase = Phase::Recovering(self.recovery_plan(s));
+        while let Phase::Recovering(plan) = s.workers[usize::from(w)].phase.clone() {
+            if !plan.is_empty() && !self.coarse {
+                break;
+            }
+            self.recovery_step(s, w, plan);
+        }
+        if self.coarse && s.workers[usize::from(w)].phase == Phase::Writing(0) {
+            self.write_step(s, w, 0);
+        }
+    }
+
+    /// Worker `w`, its recovery done, asks the sink.
+    fn decide(&self, s: &mut State, w: u8) {
+        let phase = match self.decision(s, w, &hash(w)) {
             WriteDecision::Write => Phase::Writing(0),
             WriteDecision::Replay => Phase::Done,
             WriteDecision::Stale { .. } => Phase::Refused("stale"),
@@ -745,6 +797,11 @@ impl Model for WriteModel {
         match action {
             Action::Claim(w) => {
                 let epoch = self.claimable(&s)?;
+                // A claim recovers the resource first, in its transaction.
+                if self.recover_all(&mut s).is_err() {
+                    s.workers[usize::from(w)].phase = Phase::Failed;
+                    return Some(s);
+                }
                 s.lease = Some(LeaseRow { epoch });
                 // A claim registers its epoch with the sink (the fence only goes up).
                 let row = s.sink.get_or_insert(SinkRow {
@@ -757,18 +814,8 @@ impl Model for WriteModel {
                     phase: Phase::Claimed,
                 };
             }
-            Action::Stage(w) => {
-                s.folder.change(Change::Set(Name::Tmp(w), w));
-                s.workers[usize::from(w)].phase = Phase::Staged;
-            }
-            Action::Begin(w) => {
-                let plan = self.recovery_plan(&s);
-                if plan.is_empty() {
-                    self.decide(&mut s, w);
-                } else {
-                    s.workers[usize::from(w)].phase = Phase::Recovering(plan);
-                }
-            }
+            Action::Stage(w) => self.stage(&mut s, w),
+            Action::Begin(w) => self.begin(&mut s, w),
             Action::Step(w) => match s.workers[usize::from(w)].phase.clone() {
                 Phase::Recovering(plan) => self.recovery_step(&mut s, w, plan),
                 Phase::Writing(i) => self.write_step(&mut s, w, i),
@@ -776,7 +823,15 @@ impl Model for WriteModel {
             },
             Action::Crash(w) => s.workers[usize::from(w)].phase = Phase::Dead,
             Action::RecoverBegin => {
-                let plan = self.recovery_plan(&s);
+                let plan = if self.coarse {
+                    // `recover` has no failpoint between its changes.
+                    if self.recover_all(&mut s).is_err() {
+                        return Some(s);
+                    }
+                    Vec::new()
+                } else {
+                    self.recovery_plan(&s)
+                };
                 s.recoverer = if plan.is_empty() {
                     Recoverer::Recovered
                 } else {
@@ -1054,3 +1109,5 @@ fn model_any_subset_power_loss_needs_two_more_folder_fsyncs() {
     };
     assert_holds(WriteModel::new(3, protocol, PowerLoss::AnySubset));
 }
+
+mod replay;
