@@ -9,6 +9,7 @@ mod inputs;
 mod leases;
 mod operator;
 mod paths;
+mod powerloss;
 mod reproduce;
 mod sink;
 mod strace;

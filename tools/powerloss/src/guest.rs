@@ -1,0 +1,395 @@
+//! The recording half: a QEMU guest (software emulation, no KVM needed) that runs
+//! fencepost rounds on an ext4 filesystem over a `log-writes` device.
+//!
+//! The guest is Debian's cloud kernel, unpacked from its package, with an initramfs of
+//! busybox, the fencepost binary under test, `dmsetup` and `mke2fs` (each with the shared
+//! libraries `ldd` names) and the kernel modules the disks need. Its init script
+//! (`guest.sh`) makes the filesystem, runs the rounds and marks the log after every
+//! acknowledged write; the log disk is what the replay reads.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{Config, Error, tool};
+
+/// The guest's init script.
+const INIT: &str = include_str!("guest.sh");
+
+/// Size of the data disk the filesystem lives on.
+pub(crate) const DATA_BYTES: u64 = 32 << 20;
+/// Size of the log disk (sparse; a run of ten rounds uses about 20 MiB).
+const LOG_BYTES: u64 = 512 << 20;
+
+/// The modules the guest loads (with what they depend on), unless built in.
+const MODULES: &[&str] = &["virtio_pci", "virtio_blk", "dm-log-writes", "ext4"];
+
+/// What a finished guest left behind.
+#[derive(Debug)]
+pub(crate) struct Recording {
+    pub(crate) log: PathBuf,
+    pub(crate) console: String,
+    pub(crate) seconds: f64,
+}
+
+/// An unpacked `linux-image-*-cloud-amd64` package.
+#[derive(Debug)]
+pub(crate) struct Kernel {
+    pub(crate) image: PathBuf,
+    pub(crate) modules: PathBuf,
+}
+
+impl Kernel {
+    /// Finds the kernel image and its module tree under `dir` (a `dpkg-deb -x` of the
+    /// package).
+    pub(crate) fn find(dir: &Path) -> Result<Kernel, Error> {
+        let boot = dir.join("boot");
+        let image = newest(&boot, "vmlinuz-").ok_or_else(|| {
+            Error::new(format!(
+                "no kernel (boot/vmlinuz-*) in {}: unpack a linux-image-*-cloud-amd64 \
+                 package there (tools/powerloss/fetch-kernel.sh does)",
+                dir.display()
+            ))
+        })?;
+        let name = image.file_name().unwrap_or_default().to_string_lossy();
+        let version = name.trim_start_matches("vmlinuz-").to_string();
+        let modules = ["lib/modules", "usr/lib/modules"]
+            .iter()
+            .map(|base| dir.join(base).join(&version))
+            .find(|p| p.is_dir())
+            .ok_or_else(|| {
+                Error::new(format!("no module tree for {version} in {}", dir.display()))
+            })?;
+        Ok(Kernel { image, modules })
+    }
+
+    /// The `.ko` files to load, dependencies first.
+    fn module_files(&self) -> Result<Vec<PathBuf>, Error> {
+        let mut found = Vec::new();
+        walk(&self.modules.join("kernel"), &mut found)
+            .map_err(|e| Error::new(format!("cannot list {}: {e}", self.modules.display())))?;
+        let builtin = fs::read_to_string(self.modules.join("modules.builtin")).unwrap_or_default();
+        let mut order = Vec::new();
+        let mut seen = BTreeSet::new();
+        for name in MODULES {
+            self.resolve(name, &found, &builtin, &mut seen, &mut order)?;
+        }
+        Ok(order)
+    }
+
+    fn resolve(
+        &self,
+        name: &str,
+        found: &[PathBuf],
+        builtin: &str,
+        seen: &mut BTreeSet<String>,
+        order: &mut Vec<PathBuf>,
+    ) -> Result<(), Error> {
+        let key = name.replace('-', "_");
+        if !seen.insert(key.clone()) {
+            return Ok(());
+        }
+        let file = found.iter().find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".ko"))
+                .is_some_and(|stem| stem.replace('-', "_") == key)
+        });
+        let Some(file) = file else {
+            let built_in = builtin.lines().any(|line| {
+                line.rsplit('/')
+                    .next()
+                    .and_then(|n| n.strip_suffix(".ko"))
+                    .is_some_and(|stem| stem.replace('-', "_") == key)
+            });
+            if built_in {
+                return Ok(());
+            }
+            return Err(Error::new(format!(
+                "the kernel in {} has no module {name} (uncompressed .ko) and does not build it in",
+                self.modules.display()
+            )));
+        };
+        let bytes = fs::read(file)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", file.display())))?;
+        for dep in depends(&bytes) {
+            self.resolve(&dep, found, builtin, seen, order)?;
+        }
+        order.push(file.clone());
+        Ok(())
+    }
+}
+
+/// The module names in a module's `depends=` field.
+fn depends(ko: &[u8]) -> Vec<String> {
+    let needle = b"depends=";
+    let Some(at) = ko.windows(needle.len()).position(|w| w == needle) else {
+        return Vec::new();
+    };
+    let rest = &ko[at + needle.len()..];
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end])
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            walk(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The file in `dir` whose name starts with `prefix` and sorts last.
+fn newest(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    let mut names: Vec<PathBuf> = fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect();
+    names.sort();
+    names.pop()
+}
+
+/// Boots the guest, lets it run `cfg.rounds` rounds, and returns its log disk.
+pub(crate) fn record(cfg: &Config) -> Result<Recording, Error> {
+    let kernel = Kernel::find(&cfg.kernel)?;
+    let initrd = cfg.work.join("initrd.cpio");
+    initramfs(cfg, &kernel, &initrd)?;
+    let data = cfg.work.join("data.img");
+    let log = cfg.work.join("log.img");
+    for (path, size) in [(&data, DATA_BYTES), (&log, LOG_BYTES)] {
+        let file = fs::File::create(path)
+            .map_err(|e| Error::new(format!("cannot create {}: {e}", path.display())))?;
+        file.set_len(size)
+            .map_err(|e| Error::new(format!("cannot size {}: {e}", path.display())))?;
+    }
+    let console = cfg.work.join("console.log");
+    let started = Instant::now();
+    let status = Command::new(tool("timeout")?)
+        .arg("--kill-after=5")
+        .arg(cfg.guest_timeout.as_secs().to_string())
+        .arg(tool("qemu-system-x86_64")?)
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "512", "-smp", "1"])
+        .args([
+            "-nodefaults",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-no-reboot",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-kernel")
+        .arg(&kernel.image)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args(["-append", "console=ttyS0 quiet panic=-1 rdinit=/init"])
+        .arg("-drive")
+        .arg(drive(&data))
+        .arg("-drive")
+        .arg(drive(&log))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| Error::new(format!("cannot start qemu-system-x86_64: {e}")))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let text = fs::read_to_string(&console).unwrap_or_default();
+    let tail = tail(&text, 25);
+    if let Some(line) = text
+        .lines()
+        .find(|l| l.starts_with("powerloss-guest: FAILED"))
+    {
+        return Err(Error::new(format!("the guest failed: {line}\n{tail}")));
+    }
+    if !text
+        .lines()
+        .any(|l| l.trim_end() == "powerloss-guest: done")
+    {
+        let how = match status.status.code() {
+            Some(124) | Some(137) => format!("timed out after {} s", cfg.guest_timeout.as_secs()),
+            _ => format!(
+                "qemu exited with {} ({})",
+                status.status,
+                String::from_utf8_lossy(&status.stderr).trim()
+            ),
+        };
+        return Err(Error::new(format!(
+            "the guest did not finish: {how}\n{tail}"
+        )));
+    }
+    Ok(Recording {
+        log,
+        console: text,
+        seconds,
+    })
+}
+
+fn drive(path: &Path) -> String {
+    // cache=writeback: the guest sees a volatile write cache and has to flush.
+    format!(
+        "file={},format=raw,if=virtio,cache=writeback",
+        path.display()
+    )
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Writes the initramfs: a folder of symlinks to the real files, archived by busybox's
+/// `cpio -o -H newc -L` (which stores what the links point to).
+fn initramfs(cfg: &Config, kernel: &Kernel, out: &Path) -> Result<(), Error> {
+    let stage = cfg.work.join("initramfs");
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        Error::new(format!("{what} {}: {e}", p.display()))
+    };
+    let mut entries: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut place = |target: &Path, at: &str| -> Result<(), Error> {
+        let dest = stage.join(at.trim_start_matches('/'));
+        let mut dir = dest.parent();
+        while let Some(d) = dir {
+            if d == stage {
+                break;
+            }
+            entries.insert(d.strip_prefix(&stage).unwrap_or(d).to_path_buf());
+            dir = d.parent();
+        }
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
+        }
+        let target = fs::canonicalize(target).map_err(|e| io("cannot find", target, e))?;
+        symlink(&target, &dest).map_err(|e| io("cannot link", &dest, e))?;
+        entries.insert(dest.strip_prefix(&stage).unwrap_or(&dest).to_path_buf());
+        Ok(())
+    };
+    let busybox = tool("busybox")?;
+    let dmsetup = tool("dmsetup")?;
+    let mke2fs = tool("mke2fs")?;
+    let fencepost =
+        fs::canonicalize(&cfg.fencepost).map_err(|e| io("cannot find", &cfg.fencepost, e))?;
+    place(&busybox, "/bin/busybox")?;
+    place(&fencepost, "/bin/fencepost")?;
+    place(&dmsetup, "/sbin/dmsetup")?;
+    place(&mke2fs, "/sbin/mke2fs")?;
+    let conf = Path::new("/etc/mke2fs.conf");
+    if conf.exists() {
+        place(conf, "/etc/mke2fs.conf")?;
+    }
+    let mut libs = BTreeSet::new();
+    for bin in [&busybox, &fencepost, &dmsetup, &mke2fs] {
+        libs.extend(shared_libraries(bin)?);
+    }
+    for lib in &libs {
+        place(lib, &lib.to_string_lossy())?;
+    }
+    let modules = kernel.module_files()?;
+    let mut names = Vec::new();
+    for ko in &modules {
+        let file = ko
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        place(ko, &format!("/modules/{file}"))?;
+        names.push(file.trim_end_matches(".ko").to_string());
+    }
+    let init = cfg.work.join("init");
+    fs::write(&init, INIT).map_err(|e| io("cannot write", &init, e))?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("cannot make executable", &init, e))?;
+    place(&init, "/init")?;
+    let settings = cfg.work.join("powerloss.env");
+    fs::write(
+        &settings,
+        format!("rounds={}\nmodules='{}'\n", cfg.rounds, names.join(" ")),
+    )
+    .map_err(|e| io("cannot write", &settings, e))?;
+    place(&settings, "/powerloss.env")?;
+    for dir in ["proc", "sys", "dev", "mnt", "tmp"] {
+        let path = stage.join(dir);
+        fs::create_dir_all(&path).map_err(|e| io("cannot create", &path, e))?;
+        entries.insert(PathBuf::from(dir));
+    }
+    let list: String = entries
+        .iter()
+        .map(|p| format!("{}\n", p.display()))
+        .collect();
+    let archive = fs::File::create(out).map_err(|e| io("cannot create", out, e))?;
+    let mut child = Command::new(&busybox)
+        .args(["cpio", "-o", "-H", "newc", "-L", "-R", "0:0"])
+        .current_dir(&stage)
+        .stdin(Stdio::piped())
+        .stdout(archive)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io("cannot run", &busybox, e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(list.as_bytes())
+            .map_err(|e| io("cannot feed", &busybox, e))?;
+    }
+    let done = child
+        .wait_with_output()
+        .map_err(|e| io("cannot run", &busybox, e))?;
+    if !done.status.success() {
+        return Err(Error::new(format!(
+            "busybox cpio failed: {}",
+            String::from_utf8_lossy(&done.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The shared libraries (and the loader) `ldd` says `bin` needs; none for a static binary.
+fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, Error> {
+    let out = Command::new(tool("ldd")?)
+        .arg(bin)
+        .output()
+        .map_err(|e| Error::new(format!("cannot run ldd: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let path = match line.split_once("=>") {
+                Some((_, right)) => right.split_whitespace().next()?,
+                None => line.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect())
+}
+
+/// How long a guest may take before it counts as hung.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depends_lists_the_modules_a_module_needs() {
+        let ko = b"\0license=GPL\0depends=dm-mod,virtio\0name=x\0";
+        assert_eq!(depends(ko), ["dm-mod", "virtio"]);
+        assert!(depends(b"\0depends=\0").is_empty());
+        assert!(depends(b"no field").is_empty());
+    }
+}
