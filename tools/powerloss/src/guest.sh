@@ -36,6 +36,7 @@ mark() {
 mount -t ext4 /dev/dm-0 /mnt || fail "mount"
 mkdir /mnt/pub && sync || fail "mkdir"
 mark fp:setup
+echo "powerloss-guest: filesystem ready at $(cut -d' ' -f1 /proc/uptime) s"
 
 res=reports/daily.md
 now=0
@@ -126,7 +127,7 @@ while [ "$r" -le "$rounds" ]; do
         complete "$a" "$epoch"
         ;;
     esac
-    echo "powerloss-guest: round $r done"
+    echo "powerloss-guest: round $r done at $(cut -d' ' -f1 /proc/uptime) s"
     r=$((r + 1))
 done
 mark "fp:done:$acks"
