@@ -151,10 +151,12 @@ fn write_from_file_works() {
 }
 
 #[test]
-fn empty_document_is_a_valid_write() {
+fn empty_document_is_a_valid_write_when_asked_for() {
     let env = Env::new();
     env.claim("empty.md", "A", 10, 0);
-    env.write("empty.md", 1, "", 1, 0);
+    env.fp(&["write", "empty.md", "--epoch", "1", "--allow-empty"])
+        .now(1)
+        .expect_stdout(0, "written");
     assert_eq!(env.read("empty.md").expect("doc"), b"");
     let r = row(&env, "empty.md", 1);
     assert_eq!(r["sink"]["size"], 0);

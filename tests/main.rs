@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod conventions;
 mod crash;
 mod documents;
 mod inputs;

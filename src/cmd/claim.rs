@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::{Ctx, Report, check_owner, lease_json};
 use crate::audit::Event;
-use crate::clock::{Clock, parse_duration};
+use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
 
@@ -40,16 +40,17 @@ pub struct LeaseRequest {
     pub resource: OsString,
 
     /// Who is claiming (free text: host, pid, job id).
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: String,
 
-    /// Lease length: ticks, or with the wall clock 500ms, 30s, 2m, 1h.
-    #[arg(long, env = "FENCEPOST_TTL")]
+    /// Lease length: seconds (30, 1.5) or with units (500ms, 2m30s, 1h, 1d); with --now,
+    /// ticks.
+    #[arg(short, long, env = "FENCEPOST_TTL", value_name = "DURATION")]
     pub ttl: String,
 
-    /// If the lease is held, wait up to this long for it to become claimable
-    /// (wall clock only; polls with back-off, never spins).
-    #[arg(long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
+    /// If the lease is held, wait up to this long for it to become claimable: seconds or
+    /// with units, 0 for not at all (wall clock only; polls with back-off, never spins).
+    #[arg(short, long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
     pub wait: Option<String>,
 }
 
@@ -64,7 +65,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         crate::atomic::inspect_document(&doc)?;
     }
     let kind = ctx.clock.kind();
-    let ttl = parse_duration(&args.ttl, kind, "--ttl")?;
+    let ttl = parse_duration(&args.ttl, kind, "--ttl", Zero::Refused)?;
     let wait = match &args.wait {
         None => None,
         Some(_) if matches!(ctx.clock, Clock::Logical(_)) => {
@@ -74,7 +75,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
             ));
         }
         Some(text) => Some(Duration::from_millis(
-            parse_duration(text, kind, "--wait")?.unsigned_abs(),
+            parse_duration(text, kind, "--wait", Zero::Allowed)?.unsigned_abs(),
         )),
     };
     let started = Instant::now();
@@ -140,6 +141,11 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         ctx.log(&tx, &event)?;
         crate::failpoint!("claim.before_commit");
         tx.commit()?;
+        let changed = format!(
+            "the lease on {resource} is held by {} as epoch {epoch} until {}",
+            args.owner,
+            crate::clock::show(ctx.clock.kind(), deadline),
+        );
         return Ok(Report::new(
             epoch.to_string(),
             json!({
@@ -151,7 +157,8 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                 "fenced_at_sink": !claim.lazy_fence,
                 "previous": lease_json(current.as_ref(), now),
             }),
-        ));
+        )
+        .changed(changed));
     }
 }
 

@@ -33,7 +33,7 @@ pub struct LogArgs {
     #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
     pub since: Option<String>,
 
-    /// Only events of the last DURATION: 10m, 2h (or ticks, with --now).
+    /// Only events of the last DURATION: 600 (seconds), 10m, 2h, 1d (ticks with --now).
     #[arg(long, value_name = "DURATION", conflicts_with = "since")]
     pub last: Option<String>,
 
@@ -57,12 +57,18 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
             json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
-        ));
+        )
+        .changed(format!("{dropped} event(s) were pruned from the audit log")));
     }
     // `utc`: --since was given as a UTC time, which only a wall-clock file can use.
     let (since, utc) = match (&args.last, &args.since) {
         (Some(text), _) => {
-            let span = crate::clock::parse_duration(text, ctx.clock.kind(), "--last")?;
+            let span = crate::clock::parse_duration(
+                text,
+                ctx.clock.kind(),
+                "--last",
+                crate::clock::Zero::Allowed,
+            )?;
             (Some(ctx.clock.now().saturating_sub(span)), false)
         }
         (None, Some(text)) => {

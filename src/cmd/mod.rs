@@ -46,6 +46,9 @@ pub struct Ctx {
 pub struct Report {
     pub plain: String,
     pub json: Map<String, Value>,
+    /// What the command changed, in words, for when its answer cannot be delivered (a
+    /// full disk under stdout): `the lease on r.md is held by A as epoch 3 until ...`.
+    pub changed: Option<String>,
 }
 
 impl Report {
@@ -54,7 +57,14 @@ impl Report {
         Report {
             plain: plain.into(),
             json: crate::error::object(json),
+            changed: None,
         }
+    }
+
+    /// Says what the command changed (see [`Report::changed`]).
+    pub fn changed(mut self, what: impl Into<String>) -> Report {
+        self.changed = Some(what.into());
+        self
     }
 }
 
@@ -328,11 +338,11 @@ pub struct HolderArgs {
     pub resource: std::ffi::OsString,
 
     /// The owner name the lease was claimed under.
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: String,
 
     /// The epoch `claim` printed.
-    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    #[arg(short, long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
     pub epoch: i64,
 }
 

@@ -18,7 +18,7 @@ use signal_hook::iterator::Signals;
 
 use super::claim::{self, ClaimArgs, LeaseRequest};
 use super::{Ctx, HolderArgs, Report, change_held};
-use crate::clock::{Clock, parse_duration};
+use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::store::HolderChange;
 
@@ -57,7 +57,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
-    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
+    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL: seconds or with
+    /// units, 0 for at once.
     #[arg(
         long,
         env = "FENCEPOST_GRACE",
@@ -84,9 +85,10 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             "use claim, write and complete with --now, or drop --now",
         ));
     }
-    let ttl_ms = parse_duration(&args.request.ttl, ctx.clock.kind(), "--ttl")?.unsigned_abs();
+    let ttl_ms =
+        parse_duration(&args.request.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?.unsigned_abs();
     let grace = Duration::from_millis(
-        parse_duration(&args.grace, ctx.clock.kind(), "--grace")?.unsigned_abs(),
+        parse_duration(&args.grace, ctx.clock.kind(), "--grace", Zero::Allowed)?.unsigned_abs(),
     );
     let claimed = claim::run(
         ctx,
