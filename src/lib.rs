@@ -55,7 +55,7 @@ Exit codes:
   8  unissued: claim never issued this epoch for this resource (write)
   9  diverged: verify found a document, record or lease out of step
   other: run passes its command's exit code through (127: the command cannot be started;
-     128+N: killed by signal N)"
+     128+N: killed by signal N); run --held-exit-code/--lost-exit-code replace 3 and 4"
     };
 }
 
@@ -229,11 +229,12 @@ where
             let command = own
                 .filter_map(|a| a.to_str())
                 .find(|a| Cli::command().find_subcommand(a).is_some());
+            let named = json!({ "resource": null, "epoch": null });
             report_error(
                 &usage_from_clap(&e, command),
                 json,
                 false,
-                (Value::Null, Value::Null),
+                error::object(named),
             );
             return 2;
         }
@@ -242,8 +243,10 @@ where
     let quiet = cli.global.quiet;
     let quiet_success = quiet && !json && cli.command.is_confirmation();
     let result = context(&cli.global).and_then(|ctx| {
-        dispatch(&ctx, &cli.command).inspect_err(|err| {
-            if let Error::Refused(refusal) = err {
+        dispatch(&ctx, &cli.command, json).inspect_err(|err| {
+            if let Error::Refused(refusal) = err
+                && !refusal.logged
+            {
                 cmd::log_refusal(&ctx, refusal);
             }
         })
@@ -279,8 +282,26 @@ where
             0
         }
         Err(err) => {
-            report_error(&err, json, quiet, cli.command.named());
-            err.exit_code()
+            // run may give held and lost codes of the caller's choosing, and says in its
+            // JSON which side an exit came from.
+            let (code, mut extra) = match &cli.command {
+                Command::Run(args) => {
+                    let code = args.exit_code(&err);
+                    let from = if matches!(err, Error::Child { .. }) {
+                        "command"
+                    } else {
+                        "fencepost"
+                    };
+                    let extra = json!({ "exit_code": code, "exit_from": from });
+                    (code, error::object(extra))
+                }
+                _ => (err.exit_code(), serde_json::Map::new()),
+            };
+            let (resource, epoch) = cli.command.named();
+            extra.insert("resource".into(), resource);
+            extra.insert("epoch".into(), epoch);
+            report_error(&err, json, quiet, extra);
+            code
         }
     }
 }
@@ -424,7 +445,7 @@ impl Command {
     }
 }
 
-fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
+fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
     match command {
         Command::Claim(a) => cmd::claim::run(ctx, a),
         Command::Renew(a) => cmd::renew::run(ctx, a),
@@ -433,7 +454,7 @@ fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
         Command::Write(a) => cmd::write::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
-        Command::Run(a) => cmd::run::run(ctx, a),
+        Command::Run(a) => cmd::run::run(ctx, a, json),
         Command::Log(a) => cmd::log::run(ctx, a),
         Command::Verify(a) => cmd::verify::run(ctx, a),
         Command::Completions(a) => cmd::completions::completions(a),
@@ -503,7 +524,10 @@ fn emit(text: &str) -> io::Result<()> {
 /// `fencepost:` line (and a hint) on stderr. With `-q`, a refusal prints neither: its
 /// exit code is the whole answer, as with `flock -n`. The exit code stays the error's
 /// even when stdout cannot be written, since it is the answer.
-fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
+///
+/// `defaults`: JSON fields for what the error's own do not say (the resource and epoch
+/// the command line named).
+fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<String, Value>) {
     let mut written = Ok(());
     if json {
         let mut map = match err {
@@ -515,9 +539,9 @@ fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
         };
         map.insert("outcome".into(), json!(err.outcome()));
         map.insert("error".into(), json!(err.to_string()));
-        let (resource, epoch) = named;
-        map.entry("resource").or_insert(resource);
-        map.entry("epoch").or_insert(epoch);
+        for (key, value) in defaults {
+            map.entry(key).or_insert(value);
+        }
         written = emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         if !quiet {

@@ -109,7 +109,10 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                         pause = (pause * 2).min(Duration::from_millis(50));
                         continue;
                     }
-                    _ => return Err(held(ctx, &resource, &args.owner, holder, now)),
+                    _ => {
+                        let waited = wait.map(|_| started.elapsed());
+                        return Err(held(ctx, &resource, &args.owner, holder, now, waited));
+                    }
                 }
             }
         };
@@ -162,27 +165,36 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     }
 }
 
+/// The `held` refusal. Its `epoch` is the caller's, which it has none of yet (null); the
+/// holder's is `holder_epoch`. `waited`: how long `--wait` waited before giving up.
 fn held(
     ctx: &Ctx,
     resource: &crate::resource::Resource,
     claimant: &str,
     holder: Option<&Lease>,
     now: i64,
+    waited: Option<Duration>,
 ) -> Error {
     let (who, epoch, deadline) =
         holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
+    let waited_ms = waited.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
     let fields = json!({
         "resource": resource.as_str(),
-        "epoch": epoch,
+        "epoch": null,
         "owner": claimant,
         "holder": who,
+        "holder_epoch": epoch,
         "deadline": deadline,
+        "waited_ms": waited_ms,
         "lease": lease_json(holder, now),
+    });
+    let gave_up = waited.map_or_else(String::new, |w| {
+        format!("; gave up after waiting {:.1}s", w.as_secs_f64())
     });
     Error::Refused(Refusal::new(
         RefusalKind::Held,
         format!(
-            "{resource} is held by {who} (epoch {epoch}) until {}",
+            "{resource} is held by {who} (epoch {epoch}) until {}{gave_up}",
             crate::clock::show(ctx.clock.kind(), deadline)
         ),
         fields,

@@ -17,7 +17,8 @@ use crate::store::Store;
 /// are held, lost, stale, conflict and unissued.
 ///
 /// `--timeline` draws one column per owner, so a takeover and a refused late write stand
-/// out. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops
+/// out; when the lanes would be wider than 100 columns (many owners, such as one per
+/// run), it puts the owner in one column instead. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops
 /// the older ones now.
 ///
 /// Example:
@@ -37,7 +38,8 @@ pub struct LogArgs {
     #[arg(long, value_name = "DURATION", conflicts_with = "since")]
     pub last: Option<String>,
 
-    /// Draw lanes: one column per owner, one row per event.
+    /// Draw lanes: one column per owner (or one OWNER column past 100 columns), one row
+    /// per event.
     #[arg(long, conflicts_with = "prune")]
     pub timeline: bool,
 
