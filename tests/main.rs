@@ -10,6 +10,7 @@ mod inputs;
 mod leases;
 mod operator;
 mod paths;
+mod readme;
 mod reproduce;
 mod sink;
 mod strace;
