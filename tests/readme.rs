@@ -357,7 +357,7 @@ fn the_systemd_units_command_publishes_and_stops_as_the_unit_says() {
         "publish-daily",
         "#!/bin/sh\necho started > \"$FENCEPOST_ROOT/started\"\nexec sleep 100\n",
     );
-    let mut run = exec_start(&unit, &tools, env.root())
+    let run = exec_start(&unit, &tools, env.root())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
