@@ -231,7 +231,7 @@ where
                 .find(|a| Cli::command().find_subcommand(a).is_some());
             let named = json!({ "resource": null, "epoch": null });
             report_error(
-                &usage_from_clap(&e, command),
+                &clap_usage_error(&e, command),
                 json,
                 false,
                 error::object(named),
@@ -323,25 +323,10 @@ fn stdout_failed(e: &io::Error, code: i32, left: &str) -> i32 {
 
 /// A clap parse error as one line, built from its kind and context (never from its
 /// rendered text): what was wrong, and as the hint clap's "did you mean" suggestion, or
-/// where to read the command's options.
-fn usage_from_clap(e: &clap::Error, command: Option<&str>) -> Error {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    let strings = |kind| match e.get(kind) {
-        Some(ContextValue::String(s)) => vec![s.clone()],
-        Some(ContextValue::Strings(v)) => v.clone(),
-        Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
-        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
-        Some(ContextValue::Number(n)) => vec![n.to_string()],
-        _ => Vec::new(),
-    };
-    let one = |kind| strings(kind).into_iter().next().unwrap_or_default();
-    let quoted = |words: Vec<String>| {
-        words
-            .iter()
-            .map(|w| format!("'{w}'"))
-            .collect::<Vec<_>>()
-            .join(" or ")
-    };
+/// where to read the command's options. `command`: the subcommand named, if any.
+fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
+    use clap::error::{ContextKind, ErrorKind};
+    let one = |kind| clap_context(e, kind).into_iter().next().unwrap_or_default();
     let name = command.map_or_else(|| "fencepost".to_string(), |c| format!("fencepost {c}"));
     let arg = one(ContextKind::InvalidArg);
     let value = one(ContextKind::InvalidValue);
@@ -362,11 +347,11 @@ fn usage_from_clap(e: &clap::Error, command: Option<&str>) -> Error {
         }
         ErrorKind::MissingRequiredArgument => format!(
             "{name} needs {}",
-            strings(ContextKind::InvalidArg).join(", ")
+            clap_context(e, ContextKind::InvalidArg).join(", ")
         ),
         ErrorKind::ArgumentConflict => format!(
             "{arg} cannot be used with {}",
-            strings(ContextKind::PriorArg).join(", ")
+            clap_context(e, ContextKind::PriorArg).join(", ")
         ),
         ErrorKind::MissingSubcommand => "no command given".to_string(),
         ErrorKind::InvalidUtf8 => "an argument is not valid UTF-8".to_string(),
@@ -378,28 +363,47 @@ fn usage_from_clap(e: &clap::Error, command: Option<&str>) -> Error {
             (None, _) => "bad usage".to_string(),
         },
     };
-    let suggested = [
+    Error::usage_hint(message, clap_hint(e, command.is_some(), &name))
+}
+
+/// The hint under a clap parse error: clap's suggestions first ("did you mean"), then
+/// its other tips and the values it would take, else where to read the options.
+fn clap_hint(e: &clap::Error, has_command: bool, name: &str) -> String {
+    use clap::error::{ContextKind, ErrorKind};
+    let suggested: Vec<String> = [
         ContextKind::SuggestedSubcommand,
         ContextKind::SuggestedArg,
         ContextKind::SuggestedValue,
     ]
     .into_iter()
-    .flat_map(strings)
-    .collect::<Vec<_>>();
-    let valid = strings(ContextKind::ValidValue);
-    let more = strings(ContextKind::Suggested);
-    let hint = if !suggested.is_empty() {
-        format!("did you mean {}?", quoted(suggested))
-    } else if let Some(tip) = more.first() {
+    .flat_map(|kind| clap_context(e, kind))
+    .map(|word| format!("'{word}'"))
+    .collect();
+    let valid = clap_context(e, ContextKind::ValidValue);
+    if !suggested.is_empty() {
+        format!("did you mean {}?", suggested.join(" or "))
+    } else if let Some(tip) = clap_context(e, ContextKind::Suggested).first() {
         format!("see {name} --help; {tip}")
     } else if !valid.is_empty() {
         format!("possible values: {}", valid.join(", "))
-    } else if e.kind() == ErrorKind::InvalidSubcommand || command.is_none() {
+    } else if e.kind() == ErrorKind::InvalidSubcommand || !has_command {
         "fencepost --help lists the commands".to_string()
     } else {
         format!("see {name} --help")
-    };
-    Error::usage_hint(message, hint)
+    }
+}
+
+/// One context value of a clap error, as plain strings.
+fn clap_context(e: &clap::Error, kind: clap::error::ContextKind) -> Vec<String> {
+    use clap::error::ContextValue;
+    match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
+        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
+        Some(ContextValue::Number(n)) => vec![n.to_string()],
+        _ => Vec::new(),
+    }
 }
 
 impl Command {
