@@ -4,12 +4,14 @@
 mod harness;
 
 mod acknowledged;
+mod conventions;
 mod crash;
 mod documents;
 mod inputs;
 mod leases;
 mod operator;
 mod paths;
+mod readme;
 mod reports;
 mod reproduce;
 mod roots;
