@@ -1,31 +1,41 @@
 //! The durable atomic replace of a document, and the file side of crash recovery.
 //!
-//! A write stages its bytes in `.<name>.fencepost-tmp-XXXXXXXX` beside the document
+//! A write stages its bytes in `.<name>.fencepost-tmp-XXXXXXXXXXXX` beside the document
 //! (same folder, so the rename is atomic), fsyncs it, and only then takes the state
-//! file's lock. Under the lock the caller links `-pre` to the current document and
-//! `-new` to the staged file, renames, fsyncs the folder and commits. The two links let
-//! recovery undo a rename whose commit never happened (see `sink::recovery`).
+//! file's lock. Under the lock the caller links `-pre-<ino>` to the current document and
+//! `-new-<ino>` to the staged file, renames, fsyncs the folder and commits. The two links
+//! let recovery undo a rename whose commit never happened (see `sink::recovery`).
 //!
-//! Staged files stay locked (`flock`) by their writer for its whole life, so recovery
-//! removes only temp files whose writer is gone, never those of a writer still running
-//! or paused.
+//! `<ino>` is the staged file's inode number, which no other live file on the filesystem
+//! has while its writer holds the file open (it does until it has removed its links): one
+//! writer's links can never be taken for another's, so a writer paused after its COMMIT
+//! cannot remove the links of the writer that came after it. Every operation goes through
+//! the document folder's handle (`folder::Folder`), never through a path.
+//!
+//! Staged files stay locked (`flock`) by their writer for its whole life, also once
+//! renamed into place, so recovery removes only temp files whose writer is gone, and
+//! `status`/`verify` tell a write in progress from one that crashed.
 
-use std::fs::{self, File, Metadata, Permissions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread;
 
 use sha2::{Digest, Sha256};
-use tempfile::TempPath;
 
 use crate::error::{Error, Result};
+use crate::folder::{self, Entry, Kind};
 use crate::resource::DocPath;
 use crate::sink::{FileId, Leftovers};
 
 /// What follows `.<name>.fencepost-` in a staged temp file's name (then random chars).
 const TEMP: &str = "tmp-";
+
+/// Random characters in a temp file's name.
+const TEMP_RANDOM: usize = 12;
 
 /// Size of the buffer that streams content: memory stays flat whatever the size.
 const CHUNK: usize = 128 * 1024;
@@ -41,43 +51,46 @@ macro_rules! failpoint {
 
 /// The document as it is now: `None` if absent. Symlinks, folders and special files are
 /// refused: the tool replaces regular files only.
-pub fn inspect_document(doc: &DocPath) -> Result<Option<Metadata>> {
-    let path = doc.path();
-    match fs::symlink_metadata(&path) {
-        Ok(meta) if meta.file_type().is_file() => Ok(Some(meta)),
-        Ok(meta) => {
-            let what = if meta.file_type().is_symlink() {
-                "a symlink"
-            } else if meta.is_dir() {
-                "a folder"
-            } else {
-                "a special file"
+pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
+    match doc.folder.stat(&doc.name)? {
+        Some(entry) if entry.kind == Kind::File => Ok(Some(entry)),
+        Some(entry) => {
+            let what = match entry.kind {
+                Kind::Symlink => "a symlink",
+                Kind::Folder => "a folder",
+                _ => "a special file",
             };
             Err(Error::usage_hint(
-                format!("document {} is {what}, not a regular file", path.display()),
+                format!(
+                    "document {} is {what}, not a regular file",
+                    doc.path().display()
+                ),
                 "fencepost replaces regular files only; remove it or pick another resource",
             ))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io("cannot inspect", path)(e)),
+        None => Ok(None),
     }
 }
 
-/// Identity of a file from its metadata.
-pub fn file_id(meta: &Metadata) -> FileId {
+/// Identity of a file: inode number and size. No device number: it changes when the
+/// same filesystem is mounted through another device (loop, dm, NVMe or USB ordering).
+pub fn file_id(entry: &Entry) -> FileId {
     FileId {
-        dev: meta.dev(),
-        ino: meta.ino(),
-        size: meta.size(),
+        ino: entry.ino,
+        size: entry.size,
     }
 }
 
-/// Bytes staged for a document: written, fsynced, hashed, locked by this process.
+/// Bytes staged for a document: written, fsynced, hashed, locked by this process. While
+/// it is not renamed into place, dropping it removes the temp file.
 #[derive(Debug)]
-pub struct Staged {
-    /// Kept open so the `flock` that protects the temp file lives as long as we do.
+pub struct Staged<'d> {
+    /// Kept open until the writer is done: the `flock` on it marks the writer alive, and
+    /// its inode number (in the link names) cannot be reused meanwhile.
     file: File,
-    path: TempPath,
+    doc: &'d DocPath,
+    temp: OsString,
+    renamed: bool,
     pub sha256: String,
     pub size: u64,
     pub id: FileId,
@@ -85,63 +98,79 @@ pub struct Staged {
 
 /// Streams `source` into a new temp file beside the document and makes it durable.
 /// A new document gets the mode an ordinary file creation gets under the umask; a
-/// rewrite keeps the existing document's mode (and owner, where allowed).
-pub fn stage(doc: &DocPath, source: &mut dyn Read, existing: Option<&Metadata>) -> Result<Staged> {
+/// rewrite keeps the existing document's mode (and owner, where allowed), set once the
+/// bytes are written (a write by a non-root user clears set-user-ID and set-group-ID).
+pub fn stage<'d>(
+    doc: &'d DocPath,
+    source: &mut dyn Read,
+    existing: Option<&Entry>,
+) -> Result<Staged<'d>> {
     let prefix = doc.sibling_name(TEMP);
-    let mode = existing.map_or(0o666, |m| m.permissions().mode() & 0o7777);
-    let (file, path) = loop {
-        let temp = tempfile::Builder::new()
-            .prefix(&prefix)
-            .rand_bytes(8)
-            .permissions(Permissions::from_mode(0o666))
-            .tempfile_in(&doc.dir)
-            .map_err(Error::io("cannot create temp file in", &doc.dir))?;
-        let (file, path) = temp.into_parts();
+    let (file, temp) = loop {
+        let mut name = prefix.clone();
+        name.push(random_chars(TEMP_RANDOM));
+        let create_mode = if existing.is_some() { 0o600 } else { 0o666 };
+        let Some(file) = doc.folder.create_file(&name, create_mode)? else {
+            continue;
+        };
         file.lock()
-            .map_err(Error::io("cannot lock", path.to_path_buf()))?;
+            .map_err(Error::io("cannot lock", doc.folder.join(&name)))?;
         // A cleaner may have removed the file between its creation and our lock (it looked
-        // abandoned). Only a file still at its path is ours to use.
-        let ours = fs::symlink_metadata(&path)
+        // abandoned). Only a file still at its name is ours to use.
+        let ours = doc
+            .folder
+            .stat(&name)
             .ok()
-            .zip(file.metadata().ok())
-            .is_some_and(|(at_path, open)| {
-                at_path.ino() == open.ino() && at_path.dev() == open.dev()
-            });
+            .flatten()
+            .zip(folder::entry_of(&file).ok())
+            .is_some_and(|(named, open)| named.ino == open.ino && named.dev == open.dev);
         if ours {
-            break (file, path);
+            break (file, name);
         }
     };
-    let mut file = file;
-    if let Some(meta) = existing {
-        file.set_permissions(Permissions::from_mode(mode))
-            .map_err(Error::io("cannot set mode of", path.to_path_buf()))?;
-        let own = file
-            .metadata()
-            .map_err(Error::io("cannot inspect", path.to_path_buf()))?;
-        if own.uid() != meta.uid() || own.gid() != meta.gid() {
-            // Best effort: only root may give a file away; others keep their own ids.
-            let _ = std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()));
-            file.set_permissions(Permissions::from_mode(mode))
-                .map_err(Error::io("cannot set mode of", path.to_path_buf()))?;
-        }
-    }
-    let (sha256, size) = copy_hashed(source, &mut file, &doc.path(), &path)?;
-    crate::failpoint!("write.after_temp_write");
-    file.sync_all()
-        .map_err(Error::io("cannot fsync", path.to_path_buf()))?;
-    crate::failpoint!("write.after_temp_fsync");
-    let id = file_id(
-        &file
-            .metadata()
-            .map_err(Error::io("cannot inspect", path.to_path_buf()))?,
-    );
-    Ok(Staged {
+    let mut staged = Staged {
         file,
-        path,
-        sha256,
-        size,
-        id,
-    })
+        doc,
+        temp,
+        renamed: false,
+        sha256: String::new(),
+        size: 0,
+        id: FileId { ino: 0, size: 0 },
+    };
+    let temp_path = doc.folder.join(&staged.temp);
+    let (sha256, size) = copy_hashed(source, &mut staged.file, &doc.path(), &temp_path)?;
+    crate::failpoint!("write.after_temp_write");
+    if let Some(meta) = existing {
+        keep_mode_and_owner(&staged.file, meta, &temp_path)?;
+    }
+    staged
+        .file
+        .sync_all()
+        .map_err(Error::io("cannot fsync", temp_path.clone()))?;
+    crate::failpoint!("write.after_temp_fsync");
+    let own = folder::entry_of(&staged.file).map_err(Error::io("cannot inspect", temp_path))?;
+    staged.sha256 = sha256;
+    staged.size = size;
+    staged.id = file_id(&own);
+    Ok(staged)
+}
+
+/// Gives the staged file the document's owner (best effort: only root may give a file
+/// away) and mode. Runs after the bytes are written: the kernel clears set-user-ID and
+/// set-group-ID on a write or an owner change.
+fn keep_mode_and_owner(file: &File, meta: &Entry, temp: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let own = folder::entry_of(file).map_err(Error::io("cannot inspect", temp))?;
+    if own.uid != meta.uid || own.gid != meta.gid {
+        let _ = std::os::unix::fs::fchown(file, Some(meta.uid), Some(meta.gid));
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(meta.mode))
+        .map_err(Error::io("cannot set mode of", temp))
+}
+
+/// `n` random letters and digits.
+fn random_chars(n: usize) -> String {
+    (0..n).map(|_| fastrand::alphanumeric()).collect()
 }
 
 /// Buffers in flight between the copy and the hashing thread (memory: this many chunks).
@@ -284,68 +313,154 @@ fn hasher_gone(doc: &Path) -> Error {
     Error::io("cannot hash the content for", doc)(io::Error::other("the hashing thread stopped"))
 }
 
-impl Staged {
-    /// Links `-pre` to the current document (if any) and `-new` to the staged file, so a
-    /// crash from here to the commit can be undone. Call under the state file's lock.
-    pub fn link_for_recovery(&self, doc: &DocPath, document_exists: bool) -> Result<()> {
-        let pre = doc.sibling("pre");
-        let new = doc.sibling("new");
-        remove_if_present(&pre)?;
-        remove_if_present(&new)?;
+impl Staged<'_> {
+    /// This writer's link names: `.<name>.fencepost-<what>-<ino>`.
+    fn link_name(&self, what: &str) -> OsString {
+        link_name(self.doc, what, OsStr::new(&self.id.ino.to_string()))
+    }
+
+    /// Links `-pre-<ino>` to the current document (if any) and `-new-<ino>` to the staged
+    /// file, so a crash from here to the commit can be undone, and keeps the staged bytes'
+    /// hash in `-sum-<ino>`. Call under the state file's lock, after recovery.
+    pub fn link_for_recovery(&self, document_exists: bool) -> Result<()> {
+        let folder = &self.doc.folder;
+        let (pre, new, sum) = (
+            self.link_name("pre"),
+            self.link_name("new"),
+            self.link_name("sum"),
+        );
+        // Names with this inode number can only be left by a dead writer whose file had
+        // it before: garbage, never another live writer's.
+        for name in [&pre, &new, &sum] {
+            folder.remove_if_present(name)?;
+        }
         if document_exists {
-            fs::hard_link(doc.path(), &pre)
-                .map_err(Error::io(crate::error::PRE_IMAGE_LINK, &pre))?;
+            folder
+                .link(&self.doc.name, &pre)
+                .map_err(Error::io(crate::error::PRE_IMAGE_LINK, folder.join(&pre)))?;
         }
         crate::failpoint!("write.after_pre_link");
-        fs::hard_link(&self.path, &new).map_err(Error::io("cannot link staged file", &new))?;
+        folder
+            .link(&self.temp, &new)
+            .map_err(Error::io("cannot link staged file", folder.join(&new)))?;
         crate::failpoint!("write.after_new_link");
         // The staged bytes' hash, kept beside `-new` (a symlink's target: no extra fsync;
         // the folder fsync after the rename makes it durable). After a crash the document
         // may be the `-new` file edited in place; then it is no longer ours to roll back.
-        let sum = doc.sibling("sum");
-        remove_if_present(&sum)?;
-        std::os::unix::fs::symlink(&self.sha256[..SUM_LEN], &sum)
-            .map_err(Error::io("cannot record the staged hash in", &sum))?;
+        folder
+            .symlink(OsStr::new(&self.sha256[..SUM_LEN]), &sum)
+            .map_err(Error::io(
+                "cannot record the staged hash in",
+                folder.join(&sum),
+            ))?;
         Ok(())
     }
 
     /// Renames the staged file over the document and fsyncs the folder, so the new name
-    /// is durable before the caller commits.
-    pub fn rename_into_place(self, doc: &DocPath) -> Result<()> {
-        let target = doc.path();
-        let Staged { file, path, .. } = self;
-        path.persist(&target)
-            .map_err(|e| Error::io("cannot rename into", target.clone())(e.error))?;
-        drop(file);
+    /// is durable before the caller commits. The file stays open (and locked).
+    pub fn rename_into_place(&mut self) -> Result<()> {
+        let folder = &self.doc.folder;
+        folder
+            .rename(&self.temp, &self.doc.name)
+            .map_err(Error::io("cannot rename into", self.doc.path()))?;
+        self.renamed = true;
         crate::failpoint!("write.after_rename");
-        fsync_dir(&doc.dir)?;
+        folder.sync()?;
         crate::failpoint!("write.after_dir_fsync");
         Ok(())
     }
-}
 
-/// Removes the recovery links after a commit (or a rollback). Leftovers are harmless:
-/// the next recovery removes them.
-pub fn drop_links(doc: &DocPath) {
-    let _ = fs::remove_file(doc.sibling("sum"));
-    let _ = fs::remove_file(doc.sibling("new"));
-    let _ = fs::remove_file(doc.sibling("pre"));
-}
-
-/// What a crashed write may have left next to the document.
-pub fn leftovers(doc: &DocPath) -> Result<Leftovers> {
-    let id_of = |path: PathBuf| -> Result<Option<FileId>> {
-        match fs::symlink_metadata(&path) {
-            Ok(meta) => Ok(Some(file_id(&meta))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("cannot inspect", path)(e)),
+    /// The link set this write made, as recovery sees it.
+    pub fn links(&self) -> LinkSet {
+        LinkSet {
+            token: self.id.ino.to_string().into(),
         }
+    }
+
+    /// Removes this writer's own links once its write committed. Runs without the lock:
+    /// no other writer uses these names, and recovery may have removed them already.
+    pub fn drop_links(&self) {
+        drop_set(self.doc, &self.links());
+    }
+}
+
+impl Drop for Staged<'_> {
+    fn drop(&mut self) {
+        if !self.renamed {
+            let _ = self.doc.folder.remove(&self.temp);
+        }
+    }
+}
+
+/// The recovery links of one write: `.<name>.fencepost-{pre,new,sum}-<token>` (an empty
+/// token: the fixed names `-pre`, `-new`, `-sum` of older versions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSet {
+    token: OsString,
+}
+
+/// The kinds of recovery link.
+const LINKS: [&str; 3] = ["pre", "new", "sum"];
+
+fn link_name(doc: &DocPath, what: &str, token: &OsStr) -> OsString {
+    let mut name = doc.sibling_name(what);
+    if !token.is_empty() {
+        name.push("-");
+        name.push(token);
+    }
+    name
+}
+
+/// The link sets of writes that left links beside the document, found by listing its
+/// folder.
+pub fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
+    let prefix = doc.sibling_name("");
+    let mut tokens: Vec<OsString> = Vec::new();
+    for name in doc.folder.names()? {
+        let Some(rest) = name.as_bytes().strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        for what in LINKS {
+            let Some(after) = rest.strip_prefix(what.as_bytes()) else {
+                continue;
+            };
+            let token = match after {
+                [] => OsString::new(),
+                [b'-', token @ ..] if !token.is_empty() => OsStr::from_bytes(token).into(),
+                _ => continue,
+            };
+            if !tokens.contains(&token) {
+                tokens.push(token);
+            }
+        }
+    }
+    tokens.sort();
+    Ok(tokens.into_iter().map(|token| LinkSet { token }).collect())
+}
+
+/// What a crashed write may have left next to the document, for one link set.
+pub fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
+    let id_of = |name: OsString| -> Result<Option<FileId>> {
+        Ok(doc.folder.stat(&name)?.map(|entry| file_id(&entry)))
     };
     Ok(Leftovers {
-        new: id_of(doc.sibling("new"))?,
-        pre: id_of(doc.sibling("pre"))?.is_some(),
-        doc: id_of(doc.path())?,
+        new: id_of(link_name(doc, "new", &set.token))?,
+        pre: id_of(link_name(doc, "pre", &set.token))?.is_some(),
+        doc: id_of(doc.name.clone())?,
     })
+}
+
+/// Whether the writer of a link set is still running (or paused): it holds the `flock`
+/// of its staged file, which `-new-<ino>` names.
+pub fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
+    doc.folder
+        .open_file(&link_name(doc, "new", &set.token))
+        .is_ok_and(|file| {
+            matches!(
+                file.try_lock_shared(),
+                Err(std::fs::TryLockError::WouldBlock)
+            )
+        })
 }
 
 /// How much of the staged content's SHA-256 (hex) the `-sum` symlink keeps: 128 bits,
@@ -357,8 +472,8 @@ const SUM_LEN: usize = 32;
 /// in place after the crash changes them: the file is then someone's edit, not an
 /// uncommitted write to roll back. Without a `-sum` link (none is made before the `-new`
 /// link), it is taken as staged.
-pub fn still_staged(doc: &DocPath, sha256: &str) -> bool {
-    match fs::read_link(doc.sibling("sum")) {
+pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
+    match doc.folder.read_link(&link_name(doc, "sum", &set.token)) {
         Ok(sum) => sum
             .to_str()
             .is_some_and(|sum| sum.len() == SUM_LEN && sha256.starts_with(sum)),
@@ -366,21 +481,32 @@ pub fn still_staged(doc: &DocPath, sha256: &str) -> bool {
     }
 }
 
+/// Removes a link set (after a commit, or a rollback). Leftovers are harmless: the next
+/// recovery removes them.
+pub fn drop_set(doc: &DocPath, set: &LinkSet) {
+    for what in ["sum", "new", "pre"] {
+        let _ = doc.folder.remove(&link_name(doc, what, &set.token));
+    }
+}
+
 /// Puts the pre-image back over a document whose write never committed.
-pub fn restore_pre(doc: &DocPath) -> Result<()> {
-    let pre = doc.sibling("pre");
-    fs::rename(&pre, doc.path()).map_err(Error::io("cannot restore pre-image", &pre))?;
-    fsync_dir(&doc.dir)?;
-    drop_links(doc);
+pub fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
+    let pre = link_name(doc, "pre", &set.token);
+    doc.folder
+        .rename(&pre, &doc.name)
+        .map_err(Error::io("cannot restore pre-image", doc.folder.join(&pre)))?;
+    doc.folder.sync()?;
+    drop_set(doc, set);
     Ok(())
 }
 
 /// Removes a first document whose write never committed.
-pub fn remove_uncommitted(doc: &DocPath) -> Result<()> {
-    let path = doc.path();
-    fs::remove_file(&path).map_err(Error::io("cannot remove uncommitted", &path))?;
-    fsync_dir(&doc.dir)?;
-    drop_links(doc);
+pub fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
+    doc.folder
+        .remove(&doc.name)
+        .map_err(Error::io("cannot remove uncommitted", doc.path()))?;
+    doc.folder.sync()?;
+    drop_set(doc, set);
     Ok(())
 }
 
@@ -398,22 +524,15 @@ pub fn abandoned_temps(doc: &DocPath) -> Result<usize> {
 
 fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
     let prefix = doc.sibling_name(TEMP);
-    let prefix = prefix.as_encoded_bytes();
-    let entries = match fs::read_dir(&doc.dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io("cannot list", &doc.dir)(e)),
-    };
     let mut removed = 0;
-    for entry in entries.flatten() {
-        if !entry.file_name().as_encoded_bytes().starts_with(prefix) {
+    for name in doc.folder.names()? {
+        if !name.as_bytes().starts_with(prefix.as_bytes()) {
             continue;
         }
-        let path = entry.path();
-        let Ok(file) = File::open(&path) else {
+        let Ok(file) = doc.folder.open_file(&name) else {
             continue;
         };
-        if file.try_lock().is_ok() && (!remove || fs::remove_file(&path).is_ok()) {
+        if file.try_lock().is_ok() && (!remove || doc.folder.remove(&name).is_ok()) {
             removed += 1;
         }
     }
@@ -449,14 +568,21 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
         .map_err(Error::io("cannot fsync folder", dir))
 }
 
-/// SHA-256 and size of a file, streamed.
-pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    let mut file = File::open(path)?;
+/// SHA-256 and size of the document, streamed (never through a symlink).
+pub fn hash_document(doc: &DocPath) -> Result<(String, u64)> {
+    doc.folder
+        .open_file(&doc.name)
+        .and_then(|mut file| hash_stream(&mut file))
+        .map_err(Error::io("cannot read", doc.path()))
+}
+
+/// SHA-256 and size of what `source` gives until its end.
+fn hash_stream(source: &mut dyn Read) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut size = 0u64;
     loop {
-        let n = read_retrying(&mut file, &mut buf)?;
+        let n = read_retrying(source, &mut buf)?;
         if n == 0 {
             break;
         }
@@ -464,14 +590,6 @@ pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
         size += n as u64;
     }
     Ok((hex(&hasher.finalize()), size))
-}
-
-fn remove_if_present(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io("cannot remove", path)(e)),
-    }
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -10,6 +10,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::folder::{Child, Folder, Kind};
 
 /// The folder under the root that holds the default state file.
 pub const STATE_DIR: &str = ".fencepost";
@@ -17,9 +18,17 @@ pub const STATE_DIR: &str = ".fencepost";
 /// Marker inside file names that the tool reserves for its temp and link files.
 pub const RESERVED: &str = ".fencepost-";
 
-/// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXX` sibling
-/// names still fit in the usual 255-byte limit.
+/// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXXXXXX`
+/// sibling names still fit in the usual 255-byte limit (NAME_MAX).
 const MAX_NAME: usize = 200;
+
+/// Longest folder name accepted: NAME_MAX (folders get no sibling names).
+const MAX_FOLDER: usize = 255;
+
+/// Longest resource accepted: with the shortest root (`/`) and the tool's sibling names
+/// beside the document, its path still fits in PATH_MAX (4096, with its NUL). The root's
+/// own length is checked where the root is known.
+const MAX_RESOURCE: usize = 4096 - 1 - 64 - 1;
 
 /// A validated resource name: relative, normalised, `/`-separated, UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +59,8 @@ impl Resource {
                 Component::RootDir | Component::Prefix(_) => {
                     return Err(Error::usage_hint(
                         format!("resource {text:?} is absolute"),
-                        "name the document relative to --root, e.g. reports/daily.md",
+                        "name the document relative to the root (under a root found from the current \
+                         folder, relative to that folder), e.g. reports/daily.md",
                     ));
                 }
             }
@@ -73,7 +83,22 @@ impl Resource {
                 "has a file name longer than {MAX_NAME} bytes"
             )));
         }
-        Ok(Resource(parts.join("/")))
+        if let Some(folder) = parts.iter().find(|p| p.len() > MAX_FOLDER) {
+            return Err(Error::usage(format!(
+                "resource {:?} has a folder name of {} bytes, longer than {MAX_FOLDER}",
+                crate::root::shown(text),
+                folder.len()
+            )));
+        }
+        let joined = parts.join("/");
+        if joined.len() > MAX_RESOURCE {
+            return Err(Error::usage(format!(
+                "resource {:?} is {} bytes long, longer than {MAX_RESOURCE}",
+                crate::root::shown(text),
+                joined.len()
+            )));
+        }
+        Ok(Resource(joined))
     }
 
     pub fn as_str(&self) -> &str {
@@ -87,29 +112,31 @@ impl std::fmt::Display for Resource {
     }
 }
 
-/// Where a resource's document lives: its real (symlink-free) folder and file name.
-#[derive(Debug, Clone)]
+/// Where a resource's document lives: its folder, held open by a handle, and its file
+/// name. Every operation on the document goes through the handle (see `folder`).
+#[derive(Debug)]
 pub struct DocPath {
-    pub dir: PathBuf,
+    pub folder: Folder,
     pub name: OsString,
-    /// Device and inode of `dir` when it was located.
-    dir_id: (u64, u64),
+    /// Folders made by this locate (each with its parent), outermost first: removed again
+    /// by [`DocPath::remove_made_folders`] when the write that made them fails.
+    made: Vec<(Folder, OsString)>,
 }
 
 impl DocPath {
-    /// The document's full path.
+    /// The document's full path, for messages.
     pub fn path(&self) -> PathBuf {
-        self.dir.join(&self.name)
+        self.folder.join(&self.name)
     }
 
-    /// Re-walks the resource's path and checks it still leads to the very folder located
-    /// before (same path, device and inode). Run under the lock just before the rename:
-    /// a folder swapped for a symlink (or moved out of the root) meanwhile refuses the
-    /// write instead of letting it land outside the root.
+    /// Re-walks the resource's path from the root and checks it still leads to the very
+    /// folder this handle holds. Run under the lock before the recovery links are made and
+    /// again just before the rename: a folder swapped for a symlink, or moved out of the
+    /// root, meanwhile refuses the write (the handle would still reach the moved folder).
     pub fn check_unmoved(&self, root: &Path, resource: &Resource) -> Result<()> {
         let again = locate(root, resource, false)?;
         let same = match &again {
-            Some(doc) => doc.dir == self.dir && doc.dir_id == self.dir_id,
+            Some(doc) => doc.folder.id()? == self.folder.id()?,
             None => false,
         };
         if same {
@@ -117,14 +144,19 @@ impl DocPath {
         } else {
             Err(Error::usage(format!(
                 "the folder of {resource} ({}) was moved or replaced during the write; nothing was published",
-                self.dir.display()
+                self.folder.path().display()
             )))
         }
     }
 
-    /// A sibling path owned by the tool: `<dir>/.<name>.fencepost-<what>`.
-    pub fn sibling(&self, what: &str) -> PathBuf {
-        self.dir.join(self.sibling_name(what))
+    /// Removes the folders this locate made, innermost first, where they are still empty:
+    /// a write that failed leaves no folders behind.
+    pub fn remove_made_folders(&mut self) {
+        while let Some((parent, name)) = self.made.pop() {
+            if parent.remove_child(&name) {
+                let _ = parent.sync();
+            }
+        }
     }
 
     /// The file name of a sibling owned by the tool: `.<name>.fencepost-<what>` (with
@@ -254,57 +286,98 @@ fn another_root(dir: &Path, resource: &Resource) -> Result<()> {
 /// The resource's canonical name: its real path relative to the root, so that two
 /// spellings of one file (`current/report.md` through a symlink, and
 /// `releases/v1/report.md`) share one lease and one fence. Folders that do not exist
-/// yet keep their spelling.
+/// yet keep their spelling. The real name passes the same rules as a typed one: a
+/// symlink cannot lead to a name the rules would refuse (a reserved part, control
+/// characters, bytes that are not UTF-8).
 pub fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
     let walk = walk(root, resource)?;
-    let mut parts: Vec<String> = walk
-        .dir
-        .strip_prefix(root)
-        .unwrap_or(Path::new(""))
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
+    let mut parts: Vec<String> = Vec::new();
+    let inside = walk.dir.strip_prefix(root).unwrap_or(Path::new(""));
+    for part in inside.components() {
+        let Some(text) = part.as_os_str().to_str() else {
+            return Err(Error::usage_hint(
+                format!(
+                    "resource {resource} leads to the folder {}, whose name is not valid UTF-8",
+                    walk.dir.display()
+                ),
+                "fencepost names documents in UTF-8; rename the folder",
+            ));
+        };
+        parts.push(text.to_string());
+    }
     parts.extend(walk.missing);
     parts.push(walk.name);
-    Ok(Resource(parts.join("/")))
+    let real = parts.join("/");
+    if real == resource.as_str() {
+        return Ok(Resource(real));
+    }
+    Resource::parse(OsStr::new(&real)).map_err(|e| match e {
+        Error::Usage { message, .. } => Error::usage_hint(
+            format!(
+                "resource {resource} leads through a symlink to a name that is refused: {message}"
+            ),
+            "rename the folder the symlink points to, or name another document",
+        ),
+        other => other,
+    })
 }
 
-/// Finds the real folder of `resource` under `root`. With `create`, missing folders are
-/// made inside the root (each new folder's parent fsynced, so a committed document never
-/// loses its folder); without it, a missing folder gives `Ok(None)` (no document).
+/// Opens the folder of `resource` (a canonical name) from a handle on `root`, one
+/// component at a time, following no symlink: a symlink, a file or another publish root
+/// on the way is refused. With `create`, missing folders are made (each new folder's
+/// parent fsynced, so a committed document never loses its folder); without it, a missing
+/// folder gives `Ok(None)` (no document).
 pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
-    let Walk {
-        mut dir,
-        missing,
-        name,
-    } = walk(root, resource)?;
-    if !missing.is_empty() && !create {
-        return Ok(None);
-    }
-    for folder in &missing {
-        let next = dir.join(folder);
-        match std::fs::create_dir(&next) {
-            Ok(()) => crate::atomic::fsync_dir(&dir)?,
-            // Made by someone else meanwhile: fine if it is a real folder, not a symlink.
-            Err(e)
-                if e.kind() == io::ErrorKind::AlreadyExists
-                    && std::fs::symlink_metadata(&next).is_ok_and(|m| m.is_dir()) => {}
-            Err(e) => return Err(Error::io("cannot create folder", &next)(e)),
+    let parts: Vec<&str> = resource.as_str().split('/').collect();
+    let (name, folders) = parts.split_last().unwrap_or((&"", &[]));
+    let mut dir = Folder::open(root)?;
+    let mut made = Vec::new();
+    for folder in folders {
+        let part = OsStr::new(folder);
+        let mut fresh = false;
+        let child = match dir.child(part)? {
+            Child::Missing if create => {
+                fresh = dir.make_child(part)?;
+                if fresh {
+                    dir.sync()?;
+                }
+                dir.child(part)?
+            }
+            found => found,
+        };
+        let next = match child {
+            Child::Folder(next) => next,
+            Child::Missing => return Ok(None),
+            Child::NotAFolder(kind) => {
+                let what = match kind {
+                    Kind::Symlink => "a symlink",
+                    _ => "not a folder",
+                };
+                return Err(Error::usage(format!(
+                    "resource {resource}: {} is {what}",
+                    dir.join(part).display()
+                )));
+            }
+        };
+        if next.stat(OsStr::new(STATE_DIR))?.is_some() {
+            return Err(Error::usage_hint(
+                format!(
+                    "resource {resource} passes through {}, another publish root (it has {STATE_DIR}/)",
+                    next.path().display()
+                ),
+                format!("use --root {} for its documents", next.path().display()),
+            ));
         }
-        dir = next;
+        let parent = std::mem::replace(&mut dir, next);
+        if fresh {
+            made.push((parent, part.to_os_string()));
+        }
     }
-    let dir_id = folder_id(&dir)?;
     Ok(Some(DocPath {
-        dir,
+        folder: dir,
         name: OsString::from(name),
-        dir_id,
+        made,
     }))
-}
-
-fn folder_id(dir: &Path) -> Result<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(dir).map_err(Error::io("cannot inspect", dir))?;
-    Ok((meta.dev(), meta.ino()))
 }
 
 #[cfg(test)]
@@ -339,5 +412,21 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn names_too_long_for_the_filesystem_are_refused() {
+        let folder = |n| "d".repeat(n);
+        assert!(parse(&format!("{}/x.md", folder(255))).is_ok());
+        assert!(parse(&format!("{}/x.md", folder(256))).is_err());
+        assert!(parse(&"f".repeat(200)).is_ok());
+        assert!(parse(&"f".repeat(201)).is_err());
+        // Many short folders: the whole name counts.
+        let deep = |n| vec!["ab"; n].join("/") + "/x.md";
+        assert!(parse(&deep(1300)).is_ok(), "{} bytes", deep(1300).len());
+        assert!(parse(&deep(1400)).is_err(), "{} bytes", deep(1400).len());
+        // The limit counts the normalised name, not its spelling.
+        let padded = format!("./{}", ".//".repeat(2000)) + "x.md";
+        assert!(parse(&padded).is_ok());
     }
 }

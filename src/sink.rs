@@ -5,12 +5,13 @@
 //! The sink keeps, per resource, its *fence* (the highest epoch it has accepted, from a
 //! write or from a takeover claim) and the identity of the content it last wrote.
 
-/// Identity of a file on disk: device, inode and size. A committed write records the
+/// Identity of a file on disk: inode number and size. A committed write records the
 /// identity of the file it renamed into place, so recovery can tell "this document is the
-/// one the record describes" without hashing it.
+/// one the record describes" without hashing it. No device number: it changes when the
+/// same filesystem is mounted through another device, and a committed write would then
+/// look uncommitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileId {
-    pub dev: u64,
     pub ino: u64,
     pub size: u64,
 }
@@ -230,16 +231,8 @@ mod tests {
         assert_eq!(fence_after_write(None, 3, false), 3);
     }
 
-    const OLD: FileId = FileId {
-        dev: 1,
-        ino: 10,
-        size: 3,
-    };
-    const NEW: FileId = FileId {
-        dev: 1,
-        ino: 11,
-        size: 4,
-    };
+    const OLD: FileId = FileId { ino: 10, size: 3 };
+    const NEW: FileId = FileId { ino: 11, size: 4 };
 
     #[test]
     fn renamed_but_uncommitted_write_is_rolled_back() {
@@ -284,11 +277,7 @@ mod tests {
 
     #[test]
     fn document_replaced_by_hand_is_never_rolled_back() {
-        let hand = FileId {
-            dev: 1,
-            ino: 99,
-            size: 7,
-        };
+        let hand = FileId { ino: 99, size: 7 };
         let found = Leftovers {
             new: Some(NEW),
             pre: true,

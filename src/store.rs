@@ -420,10 +420,16 @@ impl Txn<'_> {
     }
 
     pub fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.lease_named(resource.as_str())
+    }
+
+    /// The lease stored under `name`, which may no longer pass the name rules (for
+    /// reports that must show every row).
+    pub fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
         self.tx
             .query_row(
                 "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
-                [resource.as_str()],
+                [name],
                 lease_row,
             )
             .optional()
@@ -488,11 +494,16 @@ impl Txn<'_> {
     }
 
     pub fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+        self.sink_named(resource.as_str())
+    }
+
+    /// The sink record stored under `name`, which may no longer pass the name rules.
+    pub fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
             .query_row(
                 "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
                  FROM sink WHERE resource = ?1",
-                [resource.as_str()],
+                [name],
                 sink_row,
             )
             .optional()
@@ -533,7 +544,9 @@ impl Txn<'_> {
                     content.sha256,
                     content.size as i64,
                     content.written_at,
-                    file.map(|f| f.dev as i64),
+                    // The `dev` column is no longer written (a device number changes across
+                    // remounts); files of older versions may still hold one, unread.
+                    Option::<i64>::None,
                     file.map(|f| f.ino as i64),
                     owner
                 ],
@@ -677,7 +690,6 @@ fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
     let content = match content_epoch {
         None => None,
         Some(epoch) => {
-            let dev: Option<i64> = r.get(5)?;
             let ino: Option<i64> = r.get(6)?;
             let size: i64 = r.get::<_, Option<i64>>(3)?.unwrap_or(0);
             Some(Content {
@@ -685,8 +697,7 @@ fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
                 sha256: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                 size: size as u64,
                 written_at: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
-                file: dev.zip(ino).map(|(dev, ino)| FileId {
-                    dev: dev as u64,
+                file: ino.map(|ino| FileId {
                     ino: ino as u64,
                     size: size as u64,
                 }),

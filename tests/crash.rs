@@ -82,7 +82,7 @@ pub fn temp_files(env: &Env) -> Vec<String> {
 pub fn link_files(env: &Env) -> Vec<String> {
     env.files()
         .into_iter()
-        .filter(|f| f.ends_with(".fencepost-pre") || f.ends_with(".fencepost-new"))
+        .filter(|f| f.contains(".fencepost-pre-") || f.contains(".fencepost-new-"))
         .collect()
 }
 
@@ -178,6 +178,20 @@ pub fn spawn_paused_via(
     stdin: &[u8],
     point: &str,
 ) -> Paused {
+    spawn_paused_also(wrapper, env, args, now, stdin, point, "")
+}
+
+/// [`spawn_paused_via`] with more failpoints set (`also`, in the `FAILPOINTS` syntax,
+/// e.g. `write.after_rename=return(abort)`), to hit once the process is resumed.
+pub fn spawn_paused_also(
+    wrapper: &[&str],
+    env: &Env,
+    args: &[&str],
+    now: Option<i64>,
+    stdin: &[u8],
+    point: &str,
+    also: &str,
+) -> Paused {
     let fifos = tempfile::Builder::new()
         .prefix("fencepost-fifo-")
         .tempdir()
@@ -205,7 +219,7 @@ pub fn spawn_paused_via(
     let mut child = cmd
         .env(
             "FAILPOINTS",
-            format!("{point}=return(wait:{})", base.display()),
+            format!("{point}=return(wait:{});{also}", base.display()),
         )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -16,6 +16,13 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fencepost"))
 }
 
+/// Where test folders are made: the build's own temp folder, not the system's, because a
+/// publish root made in `/tmp` by anyone (a `.fencepost/` there) would enclose every root
+/// the tests make, and roots do not nest.
+pub fn scratch() -> &'static Path {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+}
+
 /// A scratch publish root, removed when dropped.
 pub struct Env {
     dir: TempDir,
@@ -26,7 +33,7 @@ impl Env {
         Env {
             dir: tempfile::Builder::new()
                 .prefix("fencepost-test-")
-                .tempdir()
+                .tempdir_in(scratch())
                 .expect("temp dir"),
         }
     }
@@ -88,6 +95,7 @@ impl Env {
             stdin: Vec::new(),
             env: Vec::new(),
             umask: None,
+            inside: None,
         }
     }
 
@@ -118,6 +126,8 @@ pub struct Run {
     stdin: Vec<u8>,
     env: Vec<(String, String)>,
     umask: Option<u32>,
+    /// Run in this folder without `--root`: the root is found from it.
+    inside: Option<PathBuf>,
 }
 
 /// A finished process.
@@ -179,6 +189,13 @@ impl Run {
         self
     }
 
+    /// Runs in `dir` as the current folder, without `--root`, as a user at a shell would:
+    /// the root is the nearest folder from `dir` up holding `.fencepost/`.
+    pub fn inside(mut self, dir: &Path) -> Run {
+        self.inside = Some(dir.to_path_buf());
+        self
+    }
+
     /// Runs the process under this umask (through `sh -c 'umask M; exec ...'`).
     pub fn umask(mut self, mask: u32) -> Run {
         self.umask = Some(mask);
@@ -197,10 +214,11 @@ impl Run {
                 sh
             }
         };
-        cmd.env_clear()
-            .current_dir(&self.root)
-            .arg("--root")
-            .arg(&self.root);
+        cmd.env_clear();
+        match &self.inside {
+            Some(dir) => cmd.current_dir(dir),
+            None => cmd.current_dir(&self.root).arg("--root").arg(&self.root),
+        };
         if let Some(now) = self.now {
             cmd.arg("--now").arg(now.to_string());
         }

@@ -229,13 +229,13 @@ fn resource_through_symlink_leading_outside_root_is_refused() {
         Some(5),
         "",
     );
-    // status always answers: the document is reported unreachable.
-    let j = env
-        .fp(&["--json", "status", "out/x.md"])
-        .now(5)
-        .expect(0)
-        .json_contract();
-    assert_eq!(j["resources"][0]["document"]["state"], "unreachable");
+    // The refused claims recorded nothing: status has nothing to show for it.
+    let done = env.fp(&["status", "out/x.md"]).now(5).expect(2);
+    assert!(
+        done.stderr.contains("never seen out/x.md"),
+        "{}",
+        done.stderr
+    );
     assert_no_entries(outside.path());
 }
 

@@ -3,6 +3,8 @@
 
 mod harness;
 
+mod acknowledged;
+mod conventions;
 mod crash;
 mod documents;
 mod inputs;
@@ -10,7 +12,11 @@ mod leases;
 mod operator;
 mod paths;
 mod powerloss;
+mod readme;
+mod reports;
 mod reproduce;
+mod roots;
 mod sink;
 mod strace;
 mod torture;
+mod walls;

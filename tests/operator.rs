@@ -629,8 +629,8 @@ fn run_refuses_the_logical_clock() {
     assert!(done.stderr.contains("--now"), "stderr: {}", done.stderr);
     assert_eq!(done.stdout, "");
     assert!(!env.path("ran").exists(), "the command ran");
-    // Nothing was claimed.
-    assert_eq!(events(&env, &[]).len(), 0);
+    // Nothing was claimed: not even a state file was made.
+    assert!(!db(&env).exists());
     // Through the environment too.
     run_sh(&env, "doc.md", "O", "10", &[], "touch ran")
         .env("FENCEPOST_NOW", "5")
@@ -1271,7 +1271,8 @@ fn log_filters_by_resource_and_since() {
     let late_doc = events(&env, &["doc.md", "--since", "11"]);
     assert_eq!(late_doc.len(), 2);
     assert!(events(&env, &["--since", "13"]).is_empty());
-    assert!(events(&env, &["nothing.md"]).is_empty());
+    // A name the state file never saw is not an empty log.
+    env.fp(&["--json", "log", "nothing.md"]).expect(2);
 
     // --last D: the events since now - D, on the state file's clock (here, ticks).
     let last = env
@@ -1300,9 +1301,11 @@ fn log_filters_by_resource_and_since() {
         text.lines().next().is_some_and(|h| h.contains("RESOURCE")),
         "{text}"
     );
-    // An empty log says so.
+    // No events in the range asked says so; no state file at all is exit 2.
+    env.fp(&["log", "--since", "99"])
+        .expect_stdout(0, "no events");
     let fresh = Env::new();
-    fresh.fp(&["log"]).expect_stdout(0, "no events");
+    fresh.fp(&["log"]).expect_stdout(2, "");
 }
 
 #[test]
@@ -1413,10 +1416,9 @@ fn published(env: &Env, res: &str, content: &str) {
 #[test]
 fn verify_passes_on_a_clean_root() {
     let env = Env::new();
-    // No state file at all.
-    let j = env.fp(&["--json", "verify"]).expect(0).json_contract();
-    assert_eq!(j["outcome"], "ok");
-    assert_eq!(j["checked"], 0);
+    // No state file at all is not "ok": nothing was checked.
+    let j = env.fp(&["--json", "verify"]).expect(2).json_contract();
+    assert_eq!(j["outcome"], "usage");
     published(&env, "a.md", "one");
     published(&env, "dir/b.md", "two");
     // A lease still held, and one claimed but not yet written, are not problems.
@@ -1687,7 +1689,9 @@ fn man_dir_writes_every_page_the_main_page_refers_to() {
         referred += 1;
     }
     assert!(referred >= 10, "only {referred} pages referred to");
-    env.fp(&["man", "--dir", "missing"]).expect(2);
+    // A folder that is a file is bad usage; a missing one is created.
+    std::fs::write(env.path("plain"), "").expect("write");
+    env.fp(&["man", "--dir", "plain"]).expect(2);
     // A folder whose name is not UTF-8: no panic, in --json either.
     let odd = std::ffi::OsStr::from_bytes(b"man\xff");
     std::fs::create_dir(env.root().join(odd)).expect("mkdir");
@@ -1727,7 +1731,8 @@ fn quiet_silences_confirmations_but_not_the_epoch() {
         .now(3)
         .expect_stdout(0, "");
     assert_eq!(env.text("doc.md"), "v1");
-    // Refusals: no word on stdout, still the exit code and the stderr line.
+    // Refusals: no word on stdout and no line on stderr, only the exit code (as
+    // `flock -n`).
     env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
         .now(20)
         .expect(0);
@@ -1735,13 +1740,8 @@ fn quiet_silences_confirmations_but_not_the_epoch() {
         .fp(&["-q", "write", "doc.md", "--epoch", "1"])
         .now(21)
         .stdin("late")
-        .expect(5);
-    assert_eq!(done.stdout, "");
-    assert!(
-        done.stderr.starts_with("fencepost: stale"),
-        "{}",
-        done.stderr
-    );
+        .output();
+    assert_eq!((done.code, &*done.stdout, &*done.stderr), (5, "", ""));
     // Reports still print.
     assert!(
         !env.fp(&["-q", "status"])
@@ -1814,6 +1814,8 @@ fn quiet_run_passes_quiet_to_nothing_but_itself() {
 #[test]
 fn errors_are_one_fencepost_line_on_stderr() {
     let env = Env::new();
+    // A state file, so that renew and write below are refusals of the protocol.
+    env.claim("other.md", "X", 10, 0);
     let cases: Vec<(Vec<&str>, Option<i64>, i32)> = vec![
         // Bad usage from clap.
         (vec!["claim", "doc.md", "--ttl", "10"], Some(0), 2),

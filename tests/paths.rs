@@ -406,8 +406,11 @@ fn one_state_file_serves_one_root() {
         vec!["--db", db, "verify"],
     ] {
         let done = env.fp(&args).now(2).stdin("late").expect(2);
+        // Claims and writes see first that a/ is a publish root of its own (it marks
+        // itself even with its state file elsewhere); reads meet the state file's root.
         assert!(
-            done.stderr.contains("belongs to the publish root"),
+            done.stderr.contains("belongs to the publish root")
+                || done.stderr.contains("a, another publish root"),
             "{args:?}: {}",
             done.stderr
         );
@@ -538,9 +541,13 @@ fn a_dangling_symlinked_folder_is_bad_input() {
 #[test]
 fn recover_without_a_state_file_creates_none() {
     let env = Env::new();
-    env.fp(&["recover"])
-        .expect_stdout(0, "nothing to recover: no state file");
-    env.fp(&["recover", "a.md"]).expect(0);
+    let done = env.fp(&["recover"]).expect_stdout(2, "");
+    assert!(
+        done.stderr.contains("nothing to recover"),
+        "{}",
+        done.stderr
+    );
+    env.fp(&["recover", "a.md"]).expect(2);
     env.fp(&["recover", "../a.md"]).expect(2);
     assert!(entries(env.root()).is_empty(), "something was created");
 }
@@ -556,7 +563,8 @@ fn a_caller_that_never_held_the_lease_is_told_so() {
         .now(2)
         .expect(4);
     assert!(
-        done.stderr.contains("B epoch 1 does not hold doc.md"),
+        done.stderr
+            .contains("B epoch 1 does not hold the lease on doc.md"),
         "{}",
         done.stderr
     );

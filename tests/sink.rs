@@ -160,6 +160,7 @@ fn higher_issued_epoch_replaces_document() {
 #[test]
 fn never_claimed_resource_is_unissued() {
     let env = Env::new();
+    env.claim("other.md", "X", 10, 0);
     let j = write_json(&env, "doc.md", 1, "x", 0, 8);
     assert_eq!(j["outcome"], "unissued");
     assert_eq!(j["resource"], "doc.md");
@@ -422,7 +423,8 @@ fn status_reports_drifted_document() {
 #[test]
 fn status_plain_shows_table() {
     let env = Env::new();
-    env.fp(&["status"]).now(0).expect_stdout(0, "no resources");
+    // No state file yet: nothing to show is said on stderr, with exit 2.
+    env.fp(&["status"]).now(0).expect_stdout(2, "");
     env.claim("doc.md", "A", 10, 0);
     env.write("doc.md", 1, "x", 1, 0);
     let out = env.fp(&["status"]).now(1).expect(0).stdout;
@@ -603,10 +605,11 @@ fn every_command_prints_one_json_object_with_outcome_resource_epoch() {
 #[test]
 fn status_json_of_one_resource_carries_its_epoch() {
     let env = Env::new();
+    // Never claimed: there is nothing to show, and the answer still names it.
     let j = env
         .fp(&["--json", "status", "d.md"])
         .now(0)
-        .expect(0)
+        .expect(2)
         .json_contract();
     assert_eq!(j["resource"], "d.md");
     assert_eq!(j["epoch"], Value::Null);

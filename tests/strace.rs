@@ -178,23 +178,24 @@ fn steps(env: &Env, calls: &[Call]) -> Steps {
     });
     let link_to = |suffix: &'static str| {
         move |c: &Call| {
-            c.name.starts_with("link") && c.strings().last().is_some_and(|t| t.ends_with(suffix))
+            c.name.starts_with("link") && c.strings().last().is_some_and(|t| t.contains(suffix))
         }
     };
-    let pre_link = (0..calls.len()).find(|&i| link_to(".fencepost-pre")(&calls[i]));
-    let new_link = find(0, "link of -new", &link_to(".fencepost-new"));
+    let pre_link = (0..calls.len()).find(|&i| link_to(".fencepost-pre-")(&calls[i]));
+    let new_link = find(0, "link of -new", &link_to(".fencepost-new-"));
     let sum_link = find(0, "symlink of -sum", &|c| {
         c.name.starts_with("symlink")
             && c.strings()
                 .last()
-                .is_some_and(|t| t.ends_with(".fencepost-sum"))
+                .is_some_and(|t| t.contains(".fencepost-sum-"))
     });
     let rename = find(0, "rename over the document", &|c| {
         c.name.starts_with("rename")
             && c.strings()
                 .first()
                 .is_some_and(|s| s.contains(".fencepost-tmp-"))
-            && c.strings().last() == Some(&doc)
+            // Renamed within the folder's handle: the target is the bare file name.
+            && c.strings().last().is_some_and(|t| *t == doc || *t == RES)
     });
     let dir_sync = find(rename, "fsync of the document's folder", &|c| {
         c.is_sync() && c.fd_path() == Some(root_s)
@@ -217,8 +218,8 @@ fn steps(env: &Env, calls: &[Call]) -> Steps {
             c.name.starts_with("unlink") && c.line.contains(suffix) && c.line.ends_with("= 0")
         }
     };
-    let unlink_new = find(commit_sync, "unlink of -new", &unlink(".fencepost-new\""));
-    let unlink_pre = (commit_sync..calls.len()).find(|&i| unlink(".fencepost-pre\"")(&calls[i]));
+    let unlink_new = find(commit_sync, "unlink of -new", &unlink(".fencepost-new-"));
+    let unlink_pre = (commit_sync..calls.len()).find(|&i| unlink(".fencepost-pre-")(&calls[i]));
     Steps {
         temp_sync,
         pre_link,

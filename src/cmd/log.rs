@@ -17,8 +17,10 @@ use crate::store::Store;
 /// are held, lost, stale, conflict and unissued.
 ///
 /// `--timeline` draws one column per owner, so a takeover and a refused late write stand
-/// out. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops
-/// the older ones now.
+/// out; when the lanes would be wider than 100 columns (many owners, such as one per
+/// run), it puts the owner in one column instead. The log keeps the newest --log-keep
+/// events (FENCEPOST_LOG_KEEP); `--prune` drops the older ones now. Exit 2 when there is
+/// no state file, or the resource named was never claimed, written or refused.
 ///
 /// Example:
 ///   fencepost log reports/daily.md --timeline
@@ -33,11 +35,12 @@ pub struct LogArgs {
     #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
     pub since: Option<String>,
 
-    /// Only events of the last DURATION: 10m, 2h (or ticks, with --now).
+    /// Only events of the last DURATION: 600 (seconds), 10m, 2h, 1d (ticks with --now).
     #[arg(long, value_name = "DURATION", conflicts_with = "since")]
     pub last: Option<String>,
 
-    /// Draw lanes: one column per owner, one row per event.
+    /// Draw lanes: one column per owner (or one OWNER column past 100 columns), one row
+    /// per event.
     #[arg(long, conflicts_with = "prune")]
     pub timeline: bool,
 
@@ -50,19 +53,27 @@ pub struct LogArgs {
 pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
-        let mut store = ctx.store()?;
+        let mut store = Store::open(&ctx.db, ctx.busy, false)?
+            .ok_or_else(|| ctx.no_state_file("nothing to prune"))?;
         let tx = store.immediate()?;
+        ctx.check_root(&tx)?;
         let dropped = tx.prune(ctx.log_keep, None)?;
         tx.commit()?;
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
             json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
-        ));
+        )
+        .changed(format!("{dropped} event(s) were pruned from the audit log")));
     }
     // `utc`: --since was given as a UTC time, which only a wall-clock file can use.
     let (since, utc) = match (&args.last, &args.since) {
         (Some(text), _) => {
-            let span = crate::clock::parse_duration(text, ctx.clock.kind(), "--last")?;
+            let span = crate::clock::parse_duration(
+                text,
+                ctx.clock.kind(),
+                "--last",
+                crate::clock::Zero::Allowed,
+            )?;
             (Some(ctx.clock.now().saturating_sub(span)), false)
         }
         (None, Some(text)) => {
@@ -73,25 +84,28 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     };
     // Times show on the state file's own clock: `log` reads a logical-tick file without
     // --now.
-    let (events, clock) = match Store::open_read_only(&ctx.db, ctx.busy)? {
-        Some(mut store) => {
-            let tx = store.snapshot()?;
-            ctx.check_root(&tx)?;
-            if args.last.is_some() {
-                // "The last 10 minutes" means nothing on a state file that counts ticks.
-                tx.check_clock(ctx.clock.kind())?;
-            }
-            let clock = tx.clock()?.unwrap_or(ctx.clock.kind());
-            if utc && clock == ClockKind::Logical {
-                return Err(Error::usage_hint(
-                    "--since is a UTC time, but the state file counts logical ticks",
-                    "give --since as a tick",
-                ));
-            }
-            (tx.events(only.as_ref(), since)?, clock)
-        }
-        None => (Vec::new(), ctx.clock.kind()),
-    };
+    let mut store = ctx.read_store("no log to show")?;
+    let tx = store.snapshot()?;
+    ctx.check_root(&tx)?;
+    if args.last.is_some() {
+        // "The last 10 minutes" means nothing on a state file that counts ticks.
+        tx.check_clock(ctx.clock.kind())?;
+    }
+    let clock = tx.clock()?.unwrap_or(ctx.clock.kind());
+    if utc && clock == ClockKind::Logical {
+        return Err(Error::usage_hint(
+            "--since is a UTC time, but the state file counts logical ticks",
+            "give --since as a tick",
+        ));
+    }
+    let events = tx.events(only.as_ref(), since)?;
+    // A name the state file never saw (a typo) is not "no events".
+    if let Some(resource) = &only
+        && events.is_empty()
+        && tx.events(Some(resource), None)?.is_empty()
+    {
+        ctx.refuse_unseen(&tx, resource, "no log to show")?;
+    }
     let plain = if args.timeline {
         audit::timeline(&events, clock)
     } else {

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::{Lease, LostReason};
 use crate::resource::{self, Resource};
+use crate::root::{self, How, StateFiles};
 use crate::store::{Store, Txn};
 
 pub mod claim;
@@ -38,6 +39,13 @@ pub struct Ctx {
     pub busy: Duration,
     /// Audit-log events to keep.
     pub log_keep: i64,
+    /// How the root was chosen.
+    pub how: How,
+    /// The current folder under a found root, where names typed on the command line start
+    /// (`None`: they are relative to the root).
+    pub here: Option<PathBuf>,
+    /// The state file and SQLite's files beside it, by device and inode.
+    pub state_files: StateFiles,
 }
 
 /// What a successful command prints: a plain line for people and shell capture, and
@@ -46,6 +54,9 @@ pub struct Ctx {
 pub struct Report {
     pub plain: String,
     pub json: Map<String, Value>,
+    /// What the command changed, in words, for when its answer cannot be delivered (a
+    /// full disk under stdout): `the lease on r.md is held by A as epoch 3 until ...`.
+    pub changed: Option<String>,
 }
 
 impl Report {
@@ -54,14 +65,88 @@ impl Report {
         Report {
             plain: plain.into(),
             json: crate::error::object(json),
+            changed: None,
         }
+    }
+
+    /// Says what the command changed (see [`Report::changed`]).
+    pub fn changed(mut self, what: impl Into<String>) -> Report {
+        self.changed = Some(what.into());
+        self
     }
 }
 
 impl Ctx {
-    /// Opens (creating if needed) the state file.
+    /// Opens the state file of a command that changes a resource. Only `claim` creates
+    /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
+    /// (a wrong root or `--db`), never a reason to start a new one.
     pub fn store(&self) -> Result<Store> {
-        Store::open(&self.db, self.busy, true)?.ok_or_else(|| Error::usage("state file vanished"))
+        Store::open(&self.db, self.busy, false)?
+            .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
+    }
+
+    /// Opens the state file for `claim`, making the root and its state file on the first
+    /// claim (refused inside another root).
+    pub fn create_store(&self, resource: &Resource) -> Result<Store> {
+        let place = root::Place {
+            root: self.root.clone(),
+            db: self.db.clone(),
+            how: self.how,
+            here: self.here.clone(),
+        };
+        root::establish(&place, resource)?;
+        Store::open(&self.db, self.busy, true)?.ok_or_else(|| self.no_state_file("it vanished"))
+    }
+
+    /// Opens the state file of a command that only reads it; none is bad input (`what`
+    /// says what there is nothing of: "nothing to verify").
+    pub fn read_store(&self, what: &str) -> Result<Store> {
+        Store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
+    }
+
+    /// "No state file here", with a hint that says where one may be.
+    pub fn no_state_file(&self, what: &str) -> Error {
+        let message = format!("no state file at {}: {what}", self.db.display());
+        let hint = match (root::enclosing(&self.root), self.how) {
+            (Some(outer), _) => format!(
+                "{} is inside the publish root {}: run from inside it without --root, or pass --root {}",
+                self.root.display(),
+                outer.display(),
+                outer.display()
+            ),
+            (None, How::Current) => format!(
+                "no publish root (a folder with {}/) in {} or above it; pass --root DIR \
+                 (FENCEPOST_ROOT), or claim a resource to make this folder one",
+                resource::STATE_DIR,
+                self.root.display()
+            ),
+            (None, _) => "a publish root gets its state file with its first claim; check --root \
+                 (FENCEPOST_ROOT) and --db (FENCEPOST_DB)"
+                .to_string(),
+        };
+        Error::usage_hint(message, hint)
+    }
+
+    /// Refuses `resource` when the state file has no lease and no record for it (a typo
+    /// must not read as "all is well").
+    pub fn refuse_unseen(&self, tx: &Txn<'_>, resource: &Resource, what: &str) -> Result<()> {
+        if tx.lease(resource)?.is_some() || tx.sink(resource)?.is_some() {
+            return Ok(());
+        }
+        Err(Error::usage_hint(
+            format!(
+                "the state file at {} has never seen {resource}: {what}",
+                self.db.display()
+            ),
+            format!(
+                "`fencepost status` lists the resources it knows; names are relative to {}",
+                if self.here.is_some() {
+                    "the current folder"
+                } else {
+                    "the root"
+                }
+            ),
+        ))
     }
 
     /// Opens the state file, takes the write lock, checks the clock and the root, and
@@ -71,6 +156,7 @@ impl Ctx {
         // Resolved before the lock: it walks the state file's path.
         let pin = self.root_pin();
         let tx = store.immediate()?;
+        crate::failpoint!("txn.after_begin");
         self.bind(&tx, &pin)?;
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)
@@ -101,62 +187,21 @@ impl Ctx {
         tx.set_meta_bytes(ROOT_KEY, pin)
     }
 
-    /// How a state file names its root: relative to the state file's folder when the
-    /// root contains it (`..` for the default `<root>/.fencepost/state.db`, so moving
-    /// the whole tree keeps working), else the root's absolute real path. Two roots, one
-    /// state file would mean two names, two leases and two fences for one document.
-    /// Resolving it walks the state file's path: do it before taking the lock.
+    /// How a state file names this root (see `root::pin`). Resolving it walks the state
+    /// file's path: do it before taking the lock.
     pub fn root_pin(&self) -> Vec<u8> {
-        use std::os::unix::ffi::OsStrExt;
-        let db_dir = self.db_dir();
-        match db_dir.strip_prefix(&self.root) {
-            Ok(inside) => {
-                let ups = vec![".."; inside.components().count()];
-                if ups.is_empty() {
-                    b".".to_vec()
-                } else {
-                    ups.join("/").into_bytes()
-                }
-            }
-            Err(_) => self.root.as_os_str().as_bytes().to_vec(),
-        }
-    }
-
-    /// The state file's real folder: through a symlinked state file to the folder of
-    /// the file SQLite opens, else the (real) folder named.
-    fn db_dir(&self) -> PathBuf {
-        if let Ok(real) = std::fs::canonicalize(&self.db)
-            && let Some(dir) = real.parent()
-        {
-            return dir.to_path_buf();
-        }
-        let dir = crate::atomic::folder_of(&self.db);
-        std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+        root::pin(&self.root, &self.db)
     }
 
     fn same_root(&self, bound: &[u8], pin: &[u8]) -> Result<()> {
-        use std::os::unix::ffi::OsStrExt;
         if bound == pin {
             return Ok(());
-        }
-        let bound = std::path::Path::new(std::ffi::OsStr::from_bytes(bound));
-        // A relative pin is a run of `..` from the state file's folder.
-        let mut named = self.db_dir();
-        if bound.is_absolute() {
-            named = bound.to_path_buf();
-        } else {
-            for _ in bound
-                .components()
-                .filter(|c| *c == std::path::Component::ParentDir)
-            {
-                named.pop();
-            }
         }
         Err(Error::usage_hint(
             format!(
                 "state file {} belongs to the publish root {}, not {}",
                 self.db.display(),
-                named.display(),
+                root::pinned_root(&self.db, bound).display(),
                 self.root.display()
             ),
             "pass that --root (one root per state file); if the root itself moved, run \
@@ -168,7 +213,29 @@ impl Ctx {
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
     pub fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
-        resource::canonical(&self.root, &Resource::parse(raw)?)
+        let spelled = self.spelled(raw)?;
+        root::refuse_nested(&self.root, &spelled)?;
+        let real = resource::canonical(&self.root, &spelled)?;
+        root::fits(&self.root, &real)?;
+        Ok(real)
+    }
+
+    /// A resource argument as spelled, under the root (typed names under a found root
+    /// start in the current folder), checked by the name rules and the length limits;
+    /// symlinks are not resolved.
+    pub fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+        let text = root::under(&self.root, self.here.as_deref(), raw)?;
+        let resource = Resource::parse(&text)?;
+        root::fits(&self.root, &resource)?;
+        Ok(resource)
+    }
+
+    /// A name read back from the state file, checked as a typed one would be (it may
+    /// predate today's rules, or have been put there by hand).
+    pub fn stored(&self, name: &str) -> Result<Resource> {
+        let resource = Resource::parse(std::ffi::OsStr::new(name))?;
+        root::fits(&self.root, &resource)?;
+        Ok(resource)
     }
 
     /// [`Ctx::resource`] for an optional argument ("this one, or all").
@@ -225,27 +292,51 @@ pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     }
 }
 
-/// Refuses an owner name that is empty or has control characters.
+/// True for a character that must not appear in a name or result shown by `status` and
+/// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
+/// invisible format characters, such as the bidirectional overrides (U+202E turns the
+/// text after it around) and zero-width spaces, which make a name show as another.
+fn misleading(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+}
+
+/// The first misleading character of `text`, as `U+202E`.
+fn first_misleading(text: &str) -> Option<String> {
+    text.chars()
+        .find(|&c| misleading(c))
+        .map(|c| format!("U+{:04X}", u32::from(c)))
+}
+
+/// Refuses an owner name that is empty or has control or invisible characters.
 pub fn check_owner(owner: &str) -> Result<()> {
     if owner.is_empty() {
         return Err(Error::usage("owner name is empty"));
     }
-    if owner.chars().any(char::is_control) {
+    if let Some(c) = first_misleading(owner) {
         return Err(Error::usage(format!(
-            "owner name {owner:?} contains control characters"
+            "owner name {owner:?} contains a control or invisible character ({c})"
         )));
     }
     Ok(())
 }
 
-/// Refuses a `--result` text with control characters: it is printed by `status` and
-/// `log`, one event per line, and must not break lines or reach a terminal as escapes.
+/// Refuses a `--result` text with control or invisible characters: it is printed by
+/// `status` and `log`, one event per line, and must not break lines, reach a terminal as
+/// escapes, or show as other text.
 pub fn check_result(result: Option<&str>) -> Result<()> {
-    match result {
-        Some(text) if text.chars().any(char::is_control) => Err(Error::usage(format!(
-            "--result {text:?} contains control characters (newlines, escapes)"
+    match result.and_then(|text| Some((text, first_misleading(text)?))) {
+        Some((text, c)) => Err(Error::usage(format!(
+            "--result {text:?} contains a control or invisible character ({c}: newlines, \
+             escapes, direction overrides)"
         ))),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -284,7 +375,7 @@ pub fn lost(
 ) -> Error {
     let holder = match current {
         Some(l) => format!(
-            " (current: owner {} epoch {}, {})",
+            "; current: owner {} epoch {}, {}",
             l.owner,
             l.epoch,
             l.view(now)
@@ -298,15 +389,18 @@ pub fn lost(
         "reason": reason.describe(),
         "lease": lease_json(current, now),
     });
-    // Only a lease that was this caller's can be lost; a wrong name never held it.
+    // Only a lease that was this caller's can be lost; a wrong name or an epoch never
+    // issued never held it.
     let holds = match reason {
-        LostReason::NoLease | LostReason::WrongOwner => "does not hold",
+        LostReason::NoLease | LostReason::WrongOwner | LostReason::NeverIssued => "does not hold",
         _ => "no longer holds",
     };
+    // The reason in brackets, not after a colon: the line already starts `lost: `, and a
+    // resource may itself be called anything.
     Error::Refused(Refusal::new(
         RefusalKind::Lost,
         format!(
-            "{owner} epoch {epoch} {holds} {resource}: {}{holder}",
+            "{owner} epoch {epoch} {holds} the lease on {resource} ({}{holder})",
             reason.describe()
         ),
         fields,
@@ -316,23 +410,19 @@ pub fn lost(
 /// The `meta` key naming the publish root a state file belongs to.
 const ROOT_KEY: &str = "root";
 
-/// Where the default state file is for a root.
-pub fn default_db(root: &std::path::Path) -> PathBuf {
-    root.join(resource::STATE_DIR).join("state.db")
-}
-
 /// The identity a holder presents to renew, complete or release its lease.
 #[derive(Debug, clap::Args)]
 pub struct HolderArgs {
-    /// The document's path relative to --root, e.g. reports/daily.md.
+    /// The document's path under the root, e.g. reports/daily.md (from the current folder
+    /// when the root was found from it, without --root).
     pub resource: std::ffi::OsString,
 
     /// The owner name the lease was claimed under.
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: String,
 
     /// The epoch `claim` printed.
-    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    #[arg(short, long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
     pub epoch: i64,
 }
 
@@ -342,6 +432,16 @@ pub fn change_held(
     ctx: &Ctx,
     holder: &HolderArgs,
     change: crate::store::HolderChange<'_>,
+) -> Result<(Resource, i64)> {
+    change_held_noting(ctx, holder, change, None)
+}
+
+/// [`change_held`], with a note for the audit log's detail (why `run` released).
+pub fn change_held_noting(
+    ctx: &Ctx,
+    holder: &HolderArgs,
+    change: crate::store::HolderChange<'_>,
+    note: Option<&str>,
 ) -> Result<(Resource, i64)> {
     let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
@@ -366,6 +466,11 @@ pub fn change_held(
         let mut event = Event::new(now, resource.as_str(), kind)
             .owner(Some(&holder.owner))
             .epoch(Some(holder.epoch));
+        let detail = match note {
+            Some(note) if detail.is_empty() => note.to_string(),
+            Some(note) => format!("{detail}; {note}"),
+            None => detail,
+        };
         if !detail.is_empty() {
             event = event.detail(detail);
         }
@@ -387,31 +492,65 @@ pub fn change_held(
     ))
 }
 
-/// Refuses a resource that names the state file or one of its companions: no lease
-/// and no write for it.
-pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
-    if is_state_file(doc, &ctx.db) {
-        return Err(Error::usage(format!(
-            "resource {resource} is the state file itself"
-        )));
+/// Refuses a resource whose document is the state file or one of SQLite's files beside
+/// it, however it is spelled: `dir` is the device and inode of the document's folder,
+/// `name` its file name there, `doc` the device and inode of the document (`None` if it
+/// does not exist). No lease and no write for it: writing it would lose every lease and
+/// fence, and opening it with a plain file descriptor would drop SQLite's POSIX locks in
+/// this process when closed.
+pub fn refuse_state_identity(
+    ctx: &Ctx,
+    resource: &Resource,
+    dir: (u64, u64),
+    name: &std::ffi::OsStr,
+    doc: Option<(u64, u64)>,
+) -> Result<()> {
+    if ctx.state_files.holds(dir, name, doc) {
+        return Err(state_file_refusal(ctx, resource));
     }
     Ok(())
 }
 
-/// True when the document would be the state file or one of SQLite's files beside it
-/// (possible when --db is inside the root). Never write it, and never open it with a
-/// plain file descriptor: closing one drops SQLite's POSIX locks in this process.
-pub fn is_state_file(doc: &resource::DocPath, db: &std::path::Path) -> bool {
-    let Some(name) = db.file_name() else {
-        return false;
-    };
-    let dir = crate::atomic::folder_of(db);
-    if std::fs::canonicalize(dir).ok().as_deref() != Some(doc.dir.as_path()) {
-        return false;
+/// [`refuse_state_identity`] for a located document.
+pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
+    match doc_identity(doc)? {
+        Some((dir, id)) => refuse_state_identity(ctx, resource, dir, &doc.name, id),
+        None => Ok(()),
     }
-    ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {
-        let mut n = name.to_os_string();
-        n.push(suffix);
-        n == doc.name
+}
+
+/// Refuses a resource whose path under the root is where the state file or one of its
+/// companions is or will be: the check for a document whose folder does not exist yet.
+pub fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
+    if ctx.state_files.at(&ctx.root.join(resource.as_str())) {
+        return Err(state_file_refusal(ctx, resource));
+    }
+    Ok(())
+}
+
+fn state_file_refusal(ctx: &Ctx, resource: &Resource) -> Error {
+    Error::usage(format!(
+        "resource {resource} is the state file itself ({}) or one of SQLite's files beside it",
+        ctx.db.display()
+    ))
+}
+
+/// True when a located document is the state file or one of its companions (`status`
+/// and `verify` never hash it).
+pub fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
+    Ok(match doc_identity(doc)? {
+        Some((dir, id)) => ctx.state_files.holds(dir, &doc.name, id),
+        None => false,
     })
 }
+
+/// Device and inode of a document's folder (through its handle) and of the document
+/// itself (`None` if absent).
+fn doc_identity(doc: &resource::DocPath) -> Result<Option<DevIno>> {
+    let dir = doc.folder.id()?;
+    let id = doc.folder.stat(&doc.name)?.map(|e| (e.dev, e.ino));
+    Ok(Some((dir, id)))
+}
+
+/// A folder's device and inode, and its document's if it exists.
+type DevIno = ((u64, u64), Option<(u64, u64)>);

@@ -10,17 +10,20 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, Report};
-use crate::atomic;
-use crate::error::Result;
+use crate::atomic::{self, LinkSet};
+use crate::error::{Error, Result};
 use crate::resource::{DocPath, Resource, locate};
-use crate::sink::{FileId, Leftovers, Recovery, recovery};
+use crate::sink::{FileId, Recovery, recovery};
 use crate::store::{Store, Txn};
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
 ///
 /// Every command that changes a resource already does this for that resource first;
 /// run `recover` after a crash to tidy all resources at once (e.g. from a boot script).
-/// Temp files of writers that are still running (or paused) are left alone.
+/// Temp files of writers that are still running (or paused) are left alone. A resource
+/// that cannot be recovered (its stored name no longer passes the name rules, its folder
+/// is unreachable, ...) is listed with why, the others are still recovered, and the exit
+/// code is that of the first failure. Exit 2 when there is no state file.
 ///
 /// Example:
 ///   fencepost recover
@@ -39,12 +42,10 @@ pub struct RecoverArgs {
 pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     // Bad input changes nothing, not even the root's record.
     let only = ctx.resource_opt(args.resource.as_deref())?;
-    // No state file, no write to finish or undo: say so rather than create one.
+    // No state file: no write was ever made here to finish or undo, and the likely cause
+    // is a wrong root or --db, which must not read as success. Never create one.
     let Some(mut store) = Store::open(&ctx.db, ctx.busy, false)? else {
-        return Ok(Report::new(
-            "nothing to recover: no state file",
-            json!({ "outcome": "recovered", "resources": [] }),
-        ));
+        return Err(ctx.no_state_file("nothing to recover"));
     };
     let mut lines = Vec::new();
     let pin = ctx.root_pin();
@@ -57,23 +58,20 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     }
     // Another root's state file: say so once, not once per resource.
     ctx.check_root(&store.snapshot()?)?;
+    let single = only.is_some();
     let names = match only {
-        Some(resource) => vec![resource],
-        None => {
-            let tx = store.snapshot()?;
-            tx.resources()?
-                .iter()
-                .filter_map(|name| Resource::parse(name.as_ref()).ok())
-                .collect()
-        }
+        Some(resource) => vec![resource.to_string()],
+        None => store.snapshot()?.resources()?,
     };
     let mut actions = Vec::new();
     let mut failed = Vec::new();
-    for resource in &names {
-        // One unreachable or broken resource must not stop the others from being tidied.
-        let one = store.immediate().and_then(|tx| {
+    for name in &names {
+        // A name that no longer passes the rules, or one unreachable or broken resource,
+        // must not stop the others from being tidied.
+        let one = ctx.stored(name).and_then(|resource| {
+            let tx = store.immediate()?;
             ctx.bind(&tx, &pin)?;
-            let done = recover_in(&tx, &ctx.root, resource)?;
+            let done = recover_in(&tx, &ctx.root, &resource)?;
             tx.commit()?;
             Ok(done)
         });
@@ -83,25 +81,41 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         } = match one {
             Ok(done) => done,
             Err(e) => {
-                lines.push(format!("{resource}: not recovered: {e}"));
-                actions.push(json!({ "resource": resource.as_str(), "error": e.to_string() }));
+                lines.push(format!(
+                    "{}: not recovered: {e}",
+                    super::status::printable(name)
+                ));
+                actions.push(json!({ "resource": name, "error": e.to_string() }));
                 failed.push(e);
                 continue;
             }
         };
         let what = describe(done);
         if done != Recovery::Nothing || temps > 0 {
-            lines.push(format!("{resource}: {what}, {temps} temp file(s) removed"));
+            lines.push(format!("{name}: {what}, {temps} temp file(s) removed"));
         }
         actions.push(json!({
-            "resource": resource.as_str(),
+            "resource": name,
             "action": what,
             "temps_removed": temps,
         }));
     }
-    if let Some(first) = failed.into_iter().next() {
-        // The other resources were recovered; fail with the first error's exit code.
-        return Err(first);
+    if single && let Some(e) = failed.pop() {
+        return Err(e);
+    }
+    if let Some(first) = failed.first() {
+        // The others were recovered; say what was and was not, and fail with the first
+        // failure's exit code.
+        return Err(Error::Partial {
+            code: first.exit_code(),
+            message: format!(
+                "{} of {} resource(s) not recovered; first: {first}",
+                failed.len(),
+                names.len()
+            ),
+            report: lines.join("\n"),
+            fields: json!({ "resources": actions }),
+        });
     }
     let plain = if lines.is_empty() {
         "nothing to recover".to_string()
@@ -123,7 +137,8 @@ pub struct Recovered {
 }
 
 /// Recovers one resource inside the caller's IMMEDIATE transaction: undoes a crashed
-/// write's rename (or drops its links) and removes temp files of dead writers.
+/// write's rename (or drops the links of writes that committed or never renamed) and
+/// removes temp files of dead writers.
 pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> Result<Recovered> {
     let Some(doc) = locate(root, resource, false)? else {
         return Ok(Recovered {
@@ -131,57 +146,104 @@ pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> 
             temps: 0,
         });
     };
-    let found = atomic::leftovers(&doc)?;
-    let action = if found.new.is_none() && !found.pre {
+    let sets = atomic::link_sets(&doc)?;
+    let action = if sets.is_empty() {
         Recovery::Nothing
     } else {
         let recorded = tx
             .sink(resource)?
             .and_then(|r| r.content)
             .and_then(|c| c.file);
-        apply(&doc, decide(&doc, recorded, found)?)?
+        crate::failpoint!("recover.before_apply");
+        let mut plan = Vec::new();
+        for set in sets {
+            let action = decide(&doc, recorded, &set)?;
+            plan.push((set, action));
+        }
+        apply_all(&doc, plan)?
     };
     let temps = atomic::remove_abandoned_temps(&doc)?;
     Ok(Recovered { action, temps })
 }
 
-/// Undoes an uncommitted rename against the record as it was before the write.
-pub fn undo(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
-    let found = atomic::leftovers(doc)?;
-    apply(doc, decide(doc, recorded, found)?)
+/// Undoes this writer's own uncommitted rename (its link set `own`) against the record as
+/// it was before the write. Under the lock, after the write failed.
+pub fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
+    let action = decide(doc, recorded, own)?;
+    apply_all(doc, vec![(own.clone(), action)])
 }
 
 /// What recovery would do for this document, without doing it (`status`, `verify`).
-pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Recovery> {
-    let found = atomic::leftovers(doc)?;
-    decide(doc, recorded, found)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// The most significant action for link sets whose writer is gone.
+    pub action: Recovery,
+    /// A writer is still running (or paused) between its links and its clean-up: a write
+    /// in progress, not a crash.
+    pub in_progress: bool,
 }
 
-/// The rule of `sink::recovery`, plus one check on disk: an uncommitted document that was
-/// edited in place since the crash no longer holds the staged bytes (its hash differs
-/// from the `-sum` link); it is someone's edit, kept and reported as drifted.
-fn decide(doc: &DocPath, recorded: Option<FileId>, found: Leftovers) -> Result<Recovery> {
-    let action = recovery(recorded, found);
+/// What recovery would do for this document (see [`Pending`]).
+pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
+    let mut found = Pending {
+        action: Recovery::Nothing,
+        in_progress: false,
+    };
+    for set in atomic::link_sets(doc)? {
+        if atomic::writer_alive(doc, &set) {
+            found.in_progress = true;
+            continue;
+        }
+        let action = decide(doc, recorded, &set)?;
+        if weight(action) > weight(found.action) {
+            found.action = action;
+        }
+    }
+    Ok(found)
+}
+
+/// The rule of `sink::recovery` for one link set, plus one check on disk: an
+/// uncommitted document that was edited in place since the crash no longer holds the
+/// staged bytes (its hash differs from the `-sum` link); it is someone's edit, kept and
+/// reported as drifted.
+fn decide(doc: &DocPath, recorded: Option<FileId>, set: &LinkSet) -> Result<Recovery> {
+    let action = recovery(recorded, atomic::leftovers(doc, set)?);
     if !matches!(action, Recovery::RestorePre | Recovery::RemoveDoc) {
         return Ok(action);
     }
-    let (sha256, _) = atomic::hash_file(&doc.path())
-        .map_err(crate::error::Error::io("cannot read", doc.path()))?;
-    Ok(if atomic::still_staged(doc, &sha256) {
+    let (sha256, _) = atomic::hash_document(doc)?;
+    Ok(if atomic::still_staged(doc, set, &sha256) {
         action
     } else {
         Recovery::DropLinks
     })
 }
 
-fn apply(doc: &DocPath, action: Recovery) -> Result<Recovery> {
-    match action {
-        Recovery::Nothing => {}
-        Recovery::DropLinks => atomic::drop_links(doc),
-        Recovery::RestorePre => atomic::restore_pre(doc)?,
-        Recovery::RemoveDoc => atomic::remove_uncommitted(doc)?,
+/// Applies the actions decided for each link set (all decided against the document as
+/// it was found): links are dropped first, then the one rollback, if any. Returns the
+/// most significant action.
+fn apply_all(doc: &DocPath, mut plan: Vec<(LinkSet, Recovery)>) -> Result<Recovery> {
+    plan.sort_by_key(|(_, action)| weight(*action));
+    let mut done = Recovery::Nothing;
+    for (set, action) in &plan {
+        match action {
+            Recovery::Nothing => {}
+            Recovery::DropLinks => atomic::drop_set(doc, set),
+            Recovery::RestorePre => atomic::restore_pre(doc, set)?,
+            Recovery::RemoveDoc => atomic::remove_uncommitted(doc, set)?,
+        }
+        done = *action;
     }
-    Ok(action)
+    Ok(done)
+}
+
+/// How much an action changes: nothing < links dropped < a rollback.
+fn weight(action: Recovery) -> u8 {
+    match action {
+        Recovery::Nothing => 0,
+        Recovery::DropLinks => 1,
+        Recovery::RestorePre | Recovery::RemoveDoc => 2,
+    }
 }
 
 fn describe(action: Recovery) -> &'static str {

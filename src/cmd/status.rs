@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Ctx, Report, lease_json};
 use crate::atomic;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::resource::{Resource, locate};
 use crate::sink::{Recovery, SinkRecord};
@@ -28,6 +28,10 @@ use crate::store::Store;
 ///                or another publish root (it has .fencepost/)
 ///   state-file   the path is the state file itself (--db inside the root)
 ///   unreadable   this user may not read the document or search a folder on its path
+///   invalid      the name the state file holds no longer passes the name rules or the
+///                length limits (why is listed under the table)
+///   error        the document could not be checked (why is listed under the table)
+/// Exit 2 when there is no state file, or the resource named was never claimed or written.
 /// Read-only: it changes nothing. Wall-clock deadlines show in UTC; --json gives them
 /// as milliseconds since the Unix epoch.
 ///
@@ -42,6 +46,7 @@ pub struct StatusArgs {
 
 /// One resource's row.
 struct Row {
+    /// The name as the state file stores it.
     resource: String,
     lease: Option<Lease>,
     sink: Option<SinkRecord>,
@@ -52,6 +57,26 @@ struct DocState {
     state: &'static str,
     sha256: Option<String>,
     size: Option<u64>,
+    /// Why the document could not be looked at (`invalid`, `error`).
+    problem: Option<String>,
+}
+
+impl DocState {
+    fn of(state: &'static str) -> DocState {
+        DocState {
+            state,
+            sha256: None,
+            size: None,
+            problem: None,
+        }
+    }
+
+    fn problem(state: &'static str, why: &Error) -> DocState {
+        DocState {
+            problem: Some(why.to_string()),
+            ..DocState::of(state)
+        }
+    }
 }
 
 pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
@@ -59,24 +84,13 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     // still answered for, by its spelling: status always reports, here `unreachable`.
     let only = match args.resource.as_deref() {
         Some(raw) => {
-            let spelled = Resource::parse(raw)?;
+            let spelled = ctx.spelled(raw)?;
             Some(crate::resource::canonical(&ctx.root, &spelled).unwrap_or(spelled))
         }
         None => None,
     };
     let now = ctx.clock.now();
-    let rows = match crate::store::Store::open_read_only(&ctx.db, ctx.busy)? {
-        Some(store) => collect(ctx, store, only.as_ref())?,
-        None => match &only {
-            Some(resource) => vec![Row {
-                resource: resource.to_string(),
-                lease: None,
-                sink: None,
-                doc: document(ctx, resource, None)?,
-            }],
-            None => Vec::new(),
-        },
-    };
+    let rows = collect(ctx, ctx.read_store("nothing to show")?, only.as_ref())?;
     let json_rows: Vec<Value> = rows.iter().map(|r| row_json(r, now)).collect();
     let mut out = json!({ "outcome": "status", "now": now, "resources": json_rows });
     if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
@@ -88,25 +102,31 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     Ok(Report::new(table(&rows, now, ctx.clock.kind()), out))
 }
 
+/// Every row of the state file (or the one asked for). A row whose stored name no longer
+/// passes the name rules, or whose document cannot be checked, is shown with its problem;
+/// it never hides the others.
 fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<Row>> {
     let tx = store.snapshot()?;
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(&tx)?;
-    let names: Vec<Resource> = match only {
-        Some(r) => vec![r.clone()],
-        None => tx
-            .resources()?
-            .iter()
-            .filter_map(|n| Resource::parse(n.as_ref()).ok())
-            .collect(),
+    let names = match only {
+        Some(r) => {
+            ctx.refuse_unseen(&tx, r, "nothing to show")?;
+            vec![r.to_string()]
+        }
+        None => tx.resources()?,
     };
     let mut rows = Vec::with_capacity(names.len());
-    for resource in names {
-        let sink = tx.sink(&resource)?;
-        let doc = document(ctx, &resource, sink.as_ref())?;
+    for name in names {
+        let (lease, sink) = (tx.lease_named(&name)?, tx.sink_named(&name)?);
+        let doc = match ctx.stored(&name) {
+            Err(e) => DocState::problem("invalid", &e),
+            Ok(resource) => document(ctx, &resource, sink.as_ref())
+                .unwrap_or_else(|e| DocState::problem("error", &e)),
+        };
         rows.push(Row {
-            resource: resource.to_string(),
-            lease: tx.lease(&resource)?,
+            resource: name,
+            lease,
             sink,
             doc,
         });
@@ -118,14 +138,8 @@ fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<R
 /// (or whose folder it may not search) is `unreadable`: status reports every other one.
 fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
     match compare(ctx, resource, sink) {
-        Err(crate::error::Error::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
-            Ok(DocState {
-                state: "unreadable",
-                sha256: None,
-                size: None,
-            })
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            Ok(DocState::of("unreadable"))
         }
         other => other,
     }
@@ -133,11 +147,7 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
 
 fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
     let recorded = sink.and_then(|s| s.content.as_ref());
-    let none = |state| DocState {
-        state,
-        sha256: None,
-        size: None,
-    };
+    let none = DocState::of;
     let doc = match locate(&ctx.root, resource, false) {
         Ok(Some(doc)) => doc,
         Ok(None) => {
@@ -149,10 +159,10 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
         }
         // A folder on the way was replaced by a file or by a symlink leading outside the
         // root: report it; status must not fail for every resource because of one.
-        Err(crate::error::Error::Usage { .. }) => return Ok(none("unreachable")),
+        Err(Error::Usage { .. }) => return Ok(none("unreachable")),
         Err(e) => return Err(e),
     };
-    if super::is_state_file(&doc, &ctx.db) {
+    if super::is_state_file(ctx, &doc)? {
         return Ok(none("state-file"));
     }
     let meta = match atomic::inspect_document(&doc) {
@@ -166,11 +176,12 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
             "absent"
         }));
     };
-    let (sha256, size) = atomic::hash_file(&doc.path())
-        .map_err(crate::error::Error::io("cannot read", doc.path()))?;
+    let (sha256, size) = atomic::hash_document(&doc)?;
     let pending = super::recover::pending(&doc, recorded.and_then(|c| c.file))?;
-    let state = if matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) {
+    let state = if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
         "interrupted"
+    } else if pending.in_progress {
+        "in-progress"
     } else {
         match recorded {
             Some(c) if c.sha256 == sha256 => "matches",
@@ -179,9 +190,9 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
         }
     };
     Ok(DocState {
-        state,
         sha256: Some(sha256),
         size: Some(size),
+        ..DocState::of(state)
     })
 }
 
@@ -196,15 +207,19 @@ fn row_json(row: &Row, now: i64) -> Value {
             "written_at": c.map(|c| c.written_at),
         })
     });
+    let mut document = json!({
+        "state": row.doc.state,
+        "sha256": row.doc.sha256,
+        "size": row.doc.size,
+    });
+    if let (Some(problem), Some(map)) = (&row.doc.problem, document.as_object_mut()) {
+        map.insert("problem".into(), json!(problem));
+    }
     json!({
         "resource": row.resource,
         "lease": lease_json(row.lease.as_ref(), now),
         "sink": sink,
-        "document": {
-            "state": row.doc.state,
-            "sha256": row.doc.sha256,
-            "size": row.doc.size,
-        },
+        "document": document,
     })
 }
 
@@ -223,7 +238,7 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
         let lease = row.lease.as_ref();
         let content = row.sink.as_ref().and_then(|s| s.content.as_ref());
         cells.push([
-            row.resource.clone(),
+            printable(&row.resource),
             lease.map_or_else(|| "none".into(), |l| l.view(now).into()),
             lease.map_or_else(dash, |l| l.owner.clone()),
             lease.map_or_else(dash, |l| l.epoch.to_string()),
@@ -233,5 +248,25 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
             row.doc.state.to_string(),
         ]);
     }
-    crate::audit::align(&cells)
+    let mut text = crate::audit::align(&cells);
+    for row in rows {
+        if let Some(problem) = &row.doc.problem {
+            text.push_str(&format!(
+                "\n{}: {}: {problem}",
+                printable(&row.resource),
+                row.doc.state
+            ));
+        }
+    }
+    text
+}
+
+/// A stored name as one line of a table: quoted, with escapes, when it has control
+/// characters; shortened when very long.
+pub fn printable(name: &str) -> String {
+    if name.chars().any(char::is_control) {
+        crate::root::shown(&format!("{name:?}"))
+    } else {
+        crate::root::shown(name)
+    }
 }

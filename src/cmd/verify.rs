@@ -6,13 +6,13 @@ use std::ffi::OsString;
 use clap::Args;
 use serde_json::{Value, json};
 
+use super::status::printable;
 use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
 use crate::resource::{Resource, locate};
 use crate::sink::{Content, Recovery};
-use crate::store::Store;
 
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
 ///
@@ -21,7 +21,9 @@ use crate::store::Store;
 /// not read; a lease completed by epoch E while the document holds content from an
 /// older epoch; a completed lease with no write at all ("completed but never
 /// published"); a crashed write awaiting recovery, or the recovery links a finished one
-/// left; temp files of dead writers.
+/// left; temp files of dead writers; a name in the state file that no longer passes the
+/// name rules or the length limits, or a document that could not be checked.
+/// Exit 2 when there is no state file, or the resource named was never claimed or written.
 /// Read-only. Prints one line per problem (or one JSON object with --json).
 ///
 /// Example (cron):
@@ -43,39 +45,44 @@ struct Problem {
 pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     let resource = only.as_ref().map(|r| r.to_string());
-    let Some(mut store) = Store::open_read_only(&ctx.db, ctx.busy)? else {
-        return Ok(Report::new(
-            "ok: no state file, nothing to verify",
-            json!({ "outcome": "ok", "checked": 0, "problems": [] }),
-        ));
-    };
+    // No state file is not "all is well": `verify || alert` must alert.
+    let mut store = ctx.read_store("nothing to verify")?;
     let tx = store.snapshot()?;
     ctx.check_root(&tx)?;
-    let names: Vec<Resource> = match only {
-        Some(r) => vec![r],
-        None => tx
-            .resources()?
-            .iter()
-            .filter_map(|n| Resource::parse(n.as_ref()).ok())
-            .collect(),
+    let names = match only {
+        Some(r) => {
+            ctx.refuse_unseen(&tx, &r, "nothing to verify")?;
+            vec![r.to_string()]
+        }
+        None => tx.resources()?,
     };
     let mut problems = Vec::new();
-    for resource in &names {
-        let lease = tx.lease(resource)?;
-        let content = tx.sink(resource)?.and_then(|s| s.content);
+    for name in &names {
+        let lease = tx.lease_named(name)?;
+        let content = tx.sink_named(name)?.and_then(|s| s.content);
         let mut found = |kind, message: String| {
             problems.push(Problem {
-                resource: resource.to_string(),
+                resource: name.clone(),
                 kind,
                 message,
             })
         };
-        // One document this user may not read does not hide the others' problems.
-        match check(ctx, resource, lease.as_ref(), content.as_ref(), &mut found) {
+        // A row that cannot be read back, or a document that cannot be checked, is a
+        // problem of its own; it never hides the others' problems.
+        let resource = match ctx.stored(name) {
+            Ok(resource) => resource,
+            Err(e) => {
+                found("invalid", e.to_string());
+                continue;
+            }
+        };
+        match check(ctx, &resource, lease.as_ref(), content.as_ref(), &mut found) {
+            Ok(()) => {}
             Err(e @ Error::Io { .. }) if permission_denied(&e) => {
                 found("unreadable", e.to_string());
             }
-            other => other?,
+            Err(e @ Error::Database { .. }) => return Err(e),
+            Err(e) => found("error", e.to_string()),
         }
     }
     let list: Vec<Value> = problems
@@ -90,7 +97,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     }
     let lines: Vec<String> = problems
         .iter()
-        .map(|p| format!("{}: {}: {}", p.resource, p.kind, p.message))
+        .map(|p| format!("{}: {}: {}", printable(&p.resource), p.kind, p.message))
         .collect();
     Err(Error::Diverged {
         message: format!(
@@ -148,11 +155,11 @@ fn check(
         }
         Err(e) => return Err(e),
     };
-    if super::is_state_file(&doc, &ctx.db) {
+    if super::is_state_file(ctx, &doc)? {
         return Ok(()); // never a document: write refuses it, and it must not be hashed
     }
     let pending = super::recover::pending(&doc, content.and_then(|c| c.file))?;
-    match pending {
+    match pending.action {
         Recovery::RestorePre | Recovery::RemoveDoc => found(
             "interrupted",
             "a crashed write awaits recovery (run `fencepost recover`)".into(),
@@ -175,11 +182,12 @@ fn check(
         (Err(_), _) => found("not-a-file", "the document is not a regular file".into()),
         (Ok(None), Some(_)) => found("missing", "the recorded document is missing".into()),
         (Ok(Some(_)), Some(c))
-            if !matches!(pending, Recovery::RestorePre | Recovery::RemoveDoc) =>
+            if !matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) =>
         {
-            let (sha, _) =
-                atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
-            if sha != c.sha256 {
+            let (sha, _) = atomic::hash_document(&doc)?;
+            // A writer between its rename and its clean-up: the document may already hold
+            // its bytes before (or just after) their COMMIT. In progress, not drift.
+            if sha != c.sha256 && !pending.in_progress {
                 found(
                     "drifted",
                     format!(

@@ -3,7 +3,8 @@
 //! Order (each step's crash outcome is in the README's design section):
 //! stage the bytes in a temp file and fsync it, with no lock held; then in one
 //! `BEGIN IMMEDIATE` transaction: recover, check the epoch, link `-pre`/`-new`, rename,
-//! fsync the folder, record the epoch and hash, COMMIT; then drop the links.
+//! fsync the folder, record the epoch and hash, COMMIT; then the writer drops its own
+//! links.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -41,25 +42,33 @@ use crate::store::Txn;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct WriteArgs {
-    /// The document's path relative to --root, e.g. reports/daily.md.
+    /// The document's path under the root, e.g. reports/daily.md (from the current folder
+    /// when the root was found from it, without --root).
     #[arg(env = "FENCEPOST_RESOURCE")]
     pub resource: OsString,
 
     /// The epoch `claim` printed for this resource.
-    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    #[arg(short, long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
     pub epoch: i64,
 
     /// The writer's owner name; if given, the epoch must have been issued to it.
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: Option<String>,
 
     /// Read the content from FILE instead of stdin.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE")]
     pub from: Option<PathBuf>,
+
+    /// Publish empty content, which is refused (exit 2) without it.
+    ///
+    /// Under cron, stdin is /dev/null: a script that forgot --from would otherwise wipe
+    /// the document.
+    #[arg(long)]
+    pub allow_empty: bool,
 
     /// DANGER, for reproducing the bug only: accept any epoch, as a sink without fencing
     /// would. A paused old worker can then overwrite a newer document.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub unfenced: bool,
 }
 
@@ -69,7 +78,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
     }
-    let mut source: Box<dyn Read> = match &args.from {
+    let source: Box<dyn Read> = match &args.from {
         Some(path) => Box::new(open_source(path)?),
         None => {
             let stdin = io::stdin();
@@ -108,63 +117,20 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         }
     }
 
-    let doc = crate::resource::locate(&ctx.root, &resource, true)?
-        .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    super::refuse_state_file(ctx, &doc, &resource)?;
-    let existing = atomic::inspect_document(&doc)?;
-    // The WAL exists from the moment the store was opened above, and this open connection
-    // keeps it from being deleted: make its name durable now, outside the lock.
-    sync_state_dir(ctx, &doc)?;
-    if let Some(path) = &args.from
-        && let Ok(meta) = std::fs::metadata(path)
-    {
-        atomic::ensure_space(&doc.dir, meta.len())?;
-    }
-    let staged = atomic::stage(&doc, &mut source, existing.as_ref())?;
+    // Before any folder is created for the document: empty content is refused.
+    let mut source = refuse_empty(source, ctx, &resource, args)?;
 
-    crate::failpoint!("write.before_lock");
-    let now = ctx.clock.now();
-    let tx = ctx.begin(&mut store, &resource)?;
-    let lease = tx.lease(&resource)?;
-    check_issued_owner(&resource, args, lease.as_ref())?;
-    let record = tx.sink(&resource)?;
-    let owner = writer(&tx, &resource, args)?;
-    let decision = decide(
-        record.as_ref(),
-        lease.map(|l| l.epoch),
-        args.epoch,
-        &staged.sha256,
-        args.unfenced,
-    );
-    // A replay is a no-op only while the document still holds those bytes; if it went
-    // missing or was changed by hand, publishing the epoch's value again restores it.
-    let republish = decision == WriteDecision::Replay && !on_disk(&doc, &staged.sha256)?;
-    let decision = if republish {
-        WriteDecision::Write
-    } else {
-        decision
-    };
-    let (sha256, size) = (staged.sha256.clone(), staged.size);
-    let outcome = match decision {
-        WriteDecision::Write => {
-            let how = Publish {
-                owner: owner.as_deref(),
-                now,
-                republish,
-            };
-            publish(ctx, tx, &doc, &resource, args, record.as_ref(), staged, how)?;
-            "written"
-        }
-        WriteDecision::Replay => {
-            let event = Event::new(now, resource.as_str(), "replay")
-                .owner(owner.as_deref())
-                .epoch(Some(args.epoch))
-                .sha256(Some(&sha256));
-            ctx.log(&tx, &event)?;
-            tx.commit()?;
-            "replay"
-        }
-        refused => return Err(refusal(&resource, args, owner.as_deref(), refused)),
+    let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
+        .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
+    let written = stage_and_publish(ctx, &mut store, &doc, &resource, args, &mut source);
+    if written.is_err() {
+        // Nothing was published: folders made for this write go again.
+        doc.remove_made_folders();
+    }
+    let (outcome, sha256, size, record, owner) = written?;
+    let changed = match outcome {
+        "written" => format!("{resource} was written under epoch {}", args.epoch),
+        _ => "nothing was changed (a replay)".to_string(),
     };
     Ok(Report::new(
         outcome,
@@ -178,11 +144,101 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
             "unfenced": args.unfenced,
             "previous_fence": record.map(|r| r.fence),
         }),
-    ))
+    )
+    .changed(changed))
+}
+
+/// What an accepted write reports: its outcome word, the bytes' hash and size, the
+/// record before it, and the writer's name.
+type Written = (
+    &'static str,
+    String,
+    u64,
+    Option<SinkRecord>,
+    Option<String>,
+);
+
+/// Stages the content beside the document, then decides and publishes under the lock.
+fn stage_and_publish(
+    ctx: &Ctx,
+    store: &mut crate::store::Store,
+    doc: &DocPath,
+    resource: &Resource,
+    args: &WriteArgs,
+    source: &mut dyn Read,
+) -> Result<Written> {
+    super::refuse_state_file(ctx, doc, resource)?;
+    let existing = atomic::inspect_document(doc)?;
+    // The WAL exists from the moment the store was opened above, and this open connection
+    // keeps it from being deleted: make its name durable now, outside the lock.
+    sync_state_dir(ctx, doc)?;
+    if let Some(path) = &args.from
+        && let Ok(meta) = std::fs::metadata(path)
+    {
+        atomic::ensure_space(doc.folder.path(), meta.len())?;
+    }
+    crate::failpoint!("write.before_stage");
+    let mut staged = atomic::stage(doc, source, existing.as_ref())?;
+
+    crate::failpoint!("write.before_lock");
+    let now = ctx.clock.now();
+    let tx = ctx.begin(store, resource)?;
+    let lease = tx.lease(resource)?;
+    check_issued_owner(resource, args, lease.as_ref())?;
+    let record = tx.sink(resource)?;
+    let owner = writer(&tx, resource, args)?;
+    let decision = decide(
+        record.as_ref(),
+        lease.map(|l| l.epoch),
+        args.epoch,
+        &staged.sha256,
+        args.unfenced,
+    );
+    // A replay is a no-op only while the document still holds those bytes; if it went
+    // missing or was changed by hand, publishing the epoch's value again restores it.
+    let republish = decision == WriteDecision::Replay && !on_disk(doc, &staged.sha256)?;
+    let decision = if republish {
+        WriteDecision::Write
+    } else {
+        decision
+    };
+    let (sha256, size) = (staged.sha256.clone(), staged.size);
+    let outcome = match decision {
+        WriteDecision::Write => {
+            let how = Publish {
+                owner: owner.as_deref(),
+                now,
+                republish,
+            };
+            publish(
+                ctx,
+                tx,
+                doc,
+                resource,
+                args,
+                record.as_ref(),
+                &mut staged,
+                how,
+            )?;
+            "written"
+        }
+        WriteDecision::Replay => {
+            let event = Event::new(now, resource.as_str(), "replay")
+                .owner(owner.as_deref())
+                .epoch(Some(args.epoch))
+                .sha256(Some(&sha256));
+            ctx.log(&tx, &event)?;
+            tx.commit()?;
+            "replay"
+        }
+        refused => return Err(refusal(resource, args, owner.as_deref(), refused)),
+    };
+    Ok((outcome, sha256, size, record, owner))
 }
 
 /// The part under the lock once the write is accepted: links, rename, folder fsync,
-/// record, COMMIT. On any failure the document is put back as it was.
+/// record, COMMIT, then this writer's own links go. On any failure before the COMMIT the
+/// document is put back as it was.
 #[allow(clippy::too_many_arguments)]
 fn publish(
     ctx: &Ctx,
@@ -191,7 +247,7 @@ fn publish(
     resource: &Resource,
     args: &WriteArgs,
     record: Option<&SinkRecord>,
-    staged: Staged,
+    staged: &mut Staged<'_>,
     how: Publish<'_>,
 ) -> Result<()> {
     let Publish {
@@ -207,14 +263,14 @@ fn publish(
         file: Some(staged.id),
     };
     let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
-    // Checked before the recovery links are made (so none lands in a swapped folder), and
-    // again just before the rename.
+    // Checked before the recovery links are made (so none lands in a folder moved out of
+    // the root), and again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
     let exists = atomic::inspect_document(doc)?.is_some();
     let staged_change = staged
-        .link_for_recovery(doc, exists)
+        .link_for_recovery(exists)
         .and_then(|()| doc.check_unmoved(&ctx.root, resource))
-        .and_then(|()| staged.rename_into_place(doc))
+        .and_then(|()| staged.rename_into_place())
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
             tx.record_write(resource, fence, &content, owner)?;
@@ -231,9 +287,9 @@ fn publish(
             ctx.log(&tx, &event)
         });
     if let Err(e) = staged_change {
-        // Still under the lock, and the transaction will roll back: undo the rename
-        // against the record as it was before this write.
-        super::recover::undo(doc, recorded_before)?;
+        // Still under the lock, and the transaction will roll back: undo this write's
+        // rename against the record as it was before it.
+        super::recover::undo(doc, recorded_before, &staged.links())?;
         return Err(e);
     }
     if let Err(e) = tx.commit() {
@@ -255,7 +311,8 @@ fn publish(
         });
         return Err(e);
     }
-    atomic::drop_links(doc);
+    crate::failpoint!("write.before_cleanup");
+    staged.drop_links();
     Ok(())
 }
 
@@ -273,8 +330,7 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
     if atomic::inspect_document(doc)?.is_none() {
         return Ok(false);
     }
-    let (on_disk, _) =
-        atomic::hash_file(&doc.path()).map_err(Error::io("cannot read", doc.path()))?;
+    let (on_disk, _) = atomic::hash_document(doc)?;
     Ok(on_disk == sha256)
 }
 
@@ -384,6 +440,51 @@ fn widen_pipe(stdin: &io::Stdin) {
     }
 }
 
+/// Refuses empty content unless `--allow-empty`: under cron stdin is /dev/null, and a
+/// script that forgot `--from` would publish nothing over the document. Reads the first
+/// bytes to know, and hands them on to the copy in front of the rest; content that has
+/// ended is not read again.
+fn refuse_empty(
+    mut source: Box<dyn Read>,
+    ctx: &Ctx,
+    resource: &Resource,
+    args: &WriteArgs,
+) -> Result<Box<dyn Read>> {
+    let mut head = vec![0u8; 64 * 1024];
+    let n = loop {
+        match source.read(&mut head) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            read => break read,
+        }
+    }
+    .map_err(Error::io(
+        "cannot read the content for",
+        ctx.root.join(resource.as_str()),
+    ))?;
+    if n > 0 {
+        head.truncate(n);
+        return Ok(Box::new(io::Cursor::new(head).chain(source)));
+    }
+    if args.allow_empty {
+        return Ok(Box::new(io::empty()));
+    }
+    let (from, hint) = match &args.from {
+        Some(path) => (
+            format!("--from {} is empty", path.display()),
+            "pass --allow-empty to publish an empty document",
+        ),
+        None => (
+            "stdin gave no bytes".to_string(),
+            "pass --allow-empty to publish an empty document; under cron stdin is /dev/null \
+             (did the script forget --from?)",
+        ),
+    };
+    Err(Error::usage_hint(
+        format!("refusing to publish empty content to {resource}: {from}"),
+        hint,
+    ))
+}
+
 fn open_source(path: &PathBuf) -> Result<File> {
     let file = File::open(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {
@@ -407,7 +508,7 @@ fn open_source(path: &PathBuf) -> Result<File> {
 /// folder is the document's (fsynced after the rename anyway).
 fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
     let dir = atomic::folder_of(&ctx.db);
-    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.dir.as_path()) {
+    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.folder.path()) {
         return Ok(());
     }
     atomic::fsync_dir(dir)
