@@ -69,6 +69,8 @@ pub struct Report {
     pub states_checked: u64,
     /// States in which `recover` had something to undo or tidy.
     pub recovered: u64,
+    /// States in which `recover` undid a write that had not committed.
+    pub rolled_back: u64,
     /// Acknowledgements the replay saw marked.
     pub acks: u64,
     /// Acknowledgements the guest counted (its last mark), if it finished.
@@ -85,14 +87,15 @@ impl Report {
     pub fn summary(&self) -> String {
         format!(
             "{} rounds, {} acknowledged writes, {} log entries, {} flush points, {} states \
-             replayed and checked ({} needed recovery), {} violations; guest {:.1} s, \
-             replay {:.1} s",
+             replayed and checked ({} needed recovery, {} of them a roll-back), {} violations; \
+             guest {:.1} s, replay {:.1} s",
             self.rounds,
             self.acks,
             self.entries,
             self.flush_points,
             self.states_checked,
             self.recovered,
+            self.rolled_back,
             self.violations.len(),
             self.guest_seconds,
             self.replay_seconds

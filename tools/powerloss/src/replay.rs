@@ -99,6 +99,11 @@ impl Judge {
         Ok(())
     }
 
+    /// True before the first write was tried (so perhaps before the first claim).
+    pub(crate) fn nothing_tried(&self) -> bool {
+        self.tries.is_empty()
+    }
+
     /// Judges a recovered state: the record's (epoch, SHA-256) and the document's hash.
     pub(crate) fn judge(
         &self,
@@ -169,6 +174,7 @@ struct Job {
 #[derive(Default)]
 struct Found {
     recovered: u64,
+    rolled_back: u64,
     violations: Vec<(Violation, PathBuf)>,
     error: Option<Error>,
 }
@@ -216,6 +222,7 @@ pub(crate) fn replay(cfg: &Config, log: &Path, report: &mut Report) -> Result<()
     }
     report.violations = violations.into_iter().map(|(v, _)| v).collect();
     report.recovered = found.recovered;
+    report.rolled_back = found.rolled_back;
     report.acks = judge.acks;
     report.guest_acks = judge.done;
     report.replay_seconds = started.elapsed().as_secs_f64();
@@ -298,7 +305,10 @@ fn work(
         };
         let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
         match checked {
-            Some(Ok(Checked::Fine { recovered })) => found.recovered += u64::from(recovered),
+            Some(Ok(Checked::Fine(recovery))) => {
+                found.recovered += u64::from(recovery != Recovery::None);
+                found.rolled_back += u64::from(recovery == Recovery::RolledBack);
+            }
             Some(Ok(Checked::Violated(what))) => {
                 let violation = Violation {
                     entry: job.entry,
@@ -354,8 +364,18 @@ fn apply(disk: &File, entry: &Entry, sectorsize: u64) -> Result<(), Error> {
 }
 
 enum Checked {
-    Fine { recovered: bool },
+    Fine(Recovery),
     Violated(String),
+}
+
+/// What `recover` did in a state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    None,
+    /// Removed recovery links or dead writers' temp files only.
+    Tidied,
+    /// Undid a write that had not committed.
+    RolledBack,
 }
 
 /// Mounts states and runs fencepost on them (one per worker).
@@ -396,39 +416,34 @@ impl States {
             return Ok(Checked::Violated("the publish root is missing".into()));
         }
         let recover = self.run(&root, &["recover"])?;
+        if recover.status.code() == Some(2) && judge.nothing_tried() {
+            // No state file yet, or one the first claim had not finished making: nothing
+            // was claimed, so there must be no document either.
+            return Ok(verdict(judge.judge(None, document(&root)?), Recovery::None));
+        }
         if !recover.status.success() {
             return Ok(Checked::Violated(format!(
                 "recover failed: {}",
                 said(&recover)
             )));
         }
-        let recovered = json(&recover)?["resources"].as_array().is_some_and(|all| {
-            all.iter().any(|r| {
-                r["action"].as_str().is_some_and(|a| a != "nothing to do")
-                    || r["temps_removed"].as_u64().is_some_and(|n| n > 0)
-            })
-        });
+        let recovered = recovery(&json(&recover)?);
         let verify = self.run(&root, &["verify"])?;
         if !verify.status.success() {
             return Ok(Checked::Violated(format!("verify: {}", problems(&verify))));
         }
         let status = self.run(&root, &["status", RESOURCE])?;
-        if !status.status.success() {
+        let record = if status.status.code() == Some(2) && judge.nothing_tried() {
+            None // the first claim had not committed: the resource is not known yet
+        } else if status.status.success() {
+            record(&json(&status)?)
+        } else {
             return Ok(Checked::Violated(format!(
                 "status failed: {}",
                 said(&status)
             )));
-        }
-        let record = record(&json(&status)?);
-        let doc = match fs::read(root.join(RESOURCE)) {
-            Ok(bytes) => Some(hex(&Sha256::digest(&bytes))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Ok(Checked::Violated(format!("cannot read the document: {e}"))),
         };
-        Ok(match judge.judge(record, doc) {
-            Ok(()) => Checked::Fine { recovered },
-            Err(what) => Checked::Violated(what),
-        })
+        Ok(verdict(judge.judge(record, document(&root)?), recovered))
     }
 
     fn run(&self, root: &Path, args: &[&str]) -> Result<Output, Error> {
@@ -440,6 +455,39 @@ impl States {
             .args(args)
             .output()
             .map_err(|e| Error::new(format!("cannot run {}: {e}", self.fencepost.display())))
+    }
+}
+
+/// What `recover --json` says it did.
+fn recovery(out: &Value) -> Recovery {
+    let actions = out["resources"].as_array().cloned().unwrap_or_default();
+    let did = |r: &Value| r["action"].as_str().unwrap_or("nothing to do").to_string();
+    if actions.iter().any(|r| did(r).starts_with("rolled back")) {
+        Recovery::RolledBack
+    } else if actions
+        .iter()
+        .any(|r| did(r) != "nothing to do" || r["temps_removed"].as_u64().is_some_and(|n| n > 0))
+    {
+        Recovery::Tidied
+    } else {
+        Recovery::None
+    }
+}
+
+fn verdict(judged: Result<(), String>, recovered: Recovery) -> Checked {
+    match judged {
+        Ok(()) => Checked::Fine(recovered),
+        Err(what) => Checked::Violated(what),
+    }
+}
+
+/// The document's SHA-256 (hashed here, not by fencepost), or None if there is none.
+fn document(root: &Path) -> Result<Option<String>, Error> {
+    let path = root.join(RESOURCE);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(Some(hex(&Sha256::digest(&bytes)))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::new(format!("cannot read {}: {e}", path.display()))),
     }
 }
 
