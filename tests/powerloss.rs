@@ -48,11 +48,9 @@ fn power_loss_at_every_flush_point_loses_no_acknowledged_write() {
     }
     if !missing.is_empty() {
         let why = missing.join("; ");
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "the power-loss test cannot run under CI: {why}"
-        );
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("the power-loss test cannot run under CI: {why}");
+        }
         eprintln!("skipped: {why}");
         return;
     }
