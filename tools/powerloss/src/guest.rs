@@ -67,8 +67,9 @@ impl Kernel {
         Ok(Kernel { image, modules })
     }
 
-    /// The `.ko` files to load, dependencies first.
-    fn module_files(&self) -> Result<Vec<PathBuf>, Error> {
+    /// The modules to load, dependencies first: each name with a plain `.ko` file
+    /// (decompressed into `work` if the package compresses it).
+    fn module_files(&self, work: &Path) -> Result<Vec<(String, PathBuf)>, Error> {
         let mut found = Vec::new();
         walk(&self.modules.join("kernel"), &mut found)
             .map_err(|e| Error::new(format!("cannot list {}: {e}", self.modules.display())))?;
@@ -76,7 +77,7 @@ impl Kernel {
         let mut order = Vec::new();
         let mut seen = BTreeSet::new();
         for name in MODULES {
-            self.resolve(name, &found, &builtin, &mut seen, &mut order)?;
+            self.resolve(name, &found, &builtin, work, &mut seen, &mut order)?;
         }
         Ok(order)
     }
@@ -86,40 +87,35 @@ impl Kernel {
         name: &str,
         found: &[PathBuf],
         builtin: &str,
+        work: &Path,
         seen: &mut BTreeSet<String>,
-        order: &mut Vec<PathBuf>,
+        order: &mut Vec<(String, PathBuf)>,
     ) -> Result<(), Error> {
         let key = name.replace('-', "_");
         if !seen.insert(key.clone()) {
             return Ok(());
         }
-        let file = found.iter().find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".ko"))
-                .is_some_and(|stem| stem.replace('-', "_") == key)
-        });
+        let file = found
+            .iter()
+            .find(|p| module_name(p).is_some_and(|n| n.replace('-', "_") == key));
         let Some(file) = file else {
             let built_in = builtin.lines().any(|line| {
-                line.rsplit('/')
-                    .next()
-                    .and_then(|n| n.strip_suffix(".ko"))
-                    .is_some_and(|stem| stem.replace('-', "_") == key)
+                module_name(Path::new(line)).is_some_and(|n| n.replace('-', "_") == key)
             });
             if built_in {
                 return Ok(());
             }
             return Err(Error::new(format!(
-                "the kernel in {} has no module {name} (uncompressed .ko) and does not build it in",
+                "the kernel in {} has no module {name} and does not build it in",
                 self.modules.display()
             )));
         };
-        let bytes = fs::read(file)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", file.display())))?;
+        let plain = uncompressed(file, work)?;
+        let bytes = fs::read(&plain).map_err(|e| io("cannot read", &plain, e))?;
         for dep in depends(&bytes) {
-            self.resolve(&dep, found, builtin, seen, order)?;
+            self.resolve(&dep, found, builtin, work, seen, order)?;
         }
-        order.push(file.clone());
+        order.push((module_name(file).unwrap_or_default(), plain));
         Ok(())
     }
 }
@@ -174,14 +170,12 @@ pub(crate) fn record(cfg: &Config) -> Result<Recording, Error> {
     let data = cfg.work.join("data.img");
     let log = cfg.work.join("log.img");
     for (path, size) in [(&data, DATA_BYTES), (&log, LOG_BYTES)] {
-        let file = fs::File::create(path)
-            .map_err(|e| Error::new(format!("cannot create {}: {e}", path.display())))?;
-        file.set_len(size)
-            .map_err(|e| Error::new(format!("cannot size {}: {e}", path.display())))?;
+        let file = fs::File::create(path).map_err(|e| io("cannot create", path, e))?;
+        file.set_len(size).map_err(|e| io("cannot size", path, e))?;
     }
     let console = cfg.work.join("console.log");
     let started = Instant::now();
-    let status = Command::new(tool("timeout")?)
+    let qemu = Command::new(tool("timeout")?)
         .arg("--kill-after=5")
         .arg(cfg.guest_timeout.as_secs().to_string())
         .arg(tool("qemu-system-x86_64")?)
@@ -212,34 +206,40 @@ pub(crate) fn record(cfg: &Config) -> Result<Recording, Error> {
         .map_err(|e| Error::new(format!("cannot start qemu-system-x86_64: {e}")))?;
     let seconds = started.elapsed().as_secs_f64();
     let text = fs::read_to_string(&console).unwrap_or_default();
-    let tail = tail(&text, 25);
-    if let Some(line) = text
-        .lines()
-        .find(|l| l.starts_with("powerloss-guest: FAILED"))
-    {
-        return Err(Error::new(format!("the guest failed: {line}\n{tail}")));
-    }
-    if !text
-        .lines()
-        .any(|l| l.trim_end() == "powerloss-guest: done")
-    {
-        let how = match status.status.code() {
-            Some(124) | Some(137) => format!("timed out after {} s", cfg.guest_timeout.as_secs()),
-            _ => format!(
-                "qemu exited with {} ({})",
-                status.status,
-                String::from_utf8_lossy(&status.stderr).trim()
-            ),
-        };
-        return Err(Error::new(format!(
-            "the guest did not finish: {how}\n{tail}"
-        )));
-    }
+    finished(cfg, &qemu, &text)?;
     Ok(Recording {
         log,
         console: text,
         seconds,
     })
+}
+
+/// Whether the guest ran every round, from what its console and QEMU said.
+fn finished(cfg: &Config, qemu: &std::process::Output, console: &str) -> Result<(), Error> {
+    let tail = tail(console, 25);
+    if let Some(line) = console
+        .lines()
+        .find(|l| l.starts_with("powerloss-guest: FAILED"))
+    {
+        return Err(Error::new(format!("the guest failed: {line}\n{tail}")));
+    }
+    if console
+        .lines()
+        .any(|l| l.trim_end() == "powerloss-guest: done")
+    {
+        return Ok(());
+    }
+    let how = match qemu.status.code() {
+        Some(124) | Some(137) => format!("timed out after {} s", cfg.guest_timeout.as_secs()),
+        _ => format!(
+            "qemu exited with {} ({})",
+            qemu.status,
+            String::from_utf8_lossy(&qemu.stderr).trim()
+        ),
+    };
+    Err(Error::new(format!(
+        "the guest did not finish: {how}\n{tail}"
+    )))
 }
 
 fn drive(path: &Path) -> String {
@@ -255,108 +255,161 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Writes the initramfs: a folder of symlinks to the real files, archived by busybox's
-/// `cpio -o -H newc -L` (which stores what the links point to).
+/// Writes the initramfs: busybox, fencepost, dmsetup and mke2fs with their libraries, the
+/// kernel modules, the init script and its settings.
 fn initramfs(cfg: &Config, kernel: &Kernel, out: &Path) -> Result<(), Error> {
-    let stage = cfg.work.join("initramfs");
-    let io = |what: &str, p: &Path, e: std::io::Error| {
-        Error::new(format!("{what} {}: {e}", p.display()))
-    };
-    let mut entries: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut place = |target: &Path, at: &str| -> Result<(), Error> {
-        let dest = stage.join(at.trim_start_matches('/'));
-        let mut dir = dest.parent();
-        while let Some(d) = dir {
-            if d == stage {
-                break;
-            }
-            entries.insert(d.strip_prefix(&stage).unwrap_or(d).to_path_buf());
-            dir = d.parent();
-        }
-        if let Some(parent) = dest.parent() {
-            fs::create_dir_all(parent).map_err(|e| io("cannot create", parent, e))?;
-        }
-        let target = fs::canonicalize(target).map_err(|e| io("cannot find", target, e))?;
-        symlink(&target, &dest).map_err(|e| io("cannot link", &dest, e))?;
-        entries.insert(dest.strip_prefix(&stage).unwrap_or(&dest).to_path_buf());
-        Ok(())
-    };
+    let mut stage = Stage::new(cfg.work.join("initramfs"))?;
     let busybox = tool("busybox")?;
+    let fencepost = cfg.fencepost.clone();
     let dmsetup = tool("dmsetup")?;
     let mke2fs = tool("mke2fs")?;
-    let fencepost =
-        fs::canonicalize(&cfg.fencepost).map_err(|e| io("cannot find", &cfg.fencepost, e))?;
-    place(&busybox, "/bin/busybox")?;
-    place(&fencepost, "/bin/fencepost")?;
-    place(&dmsetup, "/sbin/dmsetup")?;
-    place(&mke2fs, "/sbin/mke2fs")?;
+    stage.place(&busybox, "/bin/busybox")?;
+    stage.place(&fencepost, "/bin/fencepost")?;
+    stage.place(&dmsetup, "/sbin/dmsetup")?;
+    stage.place(&mke2fs, "/sbin/mke2fs")?;
     let conf = Path::new("/etc/mke2fs.conf");
     if conf.exists() {
-        place(conf, "/etc/mke2fs.conf")?;
+        stage.place(conf, "/etc/mke2fs.conf")?;
     }
     let mut libs = BTreeSet::new();
     for bin in [&busybox, &fencepost, &dmsetup, &mke2fs] {
         libs.extend(shared_libraries(bin)?);
     }
     for lib in &libs {
-        place(lib, &lib.to_string_lossy())?;
+        stage.place(lib, &lib.to_string_lossy())?;
     }
-    let modules = kernel.module_files()?;
     let mut names = Vec::new();
-    for ko in &modules {
-        let file = ko
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        place(ko, &format!("/modules/{file}"))?;
-        names.push(file.trim_end_matches(".ko").to_string());
+    for (name, ko) in kernel.module_files(&cfg.work)? {
+        stage.place(&ko, &format!("/modules/{name}.ko"))?;
+        names.push(name);
     }
-    let init = cfg.work.join("init");
-    fs::write(&init, INIT).map_err(|e| io("cannot write", &init, e))?;
-    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))
-        .map_err(|e| io("cannot make executable", &init, e))?;
-    place(&init, "/init")?;
-    let settings = cfg.work.join("powerloss.env");
-    fs::write(
-        &settings,
-        format!("rounds={}\nmodules='{}'\n", cfg.rounds, names.join(" ")),
-    )
-    .map_err(|e| io("cannot write", &settings, e))?;
-    place(&settings, "/powerloss.env")?;
+    stage.write("init", INIT, 0o755)?;
+    let settings = format!("rounds={}\nmodules='{}'\n", cfg.rounds, names.join(" "));
+    stage.write("powerloss.env", &settings, 0o644)?;
     for dir in ["proc", "sys", "dev", "mnt", "tmp"] {
-        let path = stage.join(dir);
+        stage.dir(dir)?;
+    }
+    stage.archive(&busybox, out)
+}
+
+/// The initramfs as a folder of symlinks to the real files, and the list of what to
+/// archive, which busybox's `cpio -o -H newc -L` turns into the files the links point to.
+struct Stage {
+    root: PathBuf,
+    entries: BTreeSet<PathBuf>,
+}
+
+impl Stage {
+    fn new(root: PathBuf) -> Result<Stage, Error> {
+        fs::create_dir_all(&root).map_err(|e| io("cannot create", &root, e))?;
+        Ok(Stage {
+            root,
+            entries: BTreeSet::new(),
+        })
+    }
+
+    /// Puts `file` at the absolute path `at` in the initramfs.
+    fn place(&mut self, file: &Path, at: &str) -> Result<(), Error> {
+        let at = Path::new(at.trim_start_matches('/'));
+        let mut parent = at.parent();
+        while let Some(dir) = parent.filter(|d| !d.as_os_str().is_empty()) {
+            self.dir(&dir.to_string_lossy())?;
+            parent = dir.parent();
+        }
+        let real = fs::canonicalize(file).map_err(|e| io("cannot find", file, e))?;
+        let link = self.root.join(at);
+        symlink(&real, &link).map_err(|e| io("cannot link", &link, e))?;
+        self.entries.insert(at.to_path_buf());
+        Ok(())
+    }
+
+    /// Writes a file of the initramfs from `text`, with `mode`.
+    fn write(&mut self, name: &str, text: &str, mode: u32) -> Result<(), Error> {
+        let file = self.root.with_file_name(format!("initramfs-{name}"));
+        fs::write(&file, text).map_err(|e| io("cannot write", &file, e))?;
+        fs::set_permissions(&file, fs::Permissions::from_mode(mode))
+            .map_err(|e| io("cannot set the mode of", &file, e))?;
+        self.place(&file, name)
+    }
+
+    /// Makes a folder of the initramfs.
+    fn dir(&mut self, name: &str) -> Result<(), Error> {
+        let path = self.root.join(name);
         fs::create_dir_all(&path).map_err(|e| io("cannot create", &path, e))?;
-        entries.insert(PathBuf::from(dir));
+        self.entries.insert(PathBuf::from(name));
+        Ok(())
     }
-    let list: String = entries
+
+    fn archive(&self, busybox: &Path, out: &Path) -> Result<(), Error> {
+        let list: String = self
+            .entries
+            .iter()
+            .map(|p| format!("{}\n", p.display()))
+            .collect();
+        let archive = fs::File::create(out).map_err(|e| io("cannot create", out, e))?;
+        let mut child = Command::new(busybox)
+            .args(["cpio", "-o", "-H", "newc", "-L", "-R", "0:0"])
+            .current_dir(&self.root)
+            .stdin(Stdio::piped())
+            .stdout(archive)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| io("cannot run", busybox, e))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(list.as_bytes())
+                .map_err(|e| io("cannot feed", busybox, e))?;
+        }
+        let done = child
+            .wait_with_output()
+            .map_err(|e| io("cannot run", busybox, e))?;
+        if !done.status.success() {
+            return Err(Error::new(format!(
+                "busybox cpio failed: {}",
+                String::from_utf8_lossy(&done.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::new(format!("{what} {}: {e}", path.display()))
+}
+
+/// A module's name from its file name (`dm-log-writes.ko`, `.ko.xz`, `.ko.zst`).
+fn module_name(path: &Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    ["ko", "ko.xz", "ko.zst"]
         .iter()
-        .map(|p| format!("{}\n", p.display()))
-        .collect();
-    let archive = fs::File::create(out).map_err(|e| io("cannot create", out, e))?;
-    let mut child = Command::new(&busybox)
-        .args(["cpio", "-o", "-H", "newc", "-L", "-R", "0:0"])
-        .current_dir(&stage)
-        .stdin(Stdio::piped())
-        .stdout(archive)
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| io("cannot run", &busybox, e))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(list.as_bytes())
-            .map_err(|e| io("cannot feed", &busybox, e))?;
+        .find_map(|ext| file.strip_suffix(&format!(".{ext}")))
+        .map(str::to_string)
+}
+
+/// The module itself, or a decompressed copy in `work` (busybox's insmod takes plain
+/// `.ko` files; Debian compresses modules from its 6.12 kernels on).
+fn uncompressed(module: &Path, work: &Path) -> Result<PathBuf, Error> {
+    let file = module.to_string_lossy();
+    let tool_name = if file.ends_with(".ko.xz") {
+        "xz"
+    } else if file.ends_with(".ko.zst") {
+        "zstd"
+    } else {
+        return Ok(module.to_path_buf());
+    };
+    let name = module_name(module).unwrap_or_default();
+    let out = work.join(format!("module-{name}.ko"));
+    let plain = fs::File::create(&out).map_err(|e| io("cannot create", &out, e))?;
+    let status = Command::new(tool(tool_name)?)
+        .arg("-dc")
+        .arg(module)
+        .stdout(plain)
+        .status()
+        .map_err(|e| io("cannot decompress", module, e))?;
+    if !status.success() {
+        return Err(Error::new(format!("{tool_name} cannot decompress {file}")));
     }
-    let done = child
-        .wait_with_output()
-        .map_err(|e| io("cannot run", &busybox, e))?;
-    if !done.status.success() {
-        return Err(Error::new(format!(
-            "busybox cpio failed: {}",
-            String::from_utf8_lossy(&done.stderr).trim()
-        )));
-    }
-    Ok(())
+    Ok(out)
 }
 
 /// The shared libraries (and the loader) `ldd` says `bin` needs; none for a static binary.
@@ -384,6 +437,21 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn module_names_drop_the_extension_whatever_the_compression() {
+        for file in [
+            "kernel/drivers/md/dm-log-writes.ko",
+            "dm-log-writes.ko.xz",
+            "dm-log-writes.ko.zst",
+        ] {
+            assert_eq!(
+                module_name(Path::new(file)).as_deref(),
+                Some("dm-log-writes")
+            );
+        }
+        assert_eq!(module_name(Path::new("modules.builtin")), None);
+    }
 
     #[test]
     fn depends_lists_the_modules_a_module_needs() {

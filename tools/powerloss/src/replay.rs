@@ -185,23 +185,24 @@ struct Found {
 /// own mount point.
 pub(crate) fn replay(cfg: &Config, log: &Path, report: &mut Report) -> Result<(), Error> {
     let started = Instant::now();
-    let mut log = Log::open(log)?;
     let image = cfg.work.join("replay.img");
-    let disk = create(&image)?;
+    let mut disk = Disk {
+        log: Log::open(log)?,
+        file: create(&image)?,
+        image,
+        judge: Judge::default(),
+    };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let (send, receive) = mpsc::sync_channel::<Job>(workers);
     let receive = Mutex::new(receive);
     let found = Mutex::new(Found::default());
     let failed = AtomicBool::new(false);
-    let mut judge = Judge::default();
     let produced = std::thread::scope(|scope| {
         for n in 0..workers {
             let (receive, found, failed) = (&receive, &found, &failed);
             scope.spawn(move || work(cfg, n, receive, found, failed));
         }
-        let produced = produce(
-            cfg, &mut log, &disk, &image, &mut judge, report, &send, &failed,
-        );
+        let produced = produce(cfg, &mut disk, report, &send, &failed);
         drop(send);
         produced
     });
@@ -223,33 +224,43 @@ pub(crate) fn replay(cfg: &Config, log: &Path, report: &mut Report) -> Result<()
     report.violations = violations.into_iter().map(|(v, _)| v).collect();
     report.recovered = found.recovered;
     report.rolled_back = found.rolled_back;
-    report.acks = judge.acks;
-    report.guest_acks = judge.done;
+    report.acks = disk.judge.acks;
+    report.guest_acks = disk.judge.done;
     report.replay_seconds = started.elapsed().as_secs_f64();
-    if !judge.setup {
+    if !disk.judge.setup {
         return Err(Error::new("the log has no fp:setup mark"));
     }
     Ok(())
 }
 
+/// The disk being rebuilt: the log, the image it is applied to, and what its marks said.
+struct Disk<R> {
+    log: Log<R>,
+    file: File,
+    image: PathBuf,
+    judge: Judge,
+}
+
 /// Applies the log entry by entry and queues a copy of each state to judge.
-#[allow(clippy::too_many_arguments)]
 fn produce<R: std::io::Read + std::io::Seek>(
     cfg: &Config,
-    log: &mut Log<R>,
-    disk: &File,
-    image: &Path,
-    judge: &mut Judge,
+    disk: &mut Disk<R>,
     report: &mut Report,
     send: &mpsc::SyncSender<Job>,
     failed: &AtomicBool,
 ) -> Result<(), Error> {
+    let Disk {
+        log,
+        file,
+        image,
+        judge,
+    } = disk;
     let mut changed = false;
     while let Some(entry) = log.next_entry()? {
         if failed.load(Ordering::Relaxed) {
             return Ok(()); // a worker's error is the one to report
         }
-        apply(disk, &entry, log.sectorsize)?;
+        apply(file, &entry, log.sectorsize)?;
         report.entries += 1;
         changed |= entry.changes_data();
         if let Some(text) = &entry.mark {
@@ -264,7 +275,7 @@ fn produce<R: std::io::Read + std::io::Seek>(
         changed = false;
         report.states_checked += 1;
         let copy = cfg.work.join(format!("state-{}.img", entry.index));
-        fs::copy(image, &copy)
+        fs::copy(&*image, &copy)
             .map_err(|e| Error::new(format!("cannot copy {}: {e}", image.display())))?;
         let job = Job {
             image: copy,
