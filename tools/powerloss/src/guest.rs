@@ -166,7 +166,7 @@ fn newest(dir: &Path, prefix: &str) -> Option<PathBuf> {
 pub(crate) fn record(cfg: &Config) -> Result<Recording, Error> {
     let kernel = Kernel::find(&cfg.kernel)?;
     let initrd = cfg.work.join("initrd.cpio");
-    initramfs(cfg, &kernel, &initrd)?;
+    initramfs(cfg, Mode::Log, &kernel, &initrd)?;
     let data = cfg.work.join("data.img");
     let log = cfg.work.join("log.img");
     for (path, size) in [(&data, DATA_BYTES), (&log, LOG_BYTES)] {
@@ -242,7 +242,7 @@ fn finished(cfg: &Config, qemu: &std::process::Output, console: &str) -> Result<
     )))
 }
 
-fn drive(path: &Path) -> String {
+pub(crate) fn drive(path: &Path) -> String {
     // cache=writeback: the guest sees a volatile write cache and has to flush.
     format!(
         "file={},format=raw,if=virtio,cache=writeback",
@@ -250,14 +250,28 @@ fn drive(path: &Path) -> String {
     )
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Writes the initramfs: busybox, fencepost, dmsetup and mke2fs with their libraries, the
 /// kernel modules, the init script and its settings.
-fn initramfs(cfg: &Config, kernel: &Kernel, out: &Path) -> Result<(), Error> {
+/// What the guest's data disk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A log-writes device over `/dev/vda`, logging to `/dev/vdb`; marks go to the log.
+    Log,
+    /// `/dev/vda` itself, whose power the host cuts; marks go to the console.
+    Direct,
+}
+
+pub(crate) fn initramfs(
+    cfg: &Config,
+    mode: Mode,
+    kernel: &Kernel,
+    out: &Path,
+) -> Result<(), Error> {
     let mut stage = Stage::new(cfg.work.join("initramfs"))?;
     let busybox = tool("busybox")?;
     let fencepost = cfg.fencepost.clone();
@@ -284,7 +298,12 @@ fn initramfs(cfg: &Config, kernel: &Kernel, out: &Path) -> Result<(), Error> {
         names.push(name);
     }
     stage.write("init", INIT, 0o755)?;
-    let settings = format!("rounds={}\nmodules='{}'\n", cfg.rounds, names.join(" "));
+    let settings = format!(
+        "rounds={}\nmode={}\nmodules='{}'\n",
+        cfg.rounds,
+        if mode == Mode::Log { "log" } else { "direct" },
+        names.join(" ")
+    );
     stage.write("powerloss.env", &settings, 0o644)?;
     for dir in ["proc", "sys", "dev", "mnt", "tmp"] {
         stage.dir(dir)?;
@@ -373,7 +392,7 @@ impl Stage {
     }
 }
 
-fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::new(format!("{what} {}: {e}", path.display()))
 }
 

@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # PID 1 of the power-loss guest. Makes an ext4 filesystem on a log-writes device over
-# /dev/vda (the log goes to /dev/vdb), then runs fencepost rounds on it and marks the log:
+# /dev/vda (the log goes to /dev/vdb), then runs fencepost rounds on it and marks the log
+# (with mode=direct, the filesystem is on /dev/vda itself and the marks go to the console):
 #   fp:setup              the filesystem and the publish root exist and are synced
 #   fp:try:EPOCH:SHA      a write of this content under this epoch is about to start
 #   fp:ack:EPOCH:SHA      that write printed `written`
@@ -24,16 +25,26 @@ mount -t proc proc /proc && mount -t sysfs sysfs /sys && mount -t devtmpfs devtm
 for m in $modules; do
     insmod "/modules/$m.ko" || fail "insmod $m"
 done
-[ -b /dev/vda ] && [ -b /dev/vdb ] || fail "the virtio disks did not appear"
-
-dmsetup create lw --table "0 $(blockdev --getsz /dev/vda) log-writes /dev/vda /dev/vdb" ||
-    fail "dmsetup create"
-mark() {
-    dmsetup message lw 0 mark "$1" || fail "mark $1"
-}
-/sbin/mke2fs -t ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 /dev/dm-0 ||
+if [ "$mode" = log ]; then
+    [ -b /dev/vda ] && [ -b /dev/vdb ] || fail "the virtio disks did not appear"
+    dmsetup create lw --table "0 $(blockdev --getsz /dev/vda) log-writes /dev/vda /dev/vdb" ||
+        fail "dmsetup create"
+    disk=/dev/dm-0
+    mark() {
+        dmsetup message lw 0 mark "$1" || fail "mark $1"
+    }
+else
+    # The disk itself may lose power at any moment: the marks go to the console, which
+    # the host reads up to the moment it cut the power.
+    [ -b /dev/vda ] || fail "the virtio disk did not appear"
+    disk=/dev/vda
+    mark() {
+        echo "powerloss-mark: $1"
+    }
+fi
+/sbin/mke2fs -t ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$disk" ||
     fail "mke2fs"
-mount -t ext4 /dev/dm-0 /mnt || fail "mount"
+mount -t ext4 "$disk" /mnt || fail "mount"
 mkdir /mnt/pub && sync || fail "mkdir"
 mark fp:setup
 echo "powerloss-guest: filesystem ready at $(cut -d' ' -f1 /proc/uptime) s"
@@ -132,7 +143,7 @@ while [ "$r" -le "$rounds" ]; do
 done
 mark "fp:done:$acks"
 umount /mnt || fail "umount"
-dmsetup remove lw || fail "dmsetup remove"
+[ "$mode" != log ] || dmsetup remove lw || fail "dmsetup remove"
 sync
 echo "powerloss-guest: done"
 reboot -f

@@ -20,8 +20,10 @@ use std::time::Duration;
 
 mod guest;
 mod log;
+mod lying;
 mod replay;
 
+pub use lying::{LyingReport, lying_disk};
 pub use replay::Violation;
 
 /// One run.
@@ -186,6 +188,11 @@ pub fn scratch() -> std::io::Result<tempfile::TempDir> {
         Ok(dir) => Ok(dir),
         Err(_) => builder.tempdir(),
     }
+}
+
+/// True when nbdkit, which the lying-disk mode needs, is not installed.
+pub fn unavailable_nbdkit() -> bool {
+    tool("nbdkit").is_err()
 }
 
 /// The path of an installed program, searched in PATH and the usual system folders.

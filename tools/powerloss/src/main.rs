@@ -43,6 +43,15 @@ struct Args {
     #[arg(long)]
     replay: Option<PathBuf>,
 
+    /// Instead of the log: cut the power this many times at random, on a guest whose
+    /// disk is served by nbdkit's cache filter (writeback) and killed (needs nbdkit).
+    #[arg(long, value_name = "CYCLES")]
+    lying_disk: Option<u32>,
+
+    /// The seed of --lying-disk's random cuts (printed with its figures).
+    #[arg(long)]
+    seed: Option<u64>,
+
     /// Seconds the guest may run.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
@@ -75,13 +84,35 @@ fn main() -> ExitCode {
     cfg.every_entry = args.every_entry;
     cfg.guest_timeout = Duration::from_secs(args.timeout);
     if args.replay.is_none() {
-        let missing = fencepost_powerloss::unavailable(&cfg);
+        let mut missing = fencepost_powerloss::unavailable(&cfg);
+        if args.lying_disk.is_some() && fencepost_powerloss::unavailable_nbdkit() {
+            missing.push("nbdkit is missing (Debian: apt-get install nbdkit)".into());
+        }
         if !missing.is_empty() {
             for why in missing {
                 eprintln!("fencepost-powerloss: {why}");
             }
             return ExitCode::from(2);
         }
+    }
+    if let Some(cycles) = args.lying_disk {
+        return match fencepost_powerloss::lying_disk(&cfg, cycles, args.seed) {
+            Ok(report) => {
+                println!("{}", report.summary());
+                for v in &report.violations {
+                    println!("violation: {v}");
+                }
+                if report.violations.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(9)
+                }
+            }
+            Err(e) => {
+                eprintln!("fencepost-powerloss: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let result = match &args.replay {
         Some(log) => fencepost_powerloss::replay_only(&cfg, log),

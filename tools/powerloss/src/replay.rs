@@ -66,7 +66,7 @@ pub(crate) struct Judge {
     acked: Option<(u64, String)>,
     pub(crate) acks: u64,
     pub(crate) done: Option<u64>,
-    last_mark: String,
+    pub(crate) last_mark: String,
 }
 
 impl Judge {
@@ -374,14 +374,14 @@ fn apply(disk: &File, entry: &Entry, sectorsize: u64) -> Result<(), Error> {
     }
 }
 
-enum Checked {
+pub(crate) enum Checked {
     Fine(Recovery),
     Violated(String),
 }
 
 /// What `recover` did in a state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recovery {
+pub(crate) enum Recovery {
     None,
     /// Removed recovery links or dead writers' temp files only.
     Tidied,
@@ -390,13 +390,13 @@ enum Recovery {
 }
 
 /// Mounts states and runs fencepost on them (one per worker).
-struct States {
+pub(crate) struct States {
     fencepost: PathBuf,
     mnt: PathBuf,
 }
 
 impl States {
-    fn new(cfg: &Config, n: usize) -> Result<States, Error> {
+    pub(crate) fn new(cfg: &Config, n: usize) -> Result<States, Error> {
         let mnt = cfg.work.join(format!("mnt-{n}"));
         fs::create_dir_all(&mnt)
             .map_err(|e| Error::new(format!("cannot create {}: {e}", mnt.display())))?;
@@ -407,7 +407,7 @@ impl States {
     }
 
     /// Mounts `image` (which recovery then changes), judges it and unmounts it.
-    fn check(&self, image: &Path, judge: &Judge) -> Result<Checked, Error> {
+    pub(crate) fn check(&self, image: &Path, judge: &Judge) -> Result<Checked, Error> {
         let mounted = match Mounted::new(image, &self.mnt)? {
             Ok(m) => m,
             Err(why) => {
