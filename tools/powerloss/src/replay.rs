@@ -175,7 +175,9 @@ struct Job {
 struct Found {
     recovered: u64,
     rolled_back: u64,
-    violations: Vec<(Violation, PathBuf)>,
+    violations: Vec<Violation>,
+    /// The image of the earliest violating state found so far (the others are removed).
+    first: Option<(u64, PathBuf)>,
     error: Option<Error>,
 }
 
@@ -212,16 +214,13 @@ pub(crate) fn replay(cfg: &Config, log: &Path, report: &mut Report) -> Result<()
     }
     produced?;
     let mut violations = found.violations;
-    violations.sort_by_key(|(v, _)| v.entry);
-    if let Some((_, first)) = violations.first() {
+    violations.sort_by_key(|v| v.entry);
+    if let Some((_, first)) = found.first {
         let keep = cfg.work.join("first-violation.img");
-        fs::rename(first, &keep)
+        fs::rename(&first, &keep)
             .map_err(|e| Error::new(format!("cannot keep {}: {e}", keep.display())))?;
     }
-    for (_, image) in &violations[violations.len().min(1)..] {
-        let _ = fs::remove_file(image);
-    }
-    report.violations = violations.into_iter().map(|(v, _)| v).collect();
+    report.violations = violations;
     report.recovered = found.recovered;
     report.rolled_back = found.rolled_back;
     report.acks = disk.judge.acks;
@@ -326,8 +325,14 @@ fn work(
                     after: job.judge.last_mark.clone(),
                     what,
                 };
-                found.violations.push((violation, job.image));
-                continue;
+                found.violations.push(violation);
+                let earlier = found.first.as_ref().is_some_and(|(e, _)| *e < job.entry);
+                if !earlier {
+                    if let Some((_, old)) = found.first.replace((job.entry, job.image)) {
+                        let _ = fs::remove_file(old);
+                    }
+                    continue;
+                }
             }
             Some(Err(e)) => {
                 failed.store(true, Ordering::Relaxed);
