@@ -9,6 +9,7 @@ mod crash;
 mod documents;
 mod inputs;
 mod leases;
+mod model;
 mod operator;
 mod paths;
 mod powerloss;

@@ -1,0 +1,1056 @@
+//! A model of the write protocol, explored exhaustively with `stateright`: every
+//! interleaving of a few workers that claim (taking over expired leases), write in the
+//! protocol's steps, pause between any two of them, crash at any of them, lose power, and
+//! of a `recover` that can run at any time. The folder is names to inodes, with the view
+//! the page cache gives and what a power loss may leave of it.
+//!
+//! The model decides nothing itself: the epochs come from `lease::next_epoch`, the sink's
+//! answers from `sink::decide` and `sink::fence_after_write`, recovery's (one per link
+//! set) from `sink::recovery`. The protocol is a set of flags ([`Protocol`]): the current
+//! protocol is one setting, and the old or broken behaviours (no fencing, no folder
+//! fsync, link names shared by all writers, file identity with the device number) are
+//! others, for which the checker must find counterexamples, or the model proves nothing.
+//!
+//! A write's steps, each a step of the model: stage (temp file created, written, fsynced,
+//! flocked); `BEGIN IMMEDIATE`; recovery under the lock, one change at a time; the
+//! decision; link `-pre-<token>`, link `-new-<token>`; rename; fsync the folder; COMMIT;
+//! remove its own links, without the lock. A link's token is the staged file's inode
+//! number, unique among live files; in the model each worker's staged file is its own
+//! inode, so the token is the worker.
+//!
+//! Not modelled: the bytes (each write has its own content, so an inode stands for a
+//! version), the `-sum` link and hand edits (it only matters for a document edited by hand
+//! after a crash), the early snapshot refusal (the decision under the lock is the one that
+//! counts), errors other than crashes, and `complete`/`release` (a takeover after expiry
+//! is the harder case). A `claim` runs recovery first in its transaction; recovery changes
+//! no lease, so that is the same as a `recover` just before the claim, which the model
+//! explores anyway. Each write's content is fsynced before its rename, so only names are
+//! at stake in a power loss; the state file's COMMIT is durable when it returns.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use fencepost::lease::{Lease, LeaseState, next_epoch};
+use fencepost::sink::{
+    self, Content, FileId, Leftovers, Recovery, SinkRecord, WriteDecision, fence_after_write,
+};
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
+
+/// The protocol's choices. [`Protocol::CURRENT`] is what `fencepost write` does.
+#[derive(Debug, Clone, Copy)]
+struct Protocol {
+    /// The sink checks the epoch (`false`: `write --unfenced`).
+    fenced: bool,
+    /// fsync the folder after the links, before the rename.
+    fsync_before_rename: bool,
+    /// fsync the folder after the rename, before COMMIT.
+    fsync_after_rename: bool,
+    /// Recovery fsyncs the folder before it removes the links of a write that committed
+    /// or never renamed (an earlier recovery's rename back may not be durable yet).
+    fsync_before_drop: bool,
+    /// Each write's links carry its own token. `false`: the shared `-pre`/`-new` names,
+    /// which every writer removes by name after its COMMIT, without the lock.
+    own_links: bool,
+    /// A file's identity includes the device number, which a remount can change.
+    identity_has_dev: bool,
+}
+
+impl Protocol {
+    const CURRENT: Protocol = Protocol {
+        fenced: true,
+        fsync_before_rename: false,
+        fsync_after_rename: true,
+        fsync_before_drop: false,
+        own_links: true,
+        identity_has_dev: false,
+    };
+}
+
+/// What of the folder's operations since its last fsync survives a power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PowerLoss {
+    /// An in-order prefix (ext4 and xfs journal metadata operations in order).
+    Prefix,
+    /// Any subset, applied in order (a filesystem that orders nothing without fsync).
+    AnySubset,
+}
+
+/// One configuration of the model.
+#[derive(Debug, Clone)]
+struct WriteModel {
+    workers: u8,
+    protocol: Protocol,
+    power_loss: PowerLoss,
+    /// How many power losses one run may have.
+    max_power_losses: u8,
+    /// The steps of an accepted write, from `protocol`.
+    steps: Vec<Step>,
+}
+
+/// A name in the document's folder. The `u8` of a temp file is its writer; that of a
+/// link is its write's token ([`SHARED`] for the old shared names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Name {
+    Doc,
+    Tmp(u8),
+    Pre(u8),
+    New(u8),
+}
+
+/// The token of the old protocol's link names, the same for every writer.
+const SHARED: u8 = u8::MAX;
+
+/// One change to the folder's names, as the page cache has it. An inode is the number of
+/// the worker that staged it (each worker writes once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Change {
+    Set(Name, u8),
+    Remove(Name),
+    Move(Name, Name, u8),
+}
+
+/// The names of the folder, one slot per name (`EMPTY`: absent): small and `Copy`, since
+/// the checker clones and hashes millions of states.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Names([u8; SLOTS]);
+
+/// The document, a temp file per worker, and a `-pre` and a `-new` per token (each
+/// worker's, and the shared one).
+const SLOTS: usize = 1 + MAX_WORKERS + 2 * (MAX_WORKERS + 1);
+const MAX_WORKERS: usize = 4;
+const EMPTY: u8 = u8::MAX;
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl Names {
+    const NONE: Names = Names([EMPTY; SLOTS]);
+
+    fn slot(name: Name) -> usize {
+        let token = |t: u8| {
+            if t == SHARED {
+                MAX_WORKERS
+            } else {
+                usize::from(t)
+            }
+        };
+        match name {
+            Name::Doc => 0,
+            Name::Tmp(w) => 1 + usize::from(w),
+            Name::Pre(t) => 1 + MAX_WORKERS + token(t),
+            Name::New(t) => 2 + 2 * MAX_WORKERS + token(t),
+        }
+    }
+
+    fn name(slot: usize) -> Name {
+        let token = |i: usize| if i == MAX_WORKERS { SHARED } else { i as u8 };
+        match slot {
+            0 => Name::Doc,
+            s if s <= MAX_WORKERS => Name::Tmp(s as u8 - 1),
+            s if s <= 2 * MAX_WORKERS + 1 => Name::Pre(token(s - 1 - MAX_WORKERS)),
+            s => Name::New(token(s - 2 - 2 * MAX_WORKERS)),
+        }
+    }
+
+    fn get(&self, name: Name) -> Option<u8> {
+        Some(self.0[Names::slot(name)]).filter(|&ino| ino != EMPTY)
+    }
+
+    /// Every name present, with its inode.
+    fn iter(&self) -> impl Iterator<Item = (Name, u8)> + '_ {
+        (0..SLOTS)
+            .filter(|&i| self.0[i] != EMPTY)
+            .map(|i| (Names::name(i), self.0[i]))
+    }
+
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Set(name, ino) => self.0[Names::slot(name)] = ino,
+            Change::Remove(name) => self.0[Names::slot(name)] = EMPTY,
+            Change::Move(from, to, ino) => {
+                self.0[Names::slot(from)] = EMPTY;
+                self.0[Names::slot(to)] = ino;
+            }
+        }
+    }
+}
+
+/// What a power loss may leave of the folder.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Durable {
+    /// In order: the folder as of its last fsync and after each change since, sorted and
+    /// without repeats (a power loss keeps one of them; their order no longer matters).
+    Prefixes(Vec<Names>),
+    /// Any subset: the folder as of its last fsync, and the changes since in order.
+    Log(Names, Vec<Change>),
+    /// No power loss is left to come: nothing to keep track of.
+    Untracked,
+}
+
+/// The folder: the names as every process sees them (the page cache) and what a power
+/// loss may leave of them. Temp files are not carried through a power loss: after one,
+/// every writer is gone, and recovery would only remove them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Folder {
+    cached: Names,
+    durable: Durable,
+}
+
+impl Names {
+    /// The names without temp files.
+    fn lasting(mut self) -> Names {
+        for w in 0..MAX_WORKERS {
+            self.0[Names::slot(Name::Tmp(w as u8))] = EMPTY;
+        }
+        self
+    }
+}
+
+impl Change {
+    /// The change as it matters after a power loss (see [`Names::lasting`]).
+    fn lasting(self) -> Option<Change> {
+        match self {
+            Change::Set(Name::Tmp(_), _) | Change::Remove(Name::Tmp(_)) => None,
+            Change::Move(Name::Tmp(_), to, ino) => Some(Change::Set(to, ino)),
+            change => Some(change),
+        }
+    }
+}
+
+impl Folder {
+    fn new(names: Names, power_loss: Option<PowerLoss>) -> Folder {
+        let lasting = names.lasting();
+        let durable = match power_loss {
+            Some(PowerLoss::Prefix) => Durable::Prefixes(vec![lasting]),
+            Some(PowerLoss::AnySubset) => Durable::Log(lasting, Vec::new()),
+            None => Durable::Untracked,
+        };
+        Folder {
+            cached: names,
+            durable,
+        }
+    }
+
+    fn get(&self, name: Name) -> Option<u8> {
+        self.cached.get(name)
+    }
+
+    fn change(&mut self, change: Change) {
+        self.cached.apply(change);
+        match &mut self.durable {
+            Durable::Prefixes(states) => {
+                let now = self.cached.lasting();
+                if let Err(at) = states.binary_search(&now) {
+                    states.insert(at, now);
+                }
+            }
+            Durable::Log(_, log) => log.extend(change.lasting()),
+            Durable::Untracked => {}
+        }
+    }
+
+    /// Removes a name if it is there (an unlink of a missing name changes nothing).
+    fn remove(&mut self, name: Name) {
+        if self.get(name).is_some() {
+            self.change(Change::Remove(name));
+        }
+    }
+
+    fn fsync(&mut self) {
+        let now = self.cached.lasting();
+        match &mut self.durable {
+            Durable::Prefixes(states) => *states = vec![now],
+            Durable::Log(durable, log) => {
+                *durable = now;
+                log.clear();
+            }
+            Durable::Untracked => {}
+        }
+    }
+
+    /// How many ways a power loss can go now.
+    fn outcomes(&self) -> usize {
+        match &self.durable {
+            Durable::Prefixes(states) => states.len(),
+            Durable::Log(_, log) => {
+                assert!(log.len() < 20, "too many changes since the last fsync");
+                1 << log.len()
+            }
+            Durable::Untracked => 0,
+        }
+    }
+
+    /// The names after a power loss that went the `choice`th way.
+    fn after_power_loss(&self, choice: usize) -> Names {
+        match &self.durable {
+            Durable::Prefixes(states) => states[choice],
+            Durable::Log(durable, log) => {
+                let mut names = *durable;
+                for (i, &change) in log.iter().enumerate() {
+                    if choice & (1 << i) != 0 {
+                        names.apply(change);
+                    }
+                }
+                names
+            }
+            Durable::Untracked => unreachable!("no power loss is left to come"),
+        }
+    }
+}
+
+/// One step of a recovery, planned under the lock and carried out one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Op {
+    Unlink(Name),
+    /// Rename the pre-image of this token back over the document.
+    Restore(u8),
+    Fsync,
+}
+
+/// The steps of an accepted write after the decision, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    LinkPre,
+    LinkNew,
+    Fsync,
+    Rename,
+    Commit,
+    Cleanup,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    Idle,
+    Claimed,
+    /// The temp file is written, fsynced and flocked.
+    Staged,
+    /// Holds the lock; recovery's steps still to do, then the decision.
+    Recovering(Vec<Op>),
+    /// Accepted; the index of the next [`Step`].
+    Writing(u8),
+    /// Exited 0 with `written`: acknowledged.
+    Done,
+    Refused(&'static str),
+    /// Exited with an error (a recovery step that could not be done).
+    Failed,
+    /// Crashed.
+    Dead,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Worker {
+    /// The epoch `claim` gave it (0: none yet).
+    epoch: u8,
+    phase: Phase,
+}
+
+impl Worker {
+    /// A running process (its temp file's flock is held).
+    fn alive(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Claimed | Phase::Staged | Phase::Recovering(_) | Phase::Writing(_)
+        )
+    }
+}
+
+/// The `recover` command, which an operator may run at any time, again and again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Recoverer {
+    Idle,
+    Recovering(Vec<Op>),
+    /// Done, lock still held: the moment "after recovery".
+    Recovered,
+}
+
+/// The lease: only its epoch. Nothing but a claim looks at a lease's deadline, so each
+/// claim is made at the current lease's deadline (when the lease rules allow a takeover)
+/// and the model needs no clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct LeaseRow {
+    epoch: u8,
+}
+
+/// The write a sink record names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Written {
+    epoch: u8,
+    writer: u8,
+    /// The device number the file had when the write was recorded.
+    dev: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SinkRow {
+    fence: u8,
+    content: Option<Written>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct State {
+    workers: Vec<Worker>,
+    recoverer: Recoverer,
+    lease: Option<LeaseRow>,
+    sink: Option<SinkRow>,
+    folder: Folder,
+    /// The folder's device number: a remount may change it.
+    dev: u8,
+    power_losses: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Claim(u8),
+    Stage(u8),
+    Begin(u8),
+    Step(u8),
+    Crash(u8),
+    RecoverBegin,
+    RecoverStep,
+    RecoverCommit,
+    RecoverCrash,
+    /// Which changes since the last fsync survive: a prefix length, or a bit set.
+    PowerLoss(u32),
+}
+
+/// Every lease's deadline, in ticks; claims come at that time.
+const DEADLINE: i64 = 10;
+
+/// The content of worker `w`'s write, as its SHA-256 stands in the record.
+fn hash(w: u8) -> String {
+    format!("{w:064x}")
+}
+
+impl WriteModel {
+    fn new(workers: u8, protocol: Protocol, power_loss: PowerLoss) -> WriteModel {
+        assert!(
+            usize::from(workers) <= MAX_WORKERS,
+            "at most {MAX_WORKERS} workers"
+        );
+        let mut steps = vec![Step::LinkPre, Step::LinkNew];
+        if protocol.fsync_before_rename {
+            steps.push(Step::Fsync);
+        }
+        steps.push(Step::Rename);
+        if protocol.fsync_after_rename {
+            steps.push(Step::Fsync);
+        }
+        steps.extend([Step::Commit, Step::Cleanup]);
+        WriteModel {
+            workers,
+            protocol,
+            power_loss,
+            max_power_losses: 2,
+            steps,
+        }
+    }
+
+    fn power_losses(self, max_power_losses: u8) -> WriteModel {
+        WriteModel {
+            max_power_losses,
+            ..self
+        }
+    }
+
+    /// The token of worker `w`'s link names.
+    fn token(&self, w: u8) -> u8 {
+        if self.protocol.own_links { w } else { SHARED }
+    }
+
+    /// The identity the product computes for inode `ino` on device `dev`.
+    /// With `identity_has_dev`, the device number is folded into the identity, as the
+    /// old protocol's `(device, inode, size)` compared it.
+    fn file_id(&self, ino: u8, dev: u8) -> FileId {
+        let dev = if self.protocol.identity_has_dev {
+            u64::from(dev)
+        } else {
+            0
+        };
+        FileId {
+            ino: (dev << 32) | (u64::from(ino) + 100),
+            size: 2,
+        }
+    }
+
+    fn holds_lock(&self, worker: &Worker) -> bool {
+        match worker.phase {
+            Phase::Recovering(_) => true,
+            Phase::Writing(i) => self.steps[usize::from(i)..].contains(&Step::Commit),
+            _ => false,
+        }
+    }
+
+    fn lock_free(&self, s: &State) -> bool {
+        s.recoverer == Recoverer::Idle && !s.workers.iter().any(|w| self.holds_lock(w))
+    }
+
+    /// The sink record as the product's rules see it.
+    fn record(&self, s: &State) -> Option<SinkRecord> {
+        s.sink.map(|row| SinkRecord {
+            fence: i64::from(row.fence),
+            content: row.content.map(|c| Content {
+                epoch: i64::from(c.epoch),
+                sha256: hash(c.writer),
+                size: 2,
+                written_at: 0,
+                file: Some(self.file_id(c.writer, c.dev)),
+            }),
+        })
+    }
+
+    /// The epoch a claim gets now, by the product's lease rules.
+    fn claimable(&self, s: &State) -> Option<u8> {
+        let lease = s.lease.map(|row| Lease {
+            owner: format!("worker-{}", row.epoch),
+            epoch: i64::from(row.epoch),
+            deadline: DEADLINE,
+            state: LeaseState::Held,
+            result: None,
+        });
+        let epoch = next_epoch(lease.as_ref(), DEADLINE).ok()?;
+        u8::try_from(epoch).ok()
+    }
+
+    /// Recovery's plan for the folder as it is: each link set's action from
+    /// `sink::recovery`, all decided against the document as found; the links to drop
+    /// first, then the one rollback, if any; then the temp files of dead writers.
+    fn recovery_plan(&self, s: &State) -> Vec<Op> {
+        let names = s.folder.cached;
+        let recorded = s
+            .sink
+            .and_then(|row| row.content)
+            .map(|c| self.file_id(c.writer, c.dev));
+        let tokens: BTreeSet<u8> = names
+            .iter()
+            .filter_map(|(name, _)| match name {
+                Name::Pre(t) | Name::New(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        let id = |name| names.get(name).map(|ino| self.file_id(ino, s.dev));
+        let (mut drops, mut rollbacks) = (Vec::new(), Vec::new());
+        for t in tokens {
+            let found = Leftovers {
+                new: id(Name::New(t)),
+                pre: names.get(Name::Pre(t)).is_some(),
+                doc: id(Name::Doc),
+            };
+            let drop_set = [Op::Unlink(Name::New(t)), Op::Unlink(Name::Pre(t))];
+            match sink::recovery(recorded, found) {
+                Recovery::Nothing => {}
+                Recovery::DropLinks => {
+                    if self.protocol.fsync_before_drop {
+                        drops.push(Op::Fsync);
+                    }
+                    drops.extend(drop_set);
+                }
+                Recovery::RestorePre => {
+                    rollbacks.extend([Op::Restore(t), Op::Fsync]);
+                    rollbacks.extend(drop_set);
+                }
+                Recovery::RemoveDoc => {
+                    rollbacks.extend([Op::Unlink(Name::Doc), Op::Fsync]);
+                    rollbacks.extend(drop_set);
+                }
+            }
+        }
+        let mut plan = drops;
+        plan.extend(rollbacks);
+        for (name, _) in names.iter() {
+            if let Name::Tmp(w) = name
+                && !s.workers[usize::from(w)].alive()
+            {
+                plan.push(Op::Unlink(name));
+            }
+        }
+        plan
+    }
+
+    /// Worker `w`, its recovery done, asks the sink.
+    fn decide(&self, s: &mut State, w: u8) {
+        let worker = &s.workers[usize::from(w)];
+        let decision = sink::decide(
+            self.record(s).as_ref(),
+            s.lease.map(|row| i64::from(row.epoch)),
+            i64::from(worker.epoch),
+            &hash(w),
+            !self.protocol.fenced,
+        );
+        let phase = match decision {
+            WriteDecision::Write => Phase::Writing(0),
+            WriteDecision::Replay => Phase::Done,
+            WriteDecision::Stale { .. } => Phase::Refused("stale"),
+            WriteDecision::Conflict { .. } => Phase::Refused("conflict"),
+            WriteDecision::Unissued { .. } => Phase::Refused("unissued"),
+        };
+        if phase != Phase::Writing(0) {
+            // The staged temp file goes with the refused (or replayed) write.
+            s.folder.remove(Name::Tmp(w));
+        }
+        s.workers[usize::from(w)].phase = phase;
+    }
+
+    /// Worker `w` does the next step of its recovery, and decides once there is none.
+    fn recovery_step(&self, s: &mut State, w: u8, mut plan: Vec<Op>) {
+        if !plan.is_empty() && run_op(&mut s.folder, plan.remove(0)).is_err() {
+            s.folder.remove(Name::Tmp(w));
+            s.workers[usize::from(w)].phase = Phase::Failed;
+        } else if plan.is_empty() {
+            self.decide(s, w);
+        } else {
+            s.workers[usize::from(w)].phase = Phase::Recovering(plan);
+        }
+    }
+
+    /// Worker `w` does step `i` of its accepted write.
+    fn write_step(&self, s: &mut State, w: u8, i: u8) {
+        let t = self.token(w);
+        match self.steps[usize::from(i)] {
+            Step::LinkPre => {
+                // Names of this token left by a dead writer (the shared names, or a
+                // reused inode number) go first.
+                s.folder.remove(Name::Pre(t));
+                s.folder.remove(Name::New(t));
+                if let Some(doc) = s.folder.get(Name::Doc) {
+                    s.folder.change(Change::Set(Name::Pre(t), doc));
+                }
+            }
+            Step::LinkNew => s.folder.change(Change::Set(Name::New(t), w)),
+            Step::Fsync => s.folder.fsync(),
+            Step::Rename => s.folder.change(Change::Move(Name::Tmp(w), Name::Doc, w)),
+            Step::Commit => {
+                let record = self.record(s);
+                let epoch = i64::from(s.workers[usize::from(w)].epoch);
+                let fence = fence_after_write(record.as_ref(), epoch, !self.protocol.fenced);
+                s.sink = Some(SinkRow {
+                    fence: u8::try_from(fence).expect("small epochs"),
+                    content: Some(Written {
+                        epoch: s.workers[usize::from(w)].epoch,
+                        writer: w,
+                        dev: s.dev,
+                    }),
+                });
+            }
+            Step::Cleanup => {
+                s.folder.remove(Name::New(t));
+                s.folder.remove(Name::Pre(t));
+            }
+        }
+        let next = i + 1;
+        s.workers[usize::from(w)].phase = if usize::from(next) == self.steps.len() {
+            Phase::Done
+        } else {
+            Phase::Writing(next)
+        };
+    }
+
+    fn power_loss(&self, s: &mut State, choice: u32) {
+        for worker in &mut s.workers {
+            if worker.alive() {
+                worker.phase = Phase::Dead;
+            }
+        }
+        s.recoverer = Recoverer::Idle;
+        s.power_losses += 1;
+        let more = (s.power_losses < self.max_power_losses).then_some(self.power_loss);
+        s.folder = Folder::new(s.folder.after_power_loss(choice as usize), more);
+        if self.protocol.identity_has_dev {
+            // The same filesystem comes back through another device. Only this
+            // configuration reads the number; the others keep it, so equal states stay
+            // equal.
+            s.dev += 1;
+        }
+    }
+
+    fn worker_actions(&self, s: &State, w: u8, actions: &mut Vec<Action>) {
+        let worker = &s.workers[usize::from(w)];
+        match worker.phase {
+            // Workers are alike until they claim: they claim in their order, which
+            // changes nothing but the numbering and spares the checker the permutations.
+            Phase::Idle => {
+                let turn = w == 0 || s.workers[usize::from(w) - 1].phase != Phase::Idle;
+                if turn && self.lock_free(s) && self.claimable(s).is_some() {
+                    actions.push(Action::Claim(w));
+                }
+            }
+            Phase::Claimed => actions.push(Action::Stage(w)),
+            Phase::Staged if self.lock_free(s) => actions.push(Action::Begin(w)),
+            Phase::Recovering(_) | Phase::Writing(_) => actions.push(Action::Step(w)),
+            _ => {}
+        }
+        if worker.alive() {
+            actions.push(Action::Crash(w));
+        }
+    }
+}
+
+/// Carries out one recovery step on the folder; a pre-image that is gone cannot be
+/// restored (the product's rename fails, and so does the command).
+fn run_op(folder: &mut Folder, op: Op) -> Result<(), ()> {
+    match op {
+        Op::Unlink(name) => folder.remove(name),
+        Op::Restore(t) => {
+            let ino = folder.get(Name::Pre(t)).ok_or(())?;
+            folder.change(Change::Move(Name::Pre(t), Name::Doc, ino));
+        }
+        Op::Fsync => folder.fsync(),
+    }
+    Ok(())
+}
+
+impl Model for WriteModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            workers: vec![
+                Worker {
+                    epoch: 0,
+                    phase: Phase::Idle,
+                };
+                usize::from(self.workers)
+            ],
+            recoverer: Recoverer::Idle,
+            lease: None,
+            sink: None,
+            folder: Folder::new(
+                Names::NONE,
+                (self.max_power_losses > 0).then_some(self.power_loss),
+            ),
+            dev: 0,
+            power_losses: 0,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for w in 0..self.workers {
+            self.worker_actions(s, w, actions);
+        }
+        match s.recoverer {
+            Recoverer::Idle if self.lock_free(s) => actions.push(Action::RecoverBegin),
+            Recoverer::Idle => {}
+            Recoverer::Recovering(_) => actions.extend([Action::RecoverStep, Action::RecoverCrash]),
+            Recoverer::Recovered => actions.extend([Action::RecoverCommit, Action::RecoverCrash]),
+        }
+        let outcomes = s.folder.outcomes() as u32;
+        actions.extend((0..outcomes).map(Action::PowerLoss));
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Claim(w) => {
+                let epoch = self.claimable(&s)?;
+                s.lease = Some(LeaseRow { epoch });
+                // A claim registers its epoch with the sink (the fence only goes up).
+                let row = s.sink.get_or_insert(SinkRow {
+                    fence: 0,
+                    content: None,
+                });
+                row.fence = row.fence.max(epoch);
+                s.workers[usize::from(w)] = Worker {
+                    epoch,
+                    phase: Phase::Claimed,
+                };
+            }
+            Action::Stage(w) => {
+                s.folder.change(Change::Set(Name::Tmp(w), w));
+                s.workers[usize::from(w)].phase = Phase::Staged;
+            }
+            Action::Begin(w) => {
+                let plan = self.recovery_plan(&s);
+                if plan.is_empty() {
+                    self.decide(&mut s, w);
+                } else {
+                    s.workers[usize::from(w)].phase = Phase::Recovering(plan);
+                }
+            }
+            Action::Step(w) => match s.workers[usize::from(w)].phase.clone() {
+                Phase::Recovering(plan) => self.recovery_step(&mut s, w, plan),
+                Phase::Writing(i) => self.write_step(&mut s, w, i),
+                _ => return None,
+            },
+            Action::Crash(w) => s.workers[usize::from(w)].phase = Phase::Dead,
+            Action::RecoverBegin => {
+                let plan = self.recovery_plan(&s);
+                s.recoverer = if plan.is_empty() {
+                    Recoverer::Recovered
+                } else {
+                    Recoverer::Recovering(plan)
+                };
+            }
+            Action::RecoverStep => {
+                let Recoverer::Recovering(mut plan) = s.recoverer.clone() else {
+                    return None;
+                };
+                s.recoverer = if run_op(&mut s.folder, plan.remove(0)).is_err() {
+                    Recoverer::Idle
+                } else if plan.is_empty() {
+                    Recoverer::Recovered
+                } else {
+                    Recoverer::Recovering(plan)
+                };
+            }
+            Action::RecoverCommit | Action::RecoverCrash => s.recoverer = Recoverer::Idle,
+            Action::PowerLoss(choice) => self.power_loss(&mut s, choice),
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(LOWER_EPOCH, no_lower_epoch),
+            Property::always(ACKED_LOST, no_acked_write_lost),
+            Property::always(NOT_RECORDED, recovered_is_recorded),
+            Property::sometimes(INTERRUPTED_RENAME, interrupted_rename),
+            Property::sometimes(ROLLED_BACK, rolls_back),
+            Property::sometimes(STALE, stale_refused),
+            Property::sometimes(ALL_ACKED, all_acked),
+        ]
+    }
+}
+
+const LOWER_EPOCH: &str = "a lower epoch never becomes current after a higher one was acknowledged";
+const ACKED_LOST: &str = "no acknowledged write is lost";
+const NOT_RECORDED: &str = "after recovery the document is the recorded version";
+const INTERRUPTED_RENAME: &str = "a write dies between its rename and its commit";
+const ROLLED_BACK: &str = "recovery rolls back an uncommitted rename";
+const STALE: &str = "a late write is refused as stale";
+const ALL_ACKED: &str = "every worker's write is acknowledged in turn";
+
+impl WriteModel {
+    /// The epoch of the write whose file the document is.
+    fn doc_epoch(&self, s: &State) -> Option<u8> {
+        let doc = s.folder.get(Name::Doc)?;
+        Some(s.workers[usize::from(doc)].epoch)
+    }
+
+    /// The highest acknowledged write: its epoch and worker.
+    fn highest_acked(&self, s: &State) -> Option<(u8, u8)> {
+        (0..self.workers)
+            .filter(|&w| s.workers[usize::from(w)].phase == Phase::Done)
+            .map(|w| (s.workers[usize::from(w)].epoch, w))
+            .max()
+    }
+
+    /// A process holds the lock, its recovery finished, and has changed nothing since.
+    fn recovered(&self, s: &State) -> bool {
+        s.recoverer == Recoverer::Recovered
+            || s.workers.iter().any(|w| w.phase == Phase::Writing(0))
+    }
+}
+
+fn no_lower_epoch(m: &WriteModel, s: &State) -> bool {
+    let acked = m.highest_acked(s).map_or(0, |(epoch, _)| epoch);
+    m.doc_epoch(s).is_none_or(|epoch| epoch >= acked)
+}
+
+/// The document is the highest acknowledged write, or a write of a higher epoch.
+fn no_acked_write_lost(m: &WriteModel, s: &State) -> bool {
+    m.highest_acked(s).is_none_or(|(epoch, w)| {
+        s.folder.get(Name::Doc) == Some(w) || m.doc_epoch(s).is_some_and(|e| e > epoch)
+    })
+}
+
+fn recovered_is_recorded(m: &WriteModel, s: &State) -> bool {
+    !m.recovered(s) || s.folder.get(Name::Doc) == s.sink.and_then(|r| r.content).map(|c| c.writer)
+}
+
+/// A crashed writer's file is the document, and the record does not name it.
+fn interrupted_rename(_: &WriteModel, s: &State) -> bool {
+    let doc = s.folder.get(Name::Doc);
+    let recorded = s.sink.and_then(|r| r.content).map(|c| c.writer);
+    (0..s.workers.len()).any(|w| {
+        let w = u8::try_from(w).ok();
+        s.workers[usize::from(w.unwrap_or(0))].phase == Phase::Dead && doc == w && recorded != w
+    })
+}
+
+/// A recovery is about to put a pre-image back, or remove an uncommitted first document.
+fn rolls_back(_: &WriteModel, s: &State) -> bool {
+    let undoes = |plan: &[Op]| {
+        plan.iter()
+            .any(|op| matches!(op, Op::Restore(_) | Op::Unlink(Name::Doc)))
+    };
+    let worker = |w: &Worker| matches!(&w.phase, Phase::Recovering(plan) if undoes(plan));
+    matches!(&s.recoverer, Recoverer::Recovering(plan) if undoes(plan))
+        || s.workers.iter().any(worker)
+}
+
+fn stale_refused(_: &WriteModel, s: &State) -> bool {
+    s.workers.iter().any(|w| w.phase == Phase::Refused("stale"))
+}
+
+fn all_acked(_: &WriteModel, s: &State) -> bool {
+    s.workers.iter().all(|w| w.phase == Phase::Done)
+}
+
+/// Explores every state, checks every property, and prints what it explored.
+fn assert_holds(model: WriteModel) {
+    let what = format!("{model}");
+    let started = Instant::now();
+    let checker = model.checker().spawn_bfs().join();
+    println!(
+        "model of {what}: {} states explored ({} distinct), {} steps deep, in {:.2?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    checker.assert_properties();
+}
+
+/// Searches for a counterexample to `property`, prints the shortest, and returns it.
+fn counterexample(model: WriteModel, property: &'static str) -> Path<State, Action> {
+    let what = format!("{model}");
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .spawn_bfs()
+        .join();
+    let path = checker.discovery(property).unwrap_or_else(|| {
+        panic!(
+            "no counterexample to {property:?} in {} states of {what}",
+            checker.unique_state_count()
+        )
+    });
+    println!("model of {what}: counterexample to {property:?}:");
+    for action in path.clone().into_actions() {
+        println!("  {action:?}");
+    }
+    println!("  ending in {:?}", path.last_state());
+    path
+}
+
+impl std::fmt::Display for WriteModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let loss = match self.power_loss {
+            PowerLoss::Prefix => "in-order",
+            PowerLoss::AnySubset => "any-subset",
+        };
+        write!(
+            f,
+            "{} workers, up to {} {loss} power losses, {}",
+            self.workers, self.max_power_losses, self.protocol
+        )
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    /// The protocol as its differences from the current one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let now = Protocol::CURRENT;
+        let changes: Vec<&str> = [
+            (self.fenced != now.fenced, "unfenced"),
+            (
+                self.fsync_before_rename != now.fsync_before_rename,
+                "fsync before the rename",
+            ),
+            (
+                self.fsync_after_rename != now.fsync_after_rename,
+                "no fsync after the rename",
+            ),
+            (
+                self.fsync_before_drop != now.fsync_before_drop,
+                "recovery fsyncs before dropping links",
+            ),
+            (self.own_links != now.own_links, "shared link names"),
+            (
+                self.identity_has_dev != now.identity_has_dev,
+                "identity with the device number",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(differs, what)| differs.then_some(what))
+        .collect();
+        if changes.is_empty() {
+            write!(f, "the current protocol")
+        } else {
+            write!(f, "the current protocol with {}", changes.join(", "))
+        }
+    }
+}
+
+#[test]
+fn model_three_workers_keep_every_acknowledged_write() {
+    assert_holds(WriteModel::new(3, Protocol::CURRENT, PowerLoss::Prefix));
+}
+
+#[test]
+#[ignore = "about 16 s in a debug build: .ci/run runs it"]
+fn model_four_workers_keep_every_acknowledged_write() {
+    assert_holds(WriteModel::new(4, Protocol::CURRENT, PowerLoss::Prefix));
+}
+
+#[test]
+fn model_finds_an_older_epoch_over_a_newer_one_when_writes_are_unfenced() {
+    let protocol = Protocol {
+        fenced: false,
+        ..Protocol::CURRENT
+    };
+    let model = WriteModel::new(3, protocol, PowerLoss::Prefix).power_losses(0);
+    counterexample(model, LOWER_EPOCH);
+}
+
+#[test]
+fn model_finds_a_lost_write_when_the_folder_fsync_is_skipped() {
+    let protocol = Protocol {
+        fsync_after_rename: false,
+        ..Protocol::CURRENT
+    };
+    counterexample(WriteModel::new(3, protocol, PowerLoss::Prefix), ACKED_LOST);
+}
+
+#[test]
+fn model_finds_a_lost_write_with_shared_link_names_removed_without_the_lock() {
+    let protocol = Protocol {
+        own_links: false,
+        ..Protocol::CURRENT
+    };
+    let model = WriteModel::new(3, protocol, PowerLoss::Prefix).power_losses(0);
+    counterexample(model, ACKED_LOST);
+}
+
+#[test]
+fn model_finds_a_committed_write_rolled_back_when_identity_has_the_device() {
+    let protocol = Protocol {
+        identity_has_dev: true,
+        ..Protocol::CURRENT
+    };
+    counterexample(
+        WriteModel::new(3, protocol, PowerLoss::Prefix),
+        NOT_RECORDED,
+    );
+}
+
+#[test]
+fn model_any_subset_power_loss_needs_two_more_folder_fsyncs() {
+    // Without either fsync, a power loss that keeps a later change and drops an earlier
+    // one leaves a document its record does not name.
+    for protocol in [
+        Protocol::CURRENT,
+        Protocol {
+            fsync_before_rename: true,
+            ..Protocol::CURRENT
+        },
+        Protocol {
+            fsync_before_drop: true,
+            ..Protocol::CURRENT
+        },
+    ] {
+        counterexample(
+            WriteModel::new(3, protocol, PowerLoss::AnySubset),
+            NOT_RECORDED,
+        );
+    }
+    let protocol = Protocol {
+        fsync_before_rename: true,
+        fsync_before_drop: true,
+        ..Protocol::CURRENT
+    };
+    assert_holds(WriteModel::new(3, protocol, PowerLoss::AnySubset));
+}
