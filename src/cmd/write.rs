@@ -311,9 +311,14 @@ fn publish(
         });
         return Err(e);
     }
-    crate::failpoint!("write.before_cleanup");
+    // The write committed: its links go whatever the failpoint says (a crash there
+    // leaves them for recovery, an injected error still removes them).
+    let hook = (|| -> Result<()> {
+        crate::failpoint!("write.before_cleanup");
+        Ok(())
+    })();
     staged.drop_links();
-    Ok(())
+    hook
 }
 
 /// Who and when, for the record of an accepted write.
