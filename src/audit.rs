@@ -6,6 +6,8 @@
 
 use serde_json::{Value, json};
 
+use unicode_width::UnicodeWidthStr;
+
 use crate::clock::{ClockKind, show};
 
 /// One logged event.
@@ -158,9 +160,39 @@ fn show_detail(detail: &str, clock: ClockKind) -> String {
     }
 }
 
+/// How wide the timeline may grow before its lanes give way to one OWNER column.
+const TIMELINE_WIDTH: usize = 100;
+
 /// The story as lanes: one column per owner (in order of first appearance), one row
-/// per event, so a takeover and a refused late write stand out at a glance.
+/// per event, so a takeover and a refused late write stand out at a glance. With more
+/// owners than fit in [`TIMELINE_WIDTH`] columns (each run of a job under its own name),
+/// one row per event with the owner in a column of its own.
 pub fn timeline(events: &[Event], clock: ClockKind) -> String {
+    let lanes = lanes(events, clock);
+    if lanes.lines().all(|l| l.width() <= TIMELINE_WIDTH) {
+        return lanes;
+    }
+    let several = events.iter().any(|e| e.resource != events[0].resource);
+    let mut header = vec!["AT".to_string()];
+    if several {
+        header.push("RESOURCE".into());
+    }
+    header.extend(["OWNER".to_string(), "EVENT".to_string()]);
+    let mut rows = vec![header];
+    for e in events {
+        let mut row = vec![show(clock, e.at)];
+        if several {
+            row.push(e.resource.clone());
+        }
+        row.push(e.owner.clone().unwrap_or_else(|| "?".into()));
+        row.push(e.summary());
+        rows.push(row);
+    }
+    align(&rows)
+}
+
+/// The timeline with a lane per owner.
+fn lanes(events: &[Event], clock: ClockKind) -> String {
     if events.is_empty() {
         return "no events".to_string();
     }
@@ -197,14 +229,14 @@ pub fn timeline(events: &[Event], clock: ClockKind) -> String {
 }
 
 /// Left-aligned columns separated by two spaces (the plain-text tables of `status`
-/// and `log`).
+/// and `log`), measured in terminal columns: `工人甲` takes six, not three.
 pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
     let cols = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|i| {
             rows.iter()
                 .filter_map(|r| r.as_ref().get(i))
-                .map(|c| c.chars().count())
+                .map(|c| c.width())
                 .max()
                 .unwrap_or(0)
         })
@@ -215,7 +247,7 @@ pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
                 .as_ref()
                 .iter()
                 .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
+                .map(|(c, w)| format!("{c}{}", " ".repeat(w.saturating_sub(c.width()))))
                 .collect();
             cells.join("  ").trim_end().to_string()
         })
@@ -258,5 +290,48 @@ mod tests {
         assert!(lines[2].find("takeover").unwrap_or(0) >= b_col);
         assert!(lines[3].contains("STALE e1 (fence 2)"));
         assert!(lines[3].find("STALE").unwrap_or(usize::MAX) < b_col);
+    }
+
+    #[test]
+    fn columns_line_up_by_display_width() {
+        let rows = [
+            ["OWNER", "EPOCH"].map(String::from),
+            ["工人甲", "1"].map(String::from),
+            ["bob", "2"].map(String::from),
+        ];
+        let text = align(&rows);
+        let starts: Vec<usize> = text
+            .lines()
+            .map(|l| {
+                let at = l.rfind("  ").expect("two columns") + 2;
+                l[..at].width()
+            })
+            .collect();
+        assert_eq!(starts, [8, 8, 8], "{text}");
+    }
+
+    #[test]
+    fn many_owners_fall_back_to_an_owner_column_within_100_columns() {
+        let events: Vec<Event> = (0..8)
+            .map(|i| ev(i, "claim", &format!("worker-host-{}", 40_000 + i), i + 1))
+            .collect();
+        let text = timeline(&events, ClockKind::Wall);
+        assert!(text.lines().all(|l| l.width() <= TIMELINE_WIDTH), "{text}");
+        let header: Vec<&str> = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(header, ["AT", "OWNER", "EVENT"]);
+        assert!(text.contains("worker-host-40007  claim e8"), "{text}");
+        // Two owners still get lanes.
+        let text = timeline(&events[..2], ClockKind::Wall);
+        assert!(
+            text.lines()
+                .next()
+                .unwrap_or_default()
+                .contains("worker-host-40001")
+        );
     }
 }

@@ -178,51 +178,146 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
-/// Parses a TTL or wait: a bare positive integer (ticks of the clock in use) or, on the
-/// wall clock only, a number with a unit: `500ms`, `30s`, `2m`, `1h`.
-pub fn parse_duration(text: &str, kind: ClockKind, what: &str) -> Result<i64> {
+/// Whether an option takes a duration of zero. Every spelling of zero (`0`, `0s`, `0m`,
+/// `0.0`) is the same zero: where zero means "do not wait" it is taken, where it would be
+/// meaningless (a lease that is over before it starts) it is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zero {
+    Allowed,
+    Refused,
+}
+
+/// The units a wall-clock duration may carry, in milliseconds.
+const UNITS: [(&str, i128); 5] = [
+    ("ms", 1),
+    ("s", 1_000),
+    ("m", 60_000),
+    ("h", 3_600_000),
+    ("d", 86_400_000),
+];
+
+/// Parses a duration (a TTL, a wait, a grace period) into units of the `kind` clock.
+///
+/// On the wall clock, as `sleep`, `timeout` and `flock -w` read it: a bare number is
+/// seconds (`30`, `1.5`), and numbers with units follow one another (`500ms`, `0.5s`,
+/// `2m30s`, `1h`, `1d`); the result is in milliseconds and must be a whole number of
+/// them. On the logical clock (`--now`) a duration is a whole number of ticks: units and
+/// fractions are refused, since a tick has no length in seconds.
+pub fn parse_duration(text: &str, kind: ClockKind, what: &str, zero: Zero) -> Result<i64> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
+    let value = match kind {
+        ClockKind::Logical => logical_ticks(text, what)?,
+        ClockKind::Wall => wall_millis_of(text, what)?,
+    };
+    if value == 0 && zero == Zero::Refused {
+        return Err(Error::usage(format!(
+            "{what} must be more than zero, got {text:?}"
+        )));
+    }
+    Ok(value)
+}
+
+/// A duration on the logical clock: a whole number of ticks.
+fn logical_ticks(text: &str, what: &str) -> Result<i64> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map_err(|_| Error::usage(format!("{what} {text:?} is too large")));
+    }
+    if text.starts_with(|c: char| c.is_ascii_digit()) && text.contains(|c: char| c.is_alphabetic())
+    {
+        return Err(Error::usage_hint(
+            format!("{what} {text:?} has a unit, but --now sets a logical clock"),
+            "with --now, give durations as bare ticks (e.g. --ttl 10)",
+        ));
+    }
+    Err(Error::usage_hint(
+        format!("{what} must be a whole number of ticks with --now; got {text:?}"),
+        "with --now, give durations as bare ticks (e.g. --ttl 10)",
+    ))
+}
+
+/// A duration on the wall clock, in milliseconds: seconds, or numbers with units.
+fn wall_millis_of(text: &str, what: &str) -> Result<i64> {
     let bad = || {
         Error::usage_hint(
             format!(
-                "{what} must be a positive integer or a duration like 500ms, 30s, 2m, 1h; got {text:?}"
+                "{what} must be a duration like 30 (seconds), 1.5, 500ms, 2m30s, 1h or 1d; got {text:?}"
             ),
-            "a bare integer is ticks of the clock in use (milliseconds on the wall clock)",
+            "a bare number is seconds; units: ms, s, m, h, d (with --now: bare ticks)",
         )
     };
-    if digits.is_empty() {
+    let too_large = || Error::usage(format!("{what} {text:?} is too large"));
+    if text.is_empty() {
         return Err(bad());
     }
-    let value: i64 = digits
-        .parse()
-        .map_err(|_| Error::usage(format!("{what} {text:?} is too large")))?;
-    let factor: i64 = match unit {
-        "" => 1,
-        "ms" | "s" | "m" | "h" if kind == ClockKind::Logical => {
+    let mut rest = text;
+    let mut total: i128 = 0;
+    let mut last_factor = i128::MAX;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let factor = match unit {
+            // A bare number is seconds, and only on its own.
+            "" if rest.len() == text.len() && after.is_empty() => 1_000,
+            "" => return Err(bad()),
+            _ => {
+                UNITS
+                    .iter()
+                    .find(|(name, _)| *name == unit)
+                    .ok_or_else(bad)?
+                    .1
+            }
+        };
+        // Largest unit first, each unit once: `2m30s`, not `30s2m` or `1m1m`.
+        if factor >= last_factor {
+            return Err(bad());
+        }
+        last_factor = factor;
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty()
+            || !whole.bytes().all(|b| b.is_ascii_digit())
+            || !fraction.bytes().all(|b| b.is_ascii_digit())
+            || (number.contains('.') && fraction.is_empty())
+        {
+            return Err(bad());
+        }
+        // Whole digits past 24 overflow any clock; fractional ones past 9 only add
+        // precision finer than the millisecond checked below.
+        if whole.trim_start_matches('0').len() > 24 || fraction.len() > 9 {
+            return Err(if fraction.len() > 9 {
+                bad()
+            } else {
+                too_large()
+            });
+        }
+        let whole: i128 = whole.parse().map_err(|_| too_large())?;
+        let scale = 10_i128.pow(fraction.len() as u32);
+        let fraction: i128 = if fraction.is_empty() {
+            0
+        } else {
+            fraction.parse().map_err(|_| bad())?
+        };
+        if fraction * factor % scale != 0 {
             return Err(Error::usage_hint(
-                format!("{what} {text:?} has a unit, but --now sets a logical clock"),
-                "with --now, give durations as bare ticks (e.g. --ttl 10)",
+                format!("{what} {text:?} is finer than a millisecond"),
+                "durations count whole milliseconds (e.g. 1.5s, 0.25s, 500ms)",
             ));
         }
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(bad()),
-    };
-    let total = value
-        .checked_mul(factor)
-        .ok_or_else(|| Error::usage(format!("{what} {text:?} is too large")))?;
-    if total <= 0 {
-        return Err(Error::usage(format!(
-            "{what} must be positive, got {text:?}"
-        )));
+        total = whole
+            .checked_mul(factor)
+            .and_then(|ms| ms.checked_add(fraction * factor / scale))
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(too_large)?;
+        rest = after;
     }
-    Ok(total)
+    i64::try_from(total).map_err(|_| too_large())
 }
 
 #[cfg(test)]
@@ -284,36 +379,79 @@ mod tests {
     }
 
     #[test]
-    fn units_scale_to_milliseconds_on_the_wall_clock() {
-        let w = ClockKind::Wall;
-        assert_eq!(parse_duration("500ms", w, "--ttl").ok(), Some(500));
-        assert_eq!(parse_duration("30s", w, "--ttl").ok(), Some(30_000));
-        assert_eq!(parse_duration("2m", w, "--ttl").ok(), Some(120_000));
-        assert_eq!(parse_duration("1h", w, "--ttl").ok(), Some(3_600_000));
-        assert_eq!(parse_duration("42", w, "--ttl").ok(), Some(42));
+    fn a_bare_number_is_seconds_and_units_scale_on_the_wall_clock() {
+        let ms = |t: &str| parse_duration(t, ClockKind::Wall, "--ttl", Zero::Refused).ok();
+        assert_eq!(ms("30"), Some(30_000));
+        assert_eq!(ms("1.5"), Some(1_500));
+        assert_eq!(ms("0.5s"), Some(500));
+        assert_eq!(ms("500ms"), Some(500));
+        assert_eq!(ms("2m"), Some(120_000));
+        assert_eq!(ms("2m30s"), Some(150_000));
+        assert_eq!(ms("1h30m"), Some(5_400_000));
+        assert_eq!(ms("1.5h"), Some(5_400_000));
+        assert_eq!(ms("1d"), Some(86_400_000));
+        assert_eq!(ms("1d2h3m4s5ms"), Some(93_784_005));
+        assert_eq!(ms(" 10s "), Some(10_000));
+        assert_eq!(ms("0.001"), Some(1));
     }
 
     #[test]
-    fn logical_clock_takes_bare_ticks_only() {
-        let l = ClockKind::Logical;
-        assert_eq!(parse_duration("10", l, "--ttl").ok(), Some(10));
-        assert!(parse_duration("10s", l, "--ttl").is_err());
+    fn logical_clock_takes_whole_ticks_only() {
+        let ticks = |t: &str| parse_duration(t, ClockKind::Logical, "--ttl", Zero::Refused);
+        assert_eq!(ticks("10").ok(), Some(10));
+        for bad in ["10s", "1.5", "2m30s", "1d", "", "-1", "x"] {
+            assert!(ticks(bad).is_err(), "{bad:?} accepted as ticks");
+        }
     }
 
     #[test]
-    fn zero_negative_garbage_and_overflow_are_refused() {
+    fn every_spelling_of_zero_is_the_same_zero() {
+        for zero in ["0", "0s", "0ms", "0m", "0h", "0d", "0.0", "0m0s", "00"] {
+            assert_eq!(
+                parse_duration(zero, ClockKind::Wall, "--wait", Zero::Allowed).ok(),
+                Some(0),
+                "{zero:?}"
+            );
+            assert!(
+                parse_duration(zero, ClockKind::Wall, "--ttl", Zero::Refused).is_err(),
+                "{zero:?} accepted as a TTL"
+            );
+        }
+        assert_eq!(
+            parse_duration("0", ClockKind::Logical, "--last", Zero::Allowed).ok(),
+            Some(0)
+        );
+        assert!(parse_duration("0", ClockKind::Logical, "--ttl", Zero::Refused).is_err());
+    }
+
+    #[test]
+    fn negative_garbage_odd_orders_and_overflow_are_refused() {
         let w = ClockKind::Wall;
         for bad in [
-            "0",
             "-5",
             "",
             "s",
             "5x",
-            "1.5s",
+            "1.",
+            ".5",
+            "1..5",
+            "1.5.2s",
+            "30s2m",
+            "1m1m",
+            "2m30",
+            "1 m",
+            "1e3",
+            "0.0001",
+            "0.5ms",
+            "1.0000000001s",
             "99999999999999999999",
             "9999999999999999h",
+            "999999999999999999999999999d",
         ] {
-            assert!(parse_duration(bad, w, "--ttl").is_err(), "{bad:?} accepted");
+            assert!(
+                parse_duration(bad, w, "--ttl", Zero::Allowed).is_err(),
+                "{bad:?} accepted"
+            );
         }
     }
 }

@@ -38,7 +38,7 @@ pub enum Error {
     },
 
     /// SQLite failed in a way that is neither busy nor a foreign file.
-    #[error("state file {path}: {source}")]
+    #[error("{}", database_message(path, source))]
     Database {
         path: PathBuf,
         #[source]
@@ -112,6 +112,8 @@ pub struct Refusal {
     pub message: String,
     /// Fields for `--json` (resource, epoch, current holder, ...).
     pub fields: Map<String, Value>,
+    /// Already in the audit log (`run` logs a loss when it notices it).
+    pub logged: bool,
 }
 
 impl Refusal {
@@ -121,6 +123,7 @@ impl Refusal {
             kind,
             message,
             fields: object(fields),
+            logged: false,
         }
     }
 }
@@ -172,21 +175,23 @@ impl Error {
     }
 
     /// A line telling the user how to fix it, when there is one.
-    pub fn hint(&self) -> Option<&str> {
+    pub fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
+        use std::borrow::Cow;
         match self {
-            Error::Usage { hint, .. } => hint.as_deref(),
-            Error::Busy { .. } => {
-                Some("raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT) or find the process holding it")
-            }
+            Error::Usage { hint, .. } => hint.as_deref().map(Cow::Borrowed),
+            Error::Busy { .. } => Some(Cow::Borrowed(
+                "raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT) or find the process holding it",
+            )),
+            Error::Database { path, source } => database_hint(path, source).map(Cow::Owned),
             Error::Io {
                 context: PRE_IMAGE_LINK,
                 source,
                 ..
-            } if source.kind() == io::ErrorKind::PermissionDenied => Some(
+            } if source.kind() == io::ErrorKind::PermissionDenied => Some(Cow::Borrowed(
                 "the kernel refused to hard-link the document: it belongs to another user \
                  (fs.protected_hardlinks), or the filesystem has no hard links; run the \
                  writer as the document's owner",
-            ),
+            )),
             _ => None,
         }
     }
@@ -219,6 +224,48 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// SQLite's failures in plain words: its own text ("attempt to write a readonly
+/// database", "disk I/O error") names neither the file nor what to do.
+fn database_message(path: &std::path::Path, source: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode;
+    let path = path.display();
+    match source.sqlite_error_code() {
+        Some(ErrorCode::ReadOnly) => {
+            format!("this user may not change the state file {path} ({source})")
+        }
+        Some(ErrorCode::DiskFull) => {
+            format!("the filesystem holding the state file {path} is full ({source})")
+        }
+        Some(ErrorCode::SystemIoFailure) => {
+            format!("the filesystem failed to read or write the state file {path} ({source})")
+        }
+        Some(ErrorCode::CannotOpen) => format!("cannot open the state file {path} ({source})"),
+        _ => format!("state file {path}: {source}"),
+    }
+}
+
+/// What to do about a SQLite failure, when there is something.
+fn database_hint(path: &std::path::Path, source: &rusqlite::Error) -> Option<String> {
+    use rusqlite::ErrorCode;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."))
+        .display();
+    match source.sqlite_error_code()? {
+        ErrorCode::ReadOnly | ErrorCode::CannotOpen => Some(format!(
+            "changes need write access to the state file, to the -wal and -shm files beside \
+             it and to its folder {dir}: run as their owner (status, verify and log only \
+             read)"
+        )),
+        ErrorCode::DiskFull => Some(format!("free space where {dir} is (df -h {dir})")),
+        ErrorCode::SystemIoFailure => Some(format!(
+            "is the filesystem of {dir} full (df -h {dir}), read-only, or failing (dmesg)?"
+        )),
+        _ => None,
+    }
+}
 
 /// What a write was doing when linking the current document as its pre-image failed.
 pub const PRE_IMAGE_LINK: &str = "cannot link pre-image";

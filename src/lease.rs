@@ -90,6 +90,8 @@ pub enum LostReason {
     NoLease,
     /// The lease now has another epoch (taken over, or reclaimed under the same name).
     Superseded,
+    /// The epoch is higher than any claim gave out: it never held the lease.
+    NeverIssued,
     /// Same epoch but another owner name: the request does not hold this lease.
     WrongOwner,
     /// The deadline has passed (`now >= deadline`).
@@ -103,6 +105,7 @@ impl LostReason {
         match self {
             LostReason::NoLease => "no lease was ever claimed",
             LostReason::Superseded => "the lease has a newer epoch",
+            LostReason::NeverIssued => "no claim ever issued that epoch",
             LostReason::WrongOwner => "the lease belongs to another owner",
             LostReason::Expired => "the lease expired",
             LostReason::Finished(LeaseState::Completed) => "the lease was already completed",
@@ -121,6 +124,9 @@ pub fn check_holder(
     now: i64,
 ) -> Result<(), LostReason> {
     let lease = current.ok_or(LostReason::NoLease)?;
+    if epoch > lease.epoch {
+        return Err(LostReason::NeverIssued);
+    }
     if lease.epoch != epoch {
         return Err(LostReason::Superseded);
     }
@@ -191,6 +197,15 @@ mod tests {
             Err(LostReason::WrongOwner)
         );
         assert_eq!(check_holder(None, "A", 1, 0), Err(LostReason::NoLease));
+    }
+
+    #[test]
+    fn an_epoch_above_the_lease_was_never_issued_not_superseded() {
+        let lease = held("A", 1, 30);
+        assert_eq!(
+            check_holder(Some(&lease), "A", 2, 20),
+            Err(LostReason::NeverIssued)
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub mod root;
 pub mod sink;
 pub mod store;
 
-use clock::{Clock, ClockKind, parse_duration};
+use clock::{Clock, ClockKind, Zero, parse_duration};
 use cmd::{Ctx, Report};
 use error::{Error, Result};
 
@@ -41,7 +41,10 @@ const VERSION: &str = if cfg!(feature = "failpoints") {
     env!("CARGO_PKG_VERSION")
 };
 
-const EXIT_CODES: &str = "\
+/// The exit-code table of `--help`, as a literal so the short help can add to it.
+macro_rules! exit_codes {
+    () => {
+        "\
 Exit codes:
   0  success (including `replay`)
   1  I/O or internal error
@@ -54,7 +57,9 @@ Exit codes:
   8  unissued: claim never issued this epoch for this resource (write)
   9  diverged: verify found a document, record or lease out of step
   other: run passes its command's exit code through (127: the command cannot be started;
-     128+N: killed by signal N)";
+     128+N: killed by signal N); run --held-exit-code/--lost-exit-code replace 3 and 4"
+    };
+}
 
 /// Fenced, atomic document publishing for workers whose jobs can be taken over.
 ///
@@ -62,7 +67,17 @@ Exit codes:
 /// while that epoch is the newest, so a paused worker whose lease was taken over cannot
 /// overwrite its successor's result.
 #[derive(Debug, Parser)]
-#[command(name = "fencepost", version = VERSION, after_help = EXIT_CODES, max_term_width = 100)]
+#[command(
+    name = "fencepost",
+    version = VERSION,
+    after_help = concat!(
+        "Global options, taken by every command (explained by --help): -r/--root DIR, --db PATH,\n",
+        "--now N, --json, -q/--quiet, --busy-timeout DURATION, --log-keep N.\n\n",
+        exit_codes!()
+    ),
+    after_long_help = exit_codes!(),
+    max_term_width = 100
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -71,25 +86,42 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every command takes.
+/// Options every command takes. They have a heading of their own in `--help` and the
+/// man pages, and stay out of each command's short help (`-h`), which is about the
+/// command.
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Publish root: resources are paths relative to it [default: the nearest folder
     /// from the current one up that holds .fencepost/, where names typed on the command
     /// line are relative to the current folder; else the current folder].
-    #[arg(long, global = true, env = "FENCEPOST_ROOT", value_name = "DIR")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_ROOT",
+        value_name = "DIR"
+    )]
     pub root: Option<PathBuf>,
 
     /// State file [default: the one the root's .fencepost/ names, else
     /// <root>/.fencepost/state.db].
-    #[arg(long, global = true, env = "FENCEPOST_DB", value_name = "PATH")]
-    pub db: Option<PathBuf>,
-
-    /// Use logical tick N as the current time instead of wall-clock milliseconds.
-    /// A state file stays on the clock it was first used with.
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_DB",
+        value_name = "PATH"
+    )]
+    pub db: Option<PathBuf>,
+
+    /// Use logical tick N as the current time instead of the wall clock; durations are
+    /// then ticks too. A state file stays on the clock it was first used with.
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
         env = "FENCEPOST_NOW",
         value_name = "N",
         allow_negative_numbers = true
@@ -100,22 +132,33 @@ pub struct Global {
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "FENCEPOST_JSON",
         value_parser = clap::builder::FalseyValueParser::new()
     )]
     pub json: bool,
 
-    /// Print nothing on stdout that a script does not need: no `written`, `completed`,
-    /// `released`, `renewed` or refusal words (exit codes still say it all; errors still
-    /// go to stderr). claim's epoch, status, log and verify still print.
-    #[arg(short, long, global = true, env = "FENCEPOST_QUIET", value_parser = clap::builder::FalseyValueParser::new())]
+    /// Print nothing that a script does not need: no `written`, `completed`, `released`,
+    /// `renewed` or refusal words on stdout, and no line on stderr for a refusal (held,
+    /// lost, stale, conflict, unissued), as `flock -n` is silent when the lock is taken:
+    /// the exit code says it all. Errors still go to stderr; claim's epoch, status, log
+    /// and verify still print.
+    #[arg(
+        short,
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_QUIET",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
     pub quiet: bool,
 
-    /// How long to wait for another process's lock on the state file before exiting 7
-    /// (0: do not wait).
+    /// How long to wait for another process's lock on the state file before exiting 7:
+    /// seconds or with units (500ms, 1m), 0 for not at all. Real time, even with --now.
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "FENCEPOST_BUSY_TIMEOUT",
         default_value = "10s",
         value_name = "DURATION"
@@ -127,6 +170,7 @@ pub struct Global {
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "FENCEPOST_LOG_KEEP",
         default_value_t = store::DEFAULT_LOG_KEEP,
         value_name = "N"
@@ -169,39 +213,52 @@ where
             if !e.use_stderr()
                 || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
         {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            let code = if e.use_stderr() { 2 } else { 0 };
+            return match e.print() {
+                Err(failed) if !e.use_stderr() => {
+                    stdout_failed(&failed, code, "nothing was changed")
+                }
+                _ => code,
+            };
         }
         Err(e) => {
-            // Bad usage is bad input like any other: one `fencepost:` line (and a usage
-            // hint), and the `--json` object a script parses.
-            let json = args.iter().any(|a| a == "--json")
+            // Bad usage is bad input like any other: one `fencepost:` line (and a hint),
+            // and the `--json` object a script parses. Only fencepost's own arguments
+            // count: a `--json` after `--` belongs to run's command.
+            let own = args.iter().skip(1).take_while(|a| *a != "--");
+            let json = own.clone().any(|a| a == "--json")
                 || std::env::var("FENCEPOST_JSON").is_ok_and(|v| {
                     !matches!(
                         v.to_ascii_lowercase().as_str(),
                         "" | "0" | "n" | "no" | "f" | "false" | "off"
                     )
                 });
+            let command = own
+                .filter_map(|a| a.to_str())
+                .find(|a| Cli::command().find_subcommand(a).is_some());
+            let named = json!({ "resource": null, "epoch": null });
             report_error(
-                &usage_from_clap(&e),
+                &clap_usage_error(&e, command),
                 json,
                 false,
-                (Value::Null, Value::Null),
+                error::object(named),
             );
             return 2;
         }
     };
     let json = cli.global.json;
-    let quiet = cli.global.quiet && !json;
-    let quiet_success = quiet && cli.command.is_confirmation();
+    let quiet = cli.global.quiet;
+    let quiet_success = quiet && !json && cli.command.is_confirmation();
     // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
     let typed = matches
         .subcommand_matches("write")
         .and_then(|m| m.value_source("resource"))
         .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
     let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
-        dispatch(&ctx, &cli.command).inspect_err(|err| {
-            if let Error::Refused(refusal) = err {
+        dispatch(&ctx, &cli.command, json).inspect_err(|err| {
+            if let Error::Refused(refusal) = err
+                && !refusal.logged
+            {
                 cmd::log_refusal(&ctx, refusal);
             }
         })
@@ -214,6 +271,11 @@ where
                 Command::Man(args) => args.dir.is_none(),
                 _ => false,
             };
+            let left = match report.changed {
+                Some(changed) => changed,
+                None if cli.command.changes_nothing() => "nothing was changed".to_string(),
+                None => "`fencepost status` shows the state it left".to_string(),
+            };
             let text = if json && !generated {
                 let mut map = report.json;
                 map.entry("outcome").or_insert(json!("ok"));
@@ -223,38 +285,137 @@ where
             } else {
                 report.plain
             };
-            if !text.is_empty() && !quiet_success {
-                emit(&text);
+            if !text.is_empty()
+                && !quiet_success
+                && let Err(e) = emit(&text)
+            {
+                return stdout_failed(&e, 0, &left);
             }
             0
         }
         Err(err) => {
-            report_error(&err, json, quiet, cli.command.named());
-            err.exit_code()
+            // run may give held and lost codes of the caller's choosing, and says in its
+            // JSON which side an exit came from.
+            let (code, mut extra) = match &cli.command {
+                Command::Run(args) => {
+                    let code = args.exit_code(&err);
+                    let from = if matches!(err, Error::Child { .. }) {
+                        "command"
+                    } else {
+                        "fencepost"
+                    };
+                    let extra = json!({ "exit_code": code, "exit_from": from });
+                    (code, error::object(extra))
+                }
+                _ => (err.exit_code(), serde_json::Map::new()),
+            };
+            let (resource, epoch) = cli.command.named();
+            extra.insert("resource".into(), resource);
+            extra.insert("epoch".into(), epoch);
+            report_error(&err, json, quiet, extra);
+            code
         }
     }
 }
 
-/// A clap parse error as one line: clap's message without its `error:` prefix, its
-/// indented continuation lines joined, and its usage line as the hint.
-fn usage_from_clap(e: &clap::Error) -> Error {
-    let text = e.render().to_string();
-    let mut lines = text.lines();
-    let first = lines.next().unwrap_or_default();
-    let mut message = first
-        .strip_prefix("error: ")
-        .unwrap_or(first)
-        .trim()
-        .to_string();
-    for line in lines.by_ref().take_while(|l| !l.trim().is_empty()) {
-        message.push(' ');
-        message.push_str(line.trim());
+/// The answer could not be written to stdout. A closed pipe (`| head -0`) is the reader's
+/// choice, as ripgrep treats it: exit quietly with the code the command earned. Any
+/// other failure (a full disk, an I/O error) means the caller never got the answer,
+/// perhaps an epoch it needs: exit 1 with a line saying what the command left behind.
+fn stdout_failed(e: &io::Error, code: i32, left: &str) -> i32 {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        return code;
     }
-    let hint = match text.lines().find_map(|l| l.strip_prefix("Usage: ")) {
-        Some(usage) => format!("usage: {usage} (see --help)"),
-        None => "see fencepost --help".to_string(),
+    let _ = writeln!(
+        io::stderr(),
+        "fencepost: cannot write the result to stdout: {e}; {left}"
+    );
+    1
+}
+
+/// A clap parse error as one line, built from its kind and context (never from its
+/// rendered text): what was wrong, and as the hint clap's "did you mean" suggestion, or
+/// where to read the command's options. `command`: the subcommand named, if any.
+fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
+    use clap::error::{ContextKind, ErrorKind};
+    let one = |kind| clap_context(e, kind).into_iter().next().unwrap_or_default();
+    let name = command.map_or_else(|| "fencepost".to_string(), |c| format!("fencepost {c}"));
+    let arg = one(ContextKind::InvalidArg);
+    let value = one(ContextKind::InvalidValue);
+    let message = match e.kind() {
+        ErrorKind::InvalidSubcommand => {
+            format!("unknown command '{}'", one(ContextKind::InvalidSubcommand))
+        }
+        ErrorKind::UnknownArgument if arg.starts_with('-') => {
+            format!("{name} has no option '{arg}'")
+        }
+        ErrorKind::UnknownArgument => format!("unexpected argument '{arg}' for {name}"),
+        ErrorKind::InvalidValue if value.is_empty() => format!("{arg} needs a value"),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let cause = std::error::Error::source(e)
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
+            format!("invalid value '{value}' for {arg}{cause}")
+        }
+        ErrorKind::MissingRequiredArgument => format!(
+            "{name} needs {}",
+            clap_context(e, ContextKind::InvalidArg).join(", ")
+        ),
+        ErrorKind::ArgumentConflict => format!(
+            "{arg} cannot be used with {}",
+            clap_context(e, ContextKind::PriorArg).join(", ")
+        ),
+        ErrorKind::MissingSubcommand => "no command given".to_string(),
+        ErrorKind::InvalidUtf8 => "an argument is not valid UTF-8".to_string(),
+        ErrorKind::TooManyValues => format!("unexpected value '{value}' for {arg}"),
+        ErrorKind::NoEquals => format!("{arg} needs its value after '='"),
+        kind => match (kind.as_str(), arg.is_empty()) {
+            (Some(what), true) => what.to_string(),
+            (Some(what), false) => format!("{what}: {arg}"),
+            (None, _) => "bad usage".to_string(),
+        },
     };
-    Error::usage_hint(message, hint)
+    Error::usage_hint(message, clap_hint(e, command.is_some(), &name))
+}
+
+/// The hint under a clap parse error: clap's suggestions first ("did you mean"), then
+/// its other tips and the values it would take, else where to read the options.
+fn clap_hint(e: &clap::Error, has_command: bool, name: &str) -> String {
+    use clap::error::{ContextKind, ErrorKind};
+    let suggested: Vec<String> = [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .flat_map(|kind| clap_context(e, kind))
+    .map(|word| format!("'{word}'"))
+    .collect();
+    let valid = clap_context(e, ContextKind::ValidValue);
+    if !suggested.is_empty() {
+        format!("did you mean {}?", suggested.join(" or "))
+    } else if let Some(tip) = clap_context(e, ContextKind::Suggested).first() {
+        format!("see {name} --help; {tip}")
+    } else if !valid.is_empty() {
+        format!("possible values: {}", valid.join(", "))
+    } else if e.kind() == ErrorKind::InvalidSubcommand || !has_command {
+        "fencepost --help lists the commands".to_string()
+    } else {
+        format!("see {name} --help")
+    }
+}
+
+/// One context value of a clap error, as plain strings.
+fn clap_context(e: &clap::Error, kind: clap::error::ContextKind) -> Vec<String> {
+    use clap::error::ContextValue;
+    match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::Strings(v)) => v.clone(),
+        Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
+        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
+        Some(ContextValue::Number(n)) => vec![n.to_string()],
+        _ => Vec::new(),
+    }
 }
 
 impl Command {
@@ -277,6 +438,16 @@ impl Command {
         }
     }
 
+    /// Commands that only read: whatever happens to their output, nothing changed.
+    fn changes_nothing(&self) -> bool {
+        match self {
+            Command::Status(_) | Command::Verify(_) | Command::Completions(_) => true,
+            Command::Log(args) => !args.prune,
+            Command::Man(args) => args.dir.is_none(),
+            _ => false,
+        }
+    }
+
     /// Commands whose stdout only confirms what the exit code already says.
     fn is_confirmation(&self) -> bool {
         matches!(
@@ -290,7 +461,7 @@ impl Command {
     }
 }
 
-fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
+fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
     match command {
         Command::Claim(a) => cmd::claim::run(ctx, a),
         Command::Renew(a) => cmd::renew::run(ctx, a),
@@ -299,7 +470,7 @@ fn dispatch(ctx: &Ctx, command: &Command) -> Result<Report> {
         Command::Write(a) => cmd::write::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
-        Command::Run(a) => cmd::run::run(ctx, a),
+        Command::Run(a) => cmd::run::run(ctx, a, json),
         Command::Log(a) => cmd::log::run(ctx, a),
         Command::Verify(a) => cmd::verify::run(ctx, a),
         Command::Completions(a) => cmd::completions::completions(a),
@@ -325,11 +496,14 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             state_files: root::StateFiles::default(),
         });
     }
-    // 0 means "do not wait at all" (exit 7 at once if the state file is locked).
-    let busy_ms = match global.busy_timeout.trim() {
-        "0" | "0ms" | "0s" => 0,
-        text => parse_duration(text, ClockKind::Wall, "--busy-timeout")?,
-    };
+    // Real time even under --now; zero means "do not wait at all" (exit 7 at once if
+    // the state file is locked).
+    let busy_ms = parse_duration(
+        &global.busy_timeout,
+        ClockKind::Wall,
+        "--busy-timeout",
+        Zero::Allowed,
+    )?;
     // SQLite counts the busy timeout in an int of milliseconds (about 24.8 days).
     if busy_ms > i64::from(i32::MAX) {
         return Err(Error::usage(format!(
@@ -364,13 +538,21 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     })
 }
 
-/// Prints a result line; a closed stdout (e.g. `| head`) is not an error.
-fn emit(text: &str) {
+/// Prints a result line and flushes it, so a failed write is seen here.
+fn emit(text: &str) -> io::Result<()> {
     let mut out = io::stdout().lock();
-    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+    writeln!(out, "{text}").and_then(|()| out.flush())
 }
 
-fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
+/// Prints a failed command's answer: its JSON object or refusal word on stdout, and one
+/// `fencepost:` line (and a hint) on stderr. With `-q`, a refusal prints neither: its
+/// exit code is the whole answer, as with `flock -n`. The exit code stays the error's
+/// even when stdout cannot be written, since it is the answer.
+///
+/// `defaults`: JSON fields for what the error's own do not say (the resource and epoch
+/// the command line named).
+fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<String, Value>) {
+    let mut written = Ok(());
     if json {
         let mut map = match err {
             Error::Refused(r) => r.fields.clone(),
@@ -381,18 +563,26 @@ fn report_error(err: &Error, json: bool, quiet: bool, named: (Value, Value)) {
         };
         map.insert("outcome".into(), json!(err.outcome()));
         map.insert("error".into(), json!(err.to_string()));
-        let (resource, epoch) = named;
-        map.entry("resource").or_insert(resource);
-        map.entry("epoch").or_insert(epoch);
-        emit(&Value::Object(map).to_string());
+        for (key, value) in defaults {
+            map.entry(key).or_insert(value);
+        }
+        written = emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         if !quiet {
-            emit(r.kind.outcome());
+            written = emit(r.kind.outcome());
         }
     } else if let Error::Diverged { report, .. } | Error::Partial { report, .. } = err {
-        emit(report);
+        written = emit(report);
     }
     let mut stderr = io::stderr().lock();
+    if let Err(e) = written
+        && e.kind() != io::ErrorKind::BrokenPipe
+    {
+        let _ = writeln!(stderr, "fencepost: cannot write the answer to stdout: {e}");
+    }
+    if quiet && matches!(err, Error::Refused(_)) {
+        return;
+    }
     let _ = writeln!(stderr, "fencepost: {err}");
     if let Some(hint) = err.hint() {
         let _ = writeln!(stderr, "hint: {hint}");

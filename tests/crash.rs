@@ -375,13 +375,15 @@ enum Stage {
 
 fn stage_of(point: &str) -> Stage {
     match point {
-        "write.after_temp_write"
+        "write.before_stage"
+        | "write.after_temp_write"
         | "write.after_temp_fsync"
         | "write.before_lock"
+        | "txn.after_begin"
         | "write.after_pre_link"
         | "write.after_new_link" => Stage::BeforeRename,
         "write.after_rename" | "write.after_dir_fsync" | "txn.before_commit" => Stage::Renamed,
-        "txn.after_commit" => Stage::Committed,
+        "txn.after_commit" | "write.before_cleanup" => Stage::Committed,
         other => panic!("unknown write failpoint {other}"),
     }
 }
@@ -563,6 +565,21 @@ fn write_point(point: &str) {
             }
         }
     }
+}
+
+#[test]
+fn write_before_stage() {
+    write_point("write.before_stage");
+}
+
+#[test]
+fn write_after_begin() {
+    write_point("txn.after_begin");
+}
+
+#[test]
+fn write_before_cleanup() {
+    write_point("write.before_cleanup");
 }
 
 #[test]

@@ -152,10 +152,12 @@ fn write_from_file_works() {
 }
 
 #[test]
-fn empty_document_is_a_valid_write() {
+fn empty_document_is_a_valid_write_when_asked_for() {
     let env = Env::new();
     env.claim("empty.md", "A", 10, 0);
-    env.write("empty.md", 1, "", 1, 0);
+    env.fp(&["write", "empty.md", "--epoch", "1", "--allow-empty"])
+        .now(1)
+        .expect_stdout(0, "written");
     assert_eq!(env.read("empty.md").expect("doc"), b"");
     let r = row(&env, "empty.md", 1);
     assert_eq!(r["sink"]["size"], 0);
@@ -222,6 +224,9 @@ fn documents_around_the_copy_chunk_size_keep_every_byte_and_hash() {
             assert_eq!(env.claim(&res, "A", 5, now), epoch);
             let epoch_text = epoch.to_string();
             let mut args = vec!["--json", "write", res.as_str(), "--epoch", &epoch_text];
+            if size == 0 {
+                args.push("--allow-empty");
+            }
             let source = env.path(&format!("src{i}"));
             std::fs::write(&source, &content).expect("write the source");
             let source_text = source.to_string_lossy().into_owned();
@@ -505,7 +510,7 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
         .collect();
     names.sort();
     assert_eq!(names, ["state.db"]);
-    // A state change by nobody is refused with one line, not a panic.
+    // A state change by nobody is refused with one line and a hint, not a panic.
     let out = as_nobody(
         env.root(),
         4,
@@ -513,9 +518,10 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
         "",
     );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).lines().count(),
-        1,
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        matches!(lines.as_slice(), [first, hint] if first.starts_with("fencepost: ") && hint.starts_with("hint: ")),
         "{out:?}"
     );
 }

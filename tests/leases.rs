@@ -21,7 +21,8 @@ fn takeover_at_deadline_is_allowed() {
     let j = held.json();
     assert_eq!(j["outcome"], "held");
     assert_eq!(j["holder"], "A");
-    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["holder_epoch"], 1);
+    assert_eq!(j["epoch"], serde_json::Value::Null);
     assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
 }
 

@@ -4,6 +4,7 @@
 mod harness;
 
 mod acknowledged;
+mod conventions;
 mod crash;
 mod documents;
 mod inputs;
@@ -11,6 +12,8 @@ mod leases;
 mod model;
 mod operator;
 mod paths;
+mod powerloss;
+mod readme;
 mod reports;
 mod reproduce;
 mod roots;

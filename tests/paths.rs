@@ -563,7 +563,8 @@ fn a_caller_that_never_held_the_lease_is_told_so() {
         .now(2)
         .expect(4);
     assert!(
-        done.stderr.contains("B epoch 1 does not hold doc.md"),
+        done.stderr
+            .contains("B epoch 1 does not hold the lease on doc.md"),
         "{}",
         done.stderr
     );

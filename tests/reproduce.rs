@@ -15,10 +15,15 @@ fn fixtures() -> PathBuf {
 
 /// Runs `fixtures/reproduce.sh ARGS` with `FENCEPOST` set to `fencepost`.
 fn reproduce(fencepost: &Path, args: &[&str]) -> (i32, String, String) {
-    let out: Output = Command::new("bash")
+    let mut command = Command::new("bash");
+    command.env("FENCEPOST", fencepost);
+    finish(command, args)
+}
+
+fn finish(mut command: Command, args: &[&str]) -> (i32, String, String) {
+    let out: Output = command
         .arg(fixtures().join("reproduce.sh"))
         .args(args)
-        .env("FENCEPOST", fencepost)
         // Scratch folders outside the system's temp folder (see `harness::scratch`).
         .env("TMPDIR", harness::scratch())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -31,21 +36,69 @@ fn reproduce(fencepost: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Writes an executable shell script.
+fn script(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write script");
+    let mut perms = std::fs::metadata(path).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(path, perms).expect("chmod");
+}
+
+/// Runs `fixtures/reproduce.sh ARGS` as the README's first command does, without
+/// `FENCEPOST`, on a machine whose PATH holds an installed build without failpoints. The
+/// script must build its own failpoints build with cargo: here a stand-in cargo that
+/// records its arguments and "builds" by copying this test build (which has
+/// failpoints) where it was asked to. Returns the result and cargo's arguments.
+fn reproduce_as_a_user(args: &[&str]) -> ((i32, String, String), String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    script(
+        &bin.join("fencepost"),
+        "#!/bin/sh\necho 'fencepost 0.1.0'\n",
+    );
+    let called = dir.path().join("cargo-args");
+    script(
+        &bin.join("cargo"),
+        &format!(
+            "#!/bin/sh\necho \"$@\" > '{called}'\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --target-dir ] && dir=$2; shift; done\n\
+             mkdir -p \"$dir/debug\" && cp '{built}' \"$dir/debug/fencepost\"\n",
+            called = called.display(),
+            built = harness::bin().display(),
+        ),
+    );
+    let mut command = Command::new("bash");
+    command
+        .env_remove("FENCEPOST")
+        .env_remove("CARGO")
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()));
+    let result = finish(command, args);
+    let cargo = std::fs::read_to_string(&called).unwrap_or_default();
+    (result, cargo)
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "failpoints"),
     ignore = "needs a binary built with --features failpoints"
 )]
-fn reproduction_matches_the_archive_and_prints_the_tables() {
+fn reproduction_builds_its_own_failpoints_build_and_matches_the_archive() {
     let expected = fixtures().join("expected.json");
-    let (code, stdout, stderr) = reproduce(
-        &harness::bin(),
-        &["--check", expected.to_str().expect("utf-8 path")],
-    );
+    let ((code, stdout, stderr), cargo) =
+        reproduce_as_a_user(&["--check", expected.to_str().expect("utf-8 path")]);
     assert_eq!(
         code, 0,
         "reproduce.sh --check failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
+    // It built with failpoints, in a target folder of its own, never the installed one.
+    assert!(
+        cargo.starts_with("build ") && cargo.contains("--features failpoints"),
+        "cargo {cargo}"
+    );
+    assert!(cargo.contains("--locked"), "cargo {cargo}");
+    assert!(cargo.contains("/failpoints"), "cargo {cargo}");
     for wanted in [
         // Table 1, the source's two rows and the paused-inside-write variant.
         "| sink policy ",
@@ -140,7 +193,7 @@ fn a_build_without_failpoints_is_refused_clearly() {
     assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stderr.contains("WITHOUT failpoints"), "stderr:\n{stderr}");
     assert!(
-        stderr.contains("cargo build --release --features failpoints"),
+        stderr.contains("leave FENCEPOST unset"),
         "stderr:\n{stderr}"
     );
     assert_eq!(stdout, "", "nothing runs without failpoints");

@@ -106,6 +106,16 @@ fn a_folder_swapped_at_any_step_of_a_write_never_lets_a_byte_out_of_the_root() {
                         let stderr = String::from_utf8_lossy(&out.stderr);
                         assert!(!stderr.contains("panicked"), "{what}: {stderr}");
                     }
+                    // Swapped before its folder checks under the lock: refused; swapped
+                    // once renamed: published in the real folder, which moved aside.
+                    let expected = match (end, i) {
+                        (End::Resume, 0..=4) => Some(Some(2)),
+                        (End::Resume, 7..) => Some(Some(0)),
+                        _ => None,
+                    };
+                    if let Some(expected) = expected {
+                        assert_eq!(code, expected, "{what}: {out:?}");
+                    }
                 }
             }
             assert_empty(outside.path(), &what);
@@ -123,12 +133,16 @@ fn a_folder_swapped_during_recovery_never_lets_a_byte_out_of_the_root() {
     for end in [End::Resume, End::Kill] {
         let what = format!("recover paused, then {end:?}");
         let (env, outside) = published();
-        let mut crashed = crate::crash::command(&env, &["write", DOC, "--epoch", "2"], Some(21));
+        let content = env.path("v1.txt");
+        std::fs::write(&content, "v1 by B\n").expect("content");
+        let content = content.to_str().expect("utf-8 path");
+        let mut crashed = crate::crash::command(
+            &env,
+            &["write", DOC, "--epoch", "2", "--from", content],
+            Some(21),
+        );
         crashed.env("FAILPOINTS", "write.after_rename=return(abort)");
-        let out = crashed
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("run the crashing write");
+        let out = crashed.output().expect("run the crashing write");
         assert_eq!(out.status.code(), None, "{what}: the write crashed");
         let paused = spawn_paused(&env, &["recover"], Some(30), b"", "recover.before_apply");
         swap(&env, outside.path());
@@ -200,12 +214,16 @@ fn a_failed_write_leaves_no_folder_behind() {
     let env = Env::new();
     let res = "a/b/c/doc.md";
     let e = env.claim(res, "A", 10, 0).to_string();
-    let mut cmd = crate::crash::command(&env, &["write", res, "--epoch", &e], Some(1));
+    std::fs::write(env.path("v0.txt"), "v0\n").expect("content");
+    let from = env.path("v0.txt");
+    let from = from.to_str().expect("utf-8 path");
+    let mut cmd = crate::crash::command(
+        &env,
+        &["write", res, "--epoch", &e, "--from", from],
+        Some(1),
+    );
     cmd.env("FAILPOINTS", "write.after_temp_write=return(fail)");
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run");
+    let out = cmd.output().expect("run");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(!env.path("a").exists(), "a/b/c/ was left behind");
     env.write(res, 1, "v1", 2, 0);

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::{Ctx, Report, check_owner, lease_json};
 use crate::audit::Event;
-use crate::clock::{Clock, parse_duration};
+use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
 
@@ -41,16 +41,17 @@ pub struct LeaseRequest {
     pub resource: OsString,
 
     /// Who is claiming (free text: host, pid, job id).
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: String,
 
-    /// Lease length: ticks, or with the wall clock 500ms, 30s, 2m, 1h.
-    #[arg(long, env = "FENCEPOST_TTL")]
+    /// Lease length: seconds (30, 1.5) or with units (500ms, 2m30s, 1h, 1d); with --now,
+    /// ticks.
+    #[arg(short, long, env = "FENCEPOST_TTL", value_name = "DURATION")]
     pub ttl: String,
 
-    /// If the lease is held, wait up to this long for it to become claimable
-    /// (wall clock only; polls with back-off, never spins).
-    #[arg(long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
+    /// If the lease is held, wait up to this long for it to become claimable: seconds or
+    /// with units, 0 for not at all (wall clock only; polls with back-off, never spins).
+    #[arg(short, long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
     pub wait: Option<String>,
 }
 
@@ -67,7 +68,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         crate::atomic::inspect_document(&doc)?;
     }
     let kind = ctx.clock.kind();
-    let ttl = parse_duration(&args.ttl, kind, "--ttl")?;
+    let ttl = parse_duration(&args.ttl, kind, "--ttl", Zero::Refused)?;
     let wait = match &args.wait {
         None => None,
         Some(_) if matches!(ctx.clock, Clock::Logical(_)) => {
@@ -77,7 +78,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
             ));
         }
         Some(text) => Some(Duration::from_millis(
-            parse_duration(text, kind, "--wait")?.unsigned_abs(),
+            parse_duration(text, kind, "--wait", Zero::Allowed)?.unsigned_abs(),
         )),
     };
     let started = Instant::now();
@@ -111,7 +112,10 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                         pause = (pause * 2).min(Duration::from_millis(50));
                         continue;
                     }
-                    _ => return Err(held(ctx, &resource, &args.owner, holder, now)),
+                    _ => {
+                        let waited = wait.map(|_| started.elapsed());
+                        return Err(held(ctx, &resource, &args.owner, holder, now, waited));
+                    }
                 }
             }
         };
@@ -143,6 +147,11 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         ctx.log(&tx, &event)?;
         crate::failpoint!("claim.before_commit");
         tx.commit()?;
+        let changed = format!(
+            "the lease on {resource} is held by {} as epoch {epoch} until {}",
+            args.owner,
+            crate::clock::show(ctx.clock.kind(), deadline),
+        );
         return Ok(Report::new(
             epoch.to_string(),
             json!({
@@ -154,31 +163,41 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
                 "fenced_at_sink": !claim.lazy_fence,
                 "previous": lease_json(current.as_ref(), now),
             }),
-        ));
+        )
+        .changed(changed));
     }
 }
 
+/// The `held` refusal. Its `epoch` is the caller's, which it has none of yet (null); the
+/// holder's is `holder_epoch`. `waited`: how long `--wait` waited before giving up.
 fn held(
     ctx: &Ctx,
     resource: &crate::resource::Resource,
     claimant: &str,
     holder: Option<&Lease>,
     now: i64,
+    waited: Option<Duration>,
 ) -> Error {
     let (who, epoch, deadline) =
         holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
+    let waited_ms = waited.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
     let fields = json!({
         "resource": resource.as_str(),
-        "epoch": epoch,
+        "epoch": null,
         "owner": claimant,
         "holder": who,
+        "holder_epoch": epoch,
         "deadline": deadline,
+        "waited_ms": waited_ms,
         "lease": lease_json(holder, now),
+    });
+    let gave_up = waited.map_or_else(String::new, |w| {
+        format!("; gave up after waiting {:.1}s", w.as_secs_f64())
     });
     Error::Refused(Refusal::new(
         RefusalKind::Held,
         format!(
-            "{resource} is held by {who} (epoch {epoch}) until {}",
+            "{resource} is held by {who} (epoch {epoch}) until {}{gave_up}",
             crate::clock::show(ctx.clock.kind(), deadline)
         ),
         fields,

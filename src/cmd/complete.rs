@@ -40,5 +40,9 @@ pub fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
             "owner": args.holder.owner,
             "result": args.result,
         }),
-    ))
+    )
+    .changed(format!(
+        "the lease on {resource} (epoch {}) was completed",
+        args.holder.epoch
+    )))
 }

@@ -32,7 +32,8 @@ pub struct CompletionsArgs {
 #[command(verbatim_doc_comment)]
 pub struct ManArgs {
     /// Write fencepost.1 and a fencepost-COMMAND.1 page for each command (which
-    /// fencepost.1 refers to) into this existing folder, instead of printing fencepost.1.
+    /// fencepost.1 refers to) into this folder, created if needed, instead of printing
+    /// fencepost.1.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<std::path::PathBuf>,
 }
@@ -50,24 +51,54 @@ pub fn completions(args: &CompletionsArgs) -> Result<Report> {
 
 pub fn man(args: &ManArgs) -> Result<Report> {
     if let Some(dir) = &args.dir {
-        if !dir.is_dir() {
+        if dir.exists() && !dir.is_dir() {
             return Err(Error::usage(format!(
-                "--dir {} is not an existing folder",
+                "--dir {} is not a folder",
                 dir.display()
             )));
         }
-        clap_mangen::generate_to(crate::Cli::command(), dir)
+        std::fs::create_dir_all(dir).map_err(Error::io("cannot create", dir))?;
+        clap_mangen::generate_to(man_command(), dir)
             .map_err(Error::io("cannot write man pages to", dir))?;
         return Ok(Report::new(
             format!("wrote man pages to {}", dir.display()),
             serde_json::json!({ "outcome": "generated", "dir": dir.to_string_lossy() }),
-        ));
+        )
+        .changed(format!("the man pages were written to {}", dir.display())));
     }
     let mut buf = Vec::new();
-    clap_mangen::Man::new(crate::Cli::command())
+    clap_mangen::Man::new(man_command())
         .render(&mut buf)
         .map_err(Error::io("cannot render", "the man page"))?;
     text(buf)
+}
+
+/// The command line as the man pages show it: every option described, including those
+/// kept out of the short help (whose one-line help is all they have), and each page's
+/// synopsis in the help's own usage form, which names every required value.
+fn man_command() -> clap::Command {
+    let describe_all = |arg: clap::Arg| match arg.get_help().cloned() {
+        Some(help) if arg.is_hide_short_help_set() && arg.get_long_help().is_none() => {
+            arg.long_help(help)
+        }
+        _ => arg,
+    };
+    let mut cmd = crate::Cli::command()
+        .mut_args(describe_all)
+        .mut_subcommands(|sub| sub.mut_args(describe_all));
+    cmd.build();
+    let usages: Vec<(String, String)> = cmd
+        .get_subcommands_mut()
+        .map(|sub| {
+            let usage = sub.render_usage().to_string();
+            let usage = usage.strip_prefix("Usage: ").unwrap_or(&usage).to_string();
+            (sub.get_name().to_string(), usage)
+        })
+        .collect();
+    for (name, usage) in usages {
+        cmd = cmd.mut_subcommand(name, |sub| sub.override_usage(usage));
+    }
+    cmd
 }
 
 fn text(buf: Vec<u8>) -> Result<Report> {

@@ -17,9 +17,10 @@ use crate::store::Store;
 /// are held, lost, stale, conflict and unissued.
 ///
 /// `--timeline` draws one column per owner, so a takeover and a refused late write stand
-/// out. The log keeps the newest --log-keep events (FENCEPOST_LOG_KEEP); `--prune` drops
-/// the older ones now. Exit 2 when there is no state file, or the resource named was
-/// never claimed, written or refused.
+/// out; when the lanes would be wider than 100 columns (many owners, such as one per
+/// run), it puts the owner in one column instead. The log keeps the newest --log-keep
+/// events (FENCEPOST_LOG_KEEP); `--prune` drops the older ones now. Exit 2 when there is
+/// no state file, or the resource named was never claimed, written or refused.
 ///
 /// Example:
 ///   fencepost log reports/daily.md --timeline
@@ -34,11 +35,12 @@ pub struct LogArgs {
     #[arg(long, value_name = "TIME", allow_negative_numbers = true)]
     pub since: Option<String>,
 
-    /// Only events of the last DURATION: 10m, 2h (or ticks, with --now).
+    /// Only events of the last DURATION: 600 (seconds), 10m, 2h, 1d (ticks with --now).
     #[arg(long, value_name = "DURATION", conflicts_with = "since")]
     pub last: Option<String>,
 
-    /// Draw lanes: one column per owner, one row per event.
+    /// Draw lanes: one column per owner (or one OWNER column past 100 columns), one row
+    /// per event.
     #[arg(long, conflicts_with = "prune")]
     pub timeline: bool,
 
@@ -60,12 +62,18 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
             json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
-        ));
+        )
+        .changed(format!("{dropped} event(s) were pruned from the audit log")));
     }
     // `utc`: --since was given as a UTC time, which only a wall-clock file can use.
     let (since, utc) = match (&args.last, &args.since) {
         (Some(text), _) => {
-            let span = crate::clock::parse_duration(text, ctx.clock.kind(), "--last")?;
+            let span = crate::clock::parse_duration(
+                text,
+                ctx.clock.kind(),
+                "--last",
+                crate::clock::Zero::Allowed,
+            )?;
             (Some(ctx.clock.now().saturating_sub(span)), false)
         }
         (None, Some(text)) => {

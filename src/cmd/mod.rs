@@ -54,6 +54,9 @@ pub struct Ctx {
 pub struct Report {
     pub plain: String,
     pub json: Map<String, Value>,
+    /// What the command changed, in words, for when its answer cannot be delivered (a
+    /// full disk under stdout): `the lease on r.md is held by A as epoch 3 until ...`.
+    pub changed: Option<String>,
 }
 
 impl Report {
@@ -62,7 +65,14 @@ impl Report {
         Report {
             plain: plain.into(),
             json: crate::error::object(json),
+            changed: None,
         }
+    }
+
+    /// Says what the command changed (see [`Report::changed`]).
+    pub fn changed(mut self, what: impl Into<String>) -> Report {
+        self.changed = Some(what.into());
+        self
     }
 }
 
@@ -282,27 +292,51 @@ pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     }
 }
 
-/// Refuses an owner name that is empty or has control characters.
+/// True for a character that must not appear in a name or result shown by `status` and
+/// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
+/// invisible format characters, such as the bidirectional overrides (U+202E turns the
+/// text after it around) and zero-width spaces, which make a name show as another.
+fn misleading(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+}
+
+/// The first misleading character of `text`, as `U+202E`.
+fn first_misleading(text: &str) -> Option<String> {
+    text.chars()
+        .find(|&c| misleading(c))
+        .map(|c| format!("U+{:04X}", u32::from(c)))
+}
+
+/// Refuses an owner name that is empty or has control or invisible characters.
 pub fn check_owner(owner: &str) -> Result<()> {
     if owner.is_empty() {
         return Err(Error::usage("owner name is empty"));
     }
-    if owner.chars().any(char::is_control) {
+    if let Some(c) = first_misleading(owner) {
         return Err(Error::usage(format!(
-            "owner name {owner:?} contains control characters"
+            "owner name {owner:?} contains a control or invisible character ({c})"
         )));
     }
     Ok(())
 }
 
-/// Refuses a `--result` text with control characters: it is printed by `status` and
-/// `log`, one event per line, and must not break lines or reach a terminal as escapes.
+/// Refuses a `--result` text with control or invisible characters: it is printed by
+/// `status` and `log`, one event per line, and must not break lines, reach a terminal as
+/// escapes, or show as other text.
 pub fn check_result(result: Option<&str>) -> Result<()> {
-    match result {
-        Some(text) if text.chars().any(char::is_control) => Err(Error::usage(format!(
-            "--result {text:?} contains control characters (newlines, escapes)"
+    match result.and_then(|text| Some((text, first_misleading(text)?))) {
+        Some((text, c)) => Err(Error::usage(format!(
+            "--result {text:?} contains a control or invisible character ({c}: newlines, \
+             escapes, direction overrides)"
         ))),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -341,7 +375,7 @@ pub fn lost(
 ) -> Error {
     let holder = match current {
         Some(l) => format!(
-            " (current: owner {} epoch {}, {})",
+            "; current: owner {} epoch {}, {}",
             l.owner,
             l.epoch,
             l.view(now)
@@ -355,15 +389,18 @@ pub fn lost(
         "reason": reason.describe(),
         "lease": lease_json(current, now),
     });
-    // Only a lease that was this caller's can be lost; a wrong name never held it.
+    // Only a lease that was this caller's can be lost; a wrong name or an epoch never
+    // issued never held it.
     let holds = match reason {
-        LostReason::NoLease | LostReason::WrongOwner => "does not hold",
+        LostReason::NoLease | LostReason::WrongOwner | LostReason::NeverIssued => "does not hold",
         _ => "no longer holds",
     };
+    // The reason in brackets, not after a colon: the line already starts `lost: `, and a
+    // resource may itself be called anything.
     Error::Refused(Refusal::new(
         RefusalKind::Lost,
         format!(
-            "{owner} epoch {epoch} {holds} {resource}: {}{holder}",
+            "{owner} epoch {epoch} {holds} the lease on {resource} ({}{holder})",
             reason.describe()
         ),
         fields,
@@ -381,11 +418,11 @@ pub struct HolderArgs {
     pub resource: std::ffi::OsString,
 
     /// The owner name the lease was claimed under.
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: String,
 
     /// The epoch `claim` printed.
-    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    #[arg(short, long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
     pub epoch: i64,
 }
 
@@ -395,6 +432,16 @@ pub fn change_held(
     ctx: &Ctx,
     holder: &HolderArgs,
     change: crate::store::HolderChange<'_>,
+) -> Result<(Resource, i64)> {
+    change_held_noting(ctx, holder, change, None)
+}
+
+/// [`change_held`], with a note for the audit log's detail (why `run` released).
+pub fn change_held_noting(
+    ctx: &Ctx,
+    holder: &HolderArgs,
+    change: crate::store::HolderChange<'_>,
+    note: Option<&str>,
 ) -> Result<(Resource, i64)> {
     let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
@@ -419,6 +466,11 @@ pub fn change_held(
         let mut event = Event::new(now, resource.as_str(), kind)
             .owner(Some(&holder.owner))
             .epoch(Some(holder.epoch));
+        let detail = match note {
+            Some(note) if detail.is_empty() => note.to_string(),
+            Some(note) => format!("{detail}; {note}"),
+            None => detail,
+        };
         if !detail.is_empty() {
             event = event.detail(detail);
         }

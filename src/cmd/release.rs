@@ -31,5 +31,9 @@ pub fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
             "epoch": args.holder.epoch,
             "owner": args.holder.owner,
         }),
-    ))
+    )
+    .changed(format!(
+        "the lease on {resource} (epoch {}) was released",
+        args.holder.epoch
+    )))
 }

@@ -4,7 +4,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Ctx, HolderArgs, Report, change_held};
-use crate::clock::parse_duration;
+use crate::clock::{Zero, parse_duration};
 use crate::error::{Error, Result};
 use crate::store::HolderChange;
 
@@ -22,13 +22,14 @@ pub struct RenewArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 
-    /// New lease length from now: ticks, or with the wall clock 500ms, 30s, 2m, 1h.
-    #[arg(long, env = "FENCEPOST_TTL")]
+    /// New lease length from now: seconds (30, 1.5) or with units (500ms, 2m30s, 1h, 1d);
+    /// with --now, ticks.
+    #[arg(short, long, env = "FENCEPOST_TTL", value_name = "DURATION")]
     pub ttl: String,
 }
 
 pub fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
-    let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl")?;
+    let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?;
     let now = ctx.clock.now();
     let deadline = now
         .checked_add(ttl)
@@ -43,5 +44,10 @@ pub fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
             "owner": args.holder.owner,
             "deadline": deadline,
         }),
-    ))
+    )
+    .changed(format!(
+        "the lease on {resource} (epoch {}) was renewed until {}",
+        args.holder.epoch,
+        crate::clock::show(ctx.clock.kind(), deadline)
+    )))
 }

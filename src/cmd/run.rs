@@ -5,11 +5,14 @@
 
 use std::cell::Cell;
 use std::ffi::OsString;
-use std::process::{Command, ExitStatus};
+use std::os::fd::{AsFd, OwnedFd};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
 use nix::unistd::{Pid, getpgrp, isatty, tcgetpgrp, tcsetpgrp};
 use serde_json::json;
@@ -17,8 +20,8 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use super::claim::{self, ClaimArgs, LeaseRequest};
-use super::{Ctx, HolderArgs, Report, change_held};
-use crate::clock::{Clock, parse_duration};
+use super::{Ctx, HolderArgs, Report, change_held, change_held_noting};
+use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::store::HolderChange;
 
@@ -32,7 +35,12 @@ use crate::store::HolderChange;
 /// run exits 4.
 /// The sink's fence, not this kill, is what keeps the document safe.
 /// When CMD exits 0 the lease is completed (result: --result, or "exit 0"); when it
-/// fails the lease is released and run exits with CMD's code (128+N for signal N).
+/// fails the lease is released (the log records CMD's exit code or signal) and run
+/// exits with CMD's code (128+N for signal N). Held and lost exit 3 and 4, or the
+/// codes given with --held-exit-code and --lost-exit-code, so that they cannot be
+/// mistaken for CMD's own; --json says which side an exit came from (`exit_from`).
+/// CMD does not outlive run: should run itself be killed (SIGKILL), a small guard
+/// process stops CMD's group as a lost lease would.
 /// SIGINT, SIGTERM and SIGHUP sent to run are forwarded to CMD's group, followed by
 /// SIGCONT so a stopped CMD still acts on them. Needs the wall clock: with --now, time
 /// would not pass, so run refuses it.
@@ -45,8 +53,9 @@ use crate::store::HolderChange;
 /// the TTL loses the lease (exit 4) when resumed.
 ///
 /// CMD's stdout and stderr pass through untouched. With --json, run's own report is one
-/// JSON object on one line, printed after CMD has exited: the last line of stdout when
-/// CMD's own output ends with a newline.
+/// JSON object on a line of its own, printed after CMD has exited: the last line of
+/// stdout (CMD's stdout then passes through run, which ends it with a newline if CMD
+/// did not).
 ///
 /// Example:
 ///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
@@ -57,7 +66,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
-    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL.
+    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL: seconds or with
+    /// units, 0 for at once.
     #[arg(
         long,
         env = "FENCEPOST_GRACE",
@@ -70,12 +80,35 @@ pub struct RunArgs {
     #[arg(long)]
     pub result: Option<String>,
 
+    /// Exit with N instead of 3 when another worker holds the lease, so that a command
+    /// which itself exits 3 is not taken for it (as `flock -E`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
+    pub held_exit_code: Option<u8>,
+
+    /// Exit with N instead of 4 when the lease is lost while the command runs, so that a
+    /// command which itself exits 4 is not taken for it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
+    pub lost_exit_code: Option<u8>,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
-pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
+impl RunArgs {
+    /// run's exit code for `err`: the command's own when it failed, the chosen held and
+    /// lost codes, else the table's.
+    pub fn exit_code(&self, err: &Error) -> i32 {
+        let chosen = match err {
+            Error::Refused(r) if r.kind == RefusalKind::Held => self.held_exit_code,
+            Error::Refused(r) if r.kind == RefusalKind::Lost => self.lost_exit_code,
+            _ => None,
+        };
+        chosen.map_or_else(|| err.exit_code(), i32::from)
+    }
+}
+
+pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
     super::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
@@ -84,10 +117,15 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             "use claim, write and complete with --now, or drop --now",
         ));
     }
-    let ttl_ms = parse_duration(&args.request.ttl, ctx.clock.kind(), "--ttl")?.unsigned_abs();
+    let ttl_ms =
+        parse_duration(&args.request.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?.unsigned_abs();
     let grace = Duration::from_millis(
-        parse_duration(&args.grace, ctx.clock.kind(), "--grace")?.unsigned_abs(),
+        parse_duration(&args.grace, ctx.clock.kind(), "--grace", Zero::Allowed)?.unsigned_abs(),
     );
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Error::usage("no CMD given"))?;
     let claimed = claim::run(
         ctx,
         &ClaimArgs {
@@ -95,16 +133,17 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             lazy_fence: false,
         },
     )?;
-    let epoch = claimed.json["epoch"].as_i64().unwrap_or(0);
-    let resource = claimed.json["resource"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let mut deadline = Instant::now() + Duration::from_millis(ttl_ms);
-    let holder = HolderArgs {
-        resource: args.request.resource.clone(),
-        owner: args.request.owner.clone(),
-        epoch,
+    let lease = Held {
+        resource: claimed.json["resource"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        holder: HolderArgs {
+            resource: args.request.resource.clone(),
+            owner: args.request.owner.clone(),
+            epoch: claimed.json["epoch"].as_i64().unwrap_or(0),
+        },
+        ttl: Duration::from_millis(ttl_ms),
     };
 
     // Watch signals before the child exists: one arriving in between is held and then
@@ -112,47 +151,21 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
     let mut signals =
         Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
     let signal_handle = signals.handle();
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Error::usage("no CMD given"))?;
-    let spawned = {
-        use std::os::unix::process::CommandExt;
-        Command::new(program)
-            .args(rest)
-            .env("FENCEPOST_RESOURCE", &resource)
-            .env("FENCEPOST_EPOCH", epoch.to_string())
-            .env("FENCEPOST_OWNER", &args.request.owner)
-            .env("FENCEPOST_ROOT", &ctx.root)
-            // Absolute, so a child that changes folder still finds the state file.
-            .env(
-                "FENCEPOST_DB",
-                std::path::absolute(&ctx.db).unwrap_or_else(|_| ctx.db.clone()),
-            )
-            .process_group(0)
-            .spawn()
-    };
-    let mut child = match spawned {
+    // Started before the command, so that run dying at any later moment stops it.
+    let guard = Guard::start(grace);
+    let mut child = match spawn(ctx, &lease, program, rest, json) {
         Ok(child) => child,
         Err(e) => {
-            let _ = change_held(ctx, &holder, HolderChange::Release);
+            drop(guard);
+            let why = format!("cannot run {}: {e}", program.to_string_lossy());
+            let _ = change_held_noting(ctx, &lease.holder, HolderChange::Release, Some(&why));
             // The shell's code for a command that cannot be found or started.
-            return Err(Error::Child {
-                code: 127,
-                message: format!(
-                    "cannot run {}: {e}; lease on {resource} (epoch {epoch}) released",
-                    program.to_string_lossy()
-                ),
-                fields: json!({
-                    "resource": resource,
-                    "epoch": epoch,
-                    "owner": args.request.owner,
-                    "exit_code": 127,
-                }),
-            });
+            return Err(lease.child_failed(127, format!("{why}; {}", lease.released())));
         }
     };
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let guard = guard.map(|g| g.watch(group));
+    let relay = child.stdout.take().and_then(Relay::start);
     // Taken back when dropped: on every way out below, before anything is printed.
     let terminal = Foreground::hand_to(group);
 
@@ -171,22 +184,111 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
         let _ = tx.send(child.wait());
     });
 
-    let interval = Duration::from_millis((ttl_ms / 3).max(1));
+    let outcome = supervise(ctx, &lease, group, grace, &rx, terminal.as_ref());
+    signal_handle.close();
+    drop(terminal);
+    // The command has exited (or was stopped): nothing is left for the guard to do, and
+    // its output has all arrived.
+    if let Some(guard) = guard {
+        guard.dismiss();
+    }
+    if let Some(relay) = relay {
+        relay.finish();
+    }
+    finish(ctx, args, &lease, program, outcome?)
+}
+
+/// The lease `run` holds for its command.
+struct Held {
+    /// The resource's name as claimed.
+    resource: String,
+    /// Owner and epoch, as renew, complete and release take them.
+    holder: HolderArgs,
+    ttl: Duration,
+}
+
+impl Held {
+    fn released(&self) -> String {
+        format!(
+            "lease on {} (epoch {}) released",
+            self.resource, self.holder.epoch
+        )
+    }
+
+    /// The command failed with `code`: run exits with it.
+    fn child_failed(&self, code: i32, message: String) -> Error {
+        Error::Child {
+            code,
+            message,
+            fields: json!({
+                "resource": self.resource,
+                "epoch": self.holder.epoch,
+                "owner": self.holder.owner,
+                "exit_code": code,
+                "exit_from": "command",
+            }),
+        }
+    }
+}
+
+/// Starts the command in a process group of its own, with the lease in its environment.
+/// With `--json` its stdout is a pipe that [`Relay`] passes on.
+fn spawn(
+    ctx: &Ctx,
+    lease: &Held,
+    program: &OsString,
+    rest: &[OsString],
+    json: bool,
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("FENCEPOST_RESOURCE", &lease.resource)
+        .env("FENCEPOST_EPOCH", lease.holder.epoch.to_string())
+        .env("FENCEPOST_OWNER", &lease.holder.owner)
+        .env("FENCEPOST_ROOT", &ctx.root)
+        // Absolute, so a child that changes folder still finds the state file.
+        .env(
+            "FENCEPOST_DB",
+            std::path::absolute(&ctx.db).unwrap_or_else(|_| ctx.db.clone()),
+        )
+        .process_group(0);
+    if json {
+        command.stdout(Stdio::piped());
+    }
+    command.spawn()
+}
+
+/// Waits for the command, renewing the lease every TTL/3. If the lease is lost (a renewal
+/// refused, or none possible before the deadline), the loss is logged at once, the
+/// command's group is stopped (SIGTERM, then SIGKILL after `grace`) and the `lost`
+/// refusal returned.
+fn supervise(
+    ctx: &Ctx,
+    lease: &Held,
+    group: Pid,
+    grace: Duration,
+    rx: &mpsc::Receiver<std::io::Result<ExitStatus>>,
+    terminal: Option<&Foreground>,
+) -> Result<ExitStatus> {
+    let mut deadline = Instant::now() + lease.ttl;
+    let interval = (lease.ttl / 3).max(Duration::from_millis(1));
     let mut next_renew = Instant::now() + interval;
-    let status = loop {
+    loop {
         // With the terminal lent, look in often enough to notice a Ctrl-Z.
         let mut wake = next_renew;
         if terminal.is_some() {
             wake = wake.min(Instant::now() + JOB_CONTROL_POLL);
         }
         match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok(status) => break status.map_err(Error::io("cannot wait for", "the command"))?,
+            Ok(status) => return status.map_err(Error::io("cannot wait for", "the command")),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::usage("internal: lost track of the command"));
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
-        if let Some(lent) = &terminal
+        if let Some(lent) = terminal
             && stopped(group)
         {
             lent.suspend();
@@ -200,45 +302,87 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
             busy: ctx.busy.min(left),
             ..ctx.clone()
         };
+        let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
         let renewed = if left.is_zero() {
             Err(Error::usage("deadline passed"))
         } else {
             change_held(
                 &renew_ctx,
-                &holder,
+                &lease.holder,
                 HolderChange::Renew {
-                    deadline: crate::clock::wall_millis().saturating_add(ttl_ms as i64),
+                    deadline: crate::clock::wall_millis().saturating_add(ttl_ms),
                 },
             )
         };
         match renewed {
             Ok(_) => {
-                deadline = Instant::now() + Duration::from_millis(ttl_ms);
+                deadline = Instant::now() + lease.ttl;
                 next_renew = Instant::now() + interval;
             }
             Err(e) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
-                stop_group(group, grace, &rx);
-                signal_handle.close();
-                return Err(Error::Refused(Refusal::new(
+                let why = match &e {
+                    Error::Refused(r) => lost_reason(r),
+                    other => format!("it ran out before it could be renewed: {other}"),
+                };
+                let mut refusal = Refusal::new(
                     RefusalKind::Lost,
                     format!(
-                        "lease on {resource} (epoch {epoch}) was lost while the command ran ({e}); the command was stopped"
+                        "the lease on {} (epoch {}) was lost while the command ran ({why}); \
+                         the command is stopped",
+                        lease.resource, lease.holder.epoch
                     ),
-                    json!({ "resource": resource, "epoch": epoch, "owner": args.request.owner }),
-                )));
+                    json!({
+                        "resource": lease.resource,
+                        "epoch": lease.holder.epoch,
+                        "owner": lease.holder.owner,
+                    }),
+                );
+                // Logged when noticed, not once the command has finished stopping.
+                super::log_refusal(ctx, &refusal);
+                refusal.logged = true;
+                stop_group(group, grace, rx);
+                return Err(Error::Refused(refusal));
             }
             // A transient failure (busy, I/O): try again soon, while the lease still runs.
             Err(_) => next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1)),
         }
+    }
+}
+
+/// Why a renewal was refused, in words that fit inside run's own `lost` line: the
+/// reason and the lease as it now is, without the refusal's own `lost:` framing.
+fn lost_reason(refusal: &Refusal) -> String {
+    let field = |key: &str| refusal.fields.get(key);
+    let Some(reason) = field("reason").and_then(serde_json::Value::as_str) else {
+        return refusal.message.clone();
     };
-    signal_handle.close();
-    drop(terminal);
+    match field("lease") {
+        Some(lease) if lease.is_object() => format!(
+            "{reason}; current: owner {} epoch {}, {}",
+            lease["owner"].as_str().unwrap_or("?"),
+            lease["epoch"],
+            lease["state"].as_str().unwrap_or("?"),
+        ),
+        _ => reason.to_string(),
+    }
+}
+
+/// The command has exited: complete the lease on exit 0, else release it and record
+/// how the command ended, in the log and in run's own exit.
+fn finish(
+    ctx: &Ctx,
+    args: &RunArgs,
+    lease: &Held,
+    program: &OsString,
+    status: ExitStatus,
+) -> Result<Report> {
     let code = exit_code(status);
+    let (resource, epoch) = (&lease.resource, lease.holder.epoch);
     if code == 0 {
         let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
         change_held(
             ctx,
-            &holder,
+            &lease.holder,
             HolderChange::Complete {
                 result: Some(&result),
             },
@@ -251,21 +395,159 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<Report> {
                 "epoch": epoch,
                 "owner": args.request.owner,
                 "exit_code": 0,
+                "exit_from": "command",
                 "result": result,
             }),
-        ));
+        )
+        .changed(format!(
+            "the command exited 0 and the lease on {resource} (epoch {epoch}) was completed"
+        )));
     }
-    let _ = change_held(ctx, &holder, HolderChange::Release);
     let program = program.to_string_lossy();
     let how = match killed_by(status) {
         Some(signal) => format!("{program} was killed by {signal} (exit {code})"),
         None => format!("{program} exited with code {code}"),
     };
-    Err(Error::Child {
-        code,
-        message: format!("{how}; lease on {resource} (epoch {epoch}) released"),
-        fields: json!({ "resource": resource, "epoch": epoch, "owner": args.request.owner, "exit_code": code }),
-    })
+    let _ = change_held_noting(ctx, &lease.holder, HolderChange::Release, Some(&how));
+    Err(lease.child_failed(code, format!("{how}; {}", lease.released())))
+}
+
+/// A process that outlives run to stop the command's group if run dies without
+/// dismissing it (SIGKILL, a crash): the command must not outlive run.
+///
+/// A small `sh` in a process group of its own (so the terminal's signals do not reach
+/// it) reads a pipe whose write end only run holds (close-on-exec, so the command does
+/// not inherit it). Run writes the command's group, and later `done`; if the pipe ends
+/// before `done`, run has died: the guard sends the group SIGTERM and SIGCONT, then
+/// SIGKILL after the grace period, as run does for a lost lease. Best effort: if `sh`
+/// cannot be started, run goes on without it.
+struct Guard {
+    pipe: std::fs::File,
+    process: std::process::Child,
+}
+
+/// The guard's program: `$1` is the grace period in seconds.
+const GUARD_SCRIPT: &str = r#"IFS= read -r group || exit 0
+IFS= read -r done && exit 0
+kill -TERM -"$group" 2>/dev/null
+kill -CONT -"$group" 2>/dev/null
+sleep "$1"
+kill -KILL -"$group" 2>/dev/null
+exit 0"#;
+
+impl Guard {
+    fn start(grace: Duration) -> Option<Guard> {
+        use std::os::unix::process::CommandExt;
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).ok()?;
+        let process = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(GUARD_SCRIPT)
+            .arg("fencepost-run-guard")
+            .arg(format!("{:.3}", grace.as_secs_f64()))
+            .stdin(Stdio::from(read))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()?;
+        Some(Guard {
+            pipe: std::fs::File::from(write),
+            process,
+        })
+    }
+
+    /// Tells the guard which group to stop should run die.
+    fn watch(mut self, group: Pid) -> Guard {
+        use std::io::Write as _;
+        let _ = writeln!(self.pipe, "{group}");
+        self
+    }
+
+    /// The command is done with: the guard leaves without stopping anything.
+    fn dismiss(mut self) {
+        use std::io::Write as _;
+        let _ = writeln!(self.pipe, "done");
+        drop(self.pipe);
+        let _ = self.process.wait();
+    }
+}
+
+/// With `--json`, the command's stdout passes through run on its way out, so that run's
+/// JSON line can start a line of its own even when the command's output does not end
+/// with a newline. The bytes are passed on as they come, unchanged.
+struct Relay {
+    /// Closed to tell the relay the command has exited: pass on what is left, then stop.
+    stop: std::fs::File,
+    thread: std::thread::JoinHandle<Option<u8>>,
+}
+
+impl Relay {
+    fn start(from: std::process::ChildStdout) -> Option<Relay> {
+        let (stop_read, stop) = nix::unistd::pipe2(OFlag::O_CLOEXEC).ok()?;
+        let thread = std::thread::spawn(move || relay(from, &stop_read));
+        Some(Relay {
+            stop: std::fs::File::from(stop),
+            thread,
+        })
+    }
+
+    /// Waits for the rest of the command's output and ends it with a newline if it did
+    /// not end with one. Output that a process the command left behind writes later is
+    /// not waited for.
+    fn finish(self) {
+        use std::io::Write as _;
+        drop(self.stop);
+        if let Ok(Some(last)) = self.thread.join()
+            && last != b'\n'
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(b"\n").and_then(|()| out.flush());
+        }
+    }
+}
+
+/// Copies `from` to stdout until it ends, or until `stop` is closed and what `from`
+/// holds has been copied. Returns the last byte copied. If stdout fails, stops reading,
+/// so the command meets the same closed pipe it would have met itself.
+fn relay(mut from: std::process::ChildStdout, stop: &OwnedFd) -> Option<u8> {
+    use std::io::{Read as _, Write as _};
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut last = None;
+    let mut stopping = false;
+    loop {
+        if !stopping {
+            let mut fds = [
+                PollFd::new(from.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return last,
+            }
+            let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+            if !ready(&fds[0]) {
+                // Only the stop: from now on, read what is there without waiting.
+                stopping = true;
+                let flags = fcntl(&from, FcntlArg::F_GETFL).unwrap_or(0);
+                let nonblocking = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+                if fcntl(&from, FcntlArg::F_SETFL(nonblocking)).is_err() {
+                    return last;
+                }
+            }
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => return last,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return last,
+        };
+        let mut out = std::io::stdout().lock();
+        if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+            return last;
+        }
+        last = buf.get(n - 1).copied();
+    }
 }
 
 /// SIGTERM to the group (and SIGCONT, in case it is stopped), SIGKILL after `grace` if

@@ -48,20 +48,27 @@ pub struct WriteArgs {
     pub resource: OsString,
 
     /// The epoch `claim` printed for this resource.
-    #[arg(long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
+    #[arg(short, long, env = "FENCEPOST_EPOCH", allow_negative_numbers = true)]
     pub epoch: i64,
 
     /// The writer's owner name; if given, the epoch must have been issued to it.
-    #[arg(long, env = "FENCEPOST_OWNER")]
+    #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: Option<String>,
 
     /// Read the content from FILE instead of stdin.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE")]
     pub from: Option<PathBuf>,
+
+    /// Publish empty content, which is refused (exit 2) without it.
+    ///
+    /// Under cron, stdin is /dev/null: a script that forgot --from would otherwise wipe
+    /// the document.
+    #[arg(long)]
+    pub allow_empty: bool,
 
     /// DANGER, for reproducing the bug only: accept any epoch, as a sink without fencing
     /// would. A paused old worker can then overwrite a newer document.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub unfenced: bool,
 }
 
@@ -71,7 +78,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
     }
-    let mut source: Box<dyn Read> = match &args.from {
+    let source: Box<dyn Read> = match &args.from {
         Some(path) => Box::new(open_source(path)?),
         None => {
             let stdin = io::stdin();
@@ -110,6 +117,9 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         }
     }
 
+    // Before any folder is created for the document: empty content is refused.
+    let mut source = refuse_empty(source, ctx, &resource, args)?;
+
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
     let written = stage_and_publish(ctx, &mut store, &doc, &resource, args, &mut source);
@@ -118,6 +128,10 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         doc.remove_made_folders();
     }
     let (outcome, sha256, size, record, owner) = written?;
+    let changed = match outcome {
+        "written" => format!("{resource} was written under epoch {}", args.epoch),
+        _ => "nothing was changed (a replay)".to_string(),
+    };
     Ok(Report::new(
         outcome,
         json!({
@@ -130,7 +144,8 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
             "unfenced": args.unfenced,
             "previous_fence": record.map(|r| r.fence),
         }),
-    ))
+    )
+    .changed(changed))
 }
 
 /// What an accepted write reports: its outcome word, the bytes' hash and size, the
@@ -296,9 +311,14 @@ fn publish(
         });
         return Err(e);
     }
-    crate::failpoint!("write.before_cleanup");
+    // The write committed: its links go whatever the failpoint says (a crash there
+    // leaves them for recovery, an injected error still removes them).
+    let hook = (|| -> Result<()> {
+        crate::failpoint!("write.before_cleanup");
+        Ok(())
+    })();
     staged.drop_links();
-    Ok(())
+    hook
 }
 
 /// Who and when, for the record of an accepted write.
@@ -423,6 +443,51 @@ fn widen_pipe(stdin: &io::Stdin) {
     if fcntl(stdin, FcntlArg::F_GETPIPE_SZ).is_ok_and(|size| size < WANT) {
         let _ = fcntl(stdin, FcntlArg::F_SETPIPE_SZ(WANT));
     }
+}
+
+/// Refuses empty content unless `--allow-empty`: under cron stdin is /dev/null, and a
+/// script that forgot `--from` would publish nothing over the document. Reads the first
+/// bytes to know, and hands them on to the copy in front of the rest; content that has
+/// ended is not read again.
+fn refuse_empty(
+    mut source: Box<dyn Read>,
+    ctx: &Ctx,
+    resource: &Resource,
+    args: &WriteArgs,
+) -> Result<Box<dyn Read>> {
+    let mut head = vec![0u8; 64 * 1024];
+    let n = loop {
+        match source.read(&mut head) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            read => break read,
+        }
+    }
+    .map_err(Error::io(
+        "cannot read the content for",
+        ctx.root.join(resource.as_str()),
+    ))?;
+    if n > 0 {
+        head.truncate(n);
+        return Ok(Box::new(io::Cursor::new(head).chain(source)));
+    }
+    if args.allow_empty {
+        return Ok(Box::new(io::empty()));
+    }
+    let (from, hint) = match &args.from {
+        Some(path) => (
+            format!("--from {} is empty", path.display()),
+            "pass --allow-empty to publish an empty document",
+        ),
+        None => (
+            "stdin gave no bytes".to_string(),
+            "pass --allow-empty to publish an empty document; under cron stdin is /dev/null \
+             (did the script forget --from?)",
+        ),
+    };
+    Err(Error::usage_hint(
+        format!("refusing to publish empty content to {resource}: {from}"),
+        hint,
+    ))
 }
 
 fn open_source(path: &PathBuf) -> Result<File> {

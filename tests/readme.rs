@@ -1,0 +1,379 @@
+//! The README's commands and recipes, run as written against this build: its first two
+//! lines, the quick start, the scripting recipes, the cron line and the systemd unit's
+//! command and stop. Only what cannot exist here is swapped for a stand-in: `/srv/publish`
+//! becomes a temp folder, and the report generators are small scripts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::harness::{self, Env};
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("read README.md")
+}
+
+/// The fenced blocks of the README whose info string is `lang`, in order.
+fn blocks(lang: &str) -> Vec<String> {
+    let text = readme();
+    let mut found = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match &mut current {
+            None if line == format!("```{lang}") => current = Some(String::new()),
+            Some(_) if line == "```" => found.extend(current.take()),
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            None => {}
+        }
+    }
+    found
+}
+
+/// The one block of `lang` that contains `marker`.
+fn block(lang: &str, marker: &str) -> String {
+    let mut matching = blocks(lang).into_iter().filter(|b| b.contains(marker));
+    let found = matching
+        .next()
+        .unwrap_or_else(|| panic!("no ```{lang} block with {marker:?} in README.md"));
+    assert!(matching.next().is_none(), "two blocks with {marker:?}");
+    found
+}
+
+/// A folder of programs for the recipes: `fencepost` (this build) and the stand-ins.
+struct Tools {
+    dir: tempfile::TempDir,
+}
+
+impl Tools {
+    fn new() -> Tools {
+        let tools = Tools {
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        std::os::unix::fs::symlink(harness::bin(), tools.path("fencepost")).expect("symlink");
+        // The README's report generator: three lines of report.
+        tools.script("render-report", "#!/bin/sh\nprintf 'rows\\n1\\n2\\n'\n");
+        // The cron line's and the unit's job: render to a file, publish it.
+        tools.script(
+            "publish-daily",
+            "#!/bin/sh\nset -eu\nout=$(mktemp)\ntrap 'rm -f \"$out\"' EXIT\n\
+             echo 'the daily numbers' > \"$out\"\n\
+             fencepost -q write \"$FENCEPOST_RESOURCE\" --from \"$out\"\n",
+        );
+        tools
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn script(&self, name: &str, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.path(name);
+        std::fs::write(&path, text).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+
+    /// PATH with these tools first.
+    fn path_env(&self) -> String {
+        format!("{}:/usr/bin:/bin", self.dir.path().display())
+    }
+
+    /// `bash -c SCRIPT` in `cwd` with a clean environment and these tools on PATH.
+    fn bash(&self, script: &str, cwd: &Path, tmp: &Path) -> Output {
+        Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env_clear()
+            .env("PATH", self.path_env())
+            .env("TMPDIR", tmp)
+            .env("HOME", tmp)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bash")
+    }
+}
+
+#[track_caller]
+fn succeeded(out: &Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+#[test]
+fn the_first_command_builds_a_plain_fencepost_and_the_reproduction_its_own() {
+    let first = blocks("sh").into_iter().next().expect("a first block");
+    let lines: Vec<&str> = first.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "cargo build --release --locked && fixtures/reproduce.sh",
+            "cargo test --locked --all-features",
+        ],
+        "the README's first two lines changed: check that they still build a plain \
+         fencepost, reproduce the experiment, and run the tests"
+    );
+    // Nothing of the failpoints build reaches the binary a user installs.
+    assert!(!lines[0].contains("failpoints") && !lines[0].contains("FENCEPOST="));
+}
+
+#[test]
+fn the_quick_start_runs_as_written() {
+    let tools = Tools::new();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tools.bash(
+        &format!("set -euo pipefail\n{}", block("sh", "cd \"$(mktemp -d)\"")),
+        tmp.path(),
+        tmp.path(),
+    );
+    let (stdout, _) = succeeded(&out);
+    assert!(stdout.contains("written"), "{stdout}");
+    assert!(stdout.contains("reports/daily.md"), "status: {stdout}");
+    assert!(stdout.contains("complete e1"), "timeline: {stdout}");
+}
+
+/// The scripting recipe with its root in `root`.
+fn scripting_recipe(root: &Path) -> String {
+    block("sh", "Take the job").replace("/srv/publish", &root.display().to_string())
+}
+
+#[test]
+fn the_scripting_recipe_publishes_and_leaves_quietly_when_held() {
+    let tools = Tools::new();
+    let env = Env::new();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let recipe = scripting_recipe(env.root());
+    let out = tools.bash(&recipe, tmp.path(), tmp.path());
+    let (stdout, stderr) = succeeded(&out);
+    assert_eq!(env.text("reports/daily.md"), "rows\n1\n2\n");
+    assert_eq!((&*stdout, &*stderr), ("written\ncompleted\n", ""));
+    let j = env
+        .fp(&["--json", "status", "reports/daily.md"])
+        .expect(0)
+        .json();
+    assert_eq!(j["resources"][0]["lease"]["result"], "rows=3");
+    // Another worker holds it: the recipe leaves, and says nothing cron would mail.
+    env.fp(&[
+        "claim",
+        "reports/daily.md",
+        "--owner",
+        "other",
+        "--ttl",
+        "1h",
+    ])
+    .expect(0);
+    let out = tools.bash(&recipe, tmp.path(), tmp.path());
+    let (stdout, stderr) = succeeded(&out);
+    assert_eq!((&*stdout, &*stderr), ("", ""));
+}
+
+#[test]
+fn the_refusal_branch_recipe_drops_a_stale_result() {
+    let tools = Tools::new();
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.claim("doc.md", "B", 10, 10);
+    std::fs::write(env.path("out"), "late\n").expect("write");
+    let recipe = block("sh", "rc=0; fencepost write \"$res\"");
+    let script = format!(
+        "set -euo pipefail\nexport FENCEPOST_ROOT=. FENCEPOST_NOW=11\nres=doc.md epoch=1\n{recipe}"
+    );
+    let out = tools.bash(&script, env.root(), env.root());
+    let (stdout, stderr) = succeeded(&out);
+    assert_eq!(stdout, "stale\n");
+    assert!(
+        stderr.ends_with("taken over; dropping my result\n"),
+        "{stderr}"
+    );
+    assert_eq!(env.read("doc.md"), None);
+}
+
+#[test]
+fn the_run_recipe_publishes_through_the_command() {
+    let tools = Tools::new();
+    let env = Env::new();
+    let out = tools.bash(
+        &block("sh", "fencepost run reports/daily.md"),
+        env.root(),
+        env.root(),
+    );
+    let (stdout, _) = succeeded(&out);
+    assert_eq!(stdout, "written\n");
+    assert_eq!(env.text("reports/daily.md"), "rows\n1\n2\n");
+}
+
+/// The cron line's command (its five time fields dropped), with its root in `root` and
+/// its job from `tools`.
+fn cron_command(root: &Path, tools: &Tools) -> String {
+    let lines = block("crontab", "fencepost");
+    let line = lines.lines().next().expect("a cron line");
+    let command = line.splitn(6, ' ').nth(5).expect("five time fields");
+    command
+        .replace("/srv/publish", &root.display().to_string())
+        .replace(
+            "/usr/local/bin/publish-daily",
+            &tools.path("publish-daily").display().to_string(),
+        )
+}
+
+/// Runs a command as cron does: `/bin/sh -c`, a bare environment, stdin `/dev/null`.
+fn as_cron(command: &str, tools: &Tools, home: &Path) -> Output {
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .env_clear()
+        .env("PATH", tools.path_env())
+        .env("SHELL", "/bin/sh")
+        .env("HOME", home)
+        .env("LOGNAME", "root")
+        .current_dir(home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh")
+}
+
+#[test]
+fn the_cron_line_publishes_and_is_silent_when_another_host_has_the_lease() {
+    let tools = Tools::new();
+    let env = Env::new();
+    let command = cron_command(env.root(), &tools);
+    let out = as_cron(&command, &tools, env.root());
+    let (stdout, stderr) = succeeded(&out);
+    // Anything printed would be mailed.
+    assert_eq!((&*stdout, &*stderr), ("", ""));
+    assert_eq!(env.text("reports/daily.md"), "the daily numbers\n");
+    // Lost the race: still exit 0, and silent.
+    env.fp(&[
+        "claim",
+        "reports/daily.md",
+        "--owner",
+        "other-host",
+        "--ttl",
+        "1h",
+    ])
+    .expect(0);
+    let out = as_cron(&command, &tools, env.root());
+    let (stdout, stderr) = succeeded(&out);
+    assert_eq!((&*stdout, &*stderr), ("", ""));
+}
+
+/// The unit's settings: (key, value) for every `Key=Value` line, in order.
+fn unit() -> Vec<(String, String)> {
+    block("ini", "[Service]")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn setting(unit: &[(String, String)], key: &str) -> String {
+    unit.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("the unit has no {key}="))
+}
+
+/// The unit's ExecStart, as systemd would run it here: its words (it quotes nothing),
+/// with `%H` the host name and the paths of this test.
+fn exec_start(unit: &[(String, String)], tools: &Tools, root: &Path) -> Command {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let line = setting(unit, "ExecStart")
+        .replace("%H", host.trim())
+        .replace(
+            "/usr/local/bin/fencepost",
+            &harness::bin().display().to_string(),
+        )
+        .replace(
+            "/usr/local/bin/publish-daily",
+            &tools.path("publish-daily").display().to_string(),
+        );
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut command = Command::new(words[0]);
+    command
+        .args(&words[1..])
+        .env_clear()
+        .env("PATH", tools.path_env());
+    let environment = setting(unit, "Environment");
+    let (key, value) = environment.split_once('=').expect("KEY=VALUE");
+    command.env(
+        key,
+        value.replace("/srv/publish", &root.display().to_string()),
+    );
+    command.current_dir("/").stdin(Stdio::null());
+    command
+}
+
+/// Seconds in a systemd or fencepost duration of the unit (`30s`, `20s`, `2m`).
+fn seconds(text: &str) -> u64 {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number.parse().expect("a number");
+    match unit {
+        "s" | "" => n,
+        "m" | "min" => n * 60,
+        other => panic!("unit {other} in {text}"),
+    }
+}
+
+#[test]
+fn the_systemd_units_command_publishes_and_stops_as_the_unit_says() {
+    let tools = Tools::new();
+    let env = Env::new();
+    let unit = unit();
+    let out = exec_start(&unit, &tools, env.root())
+        .output()
+        .expect("run ExecStart");
+    succeeded(&out);
+    assert_eq!(env.text("reports/daily.md"), "the daily numbers\n");
+
+    // TimeoutStopSec must leave run the time of its own --grace.
+    let exec = setting(&unit, "ExecStart");
+    let grace = exec
+        .split_whitespace()
+        .skip_while(|w| *w != "--grace")
+        .nth(1)
+        .expect("ExecStart gives --grace");
+    assert!(
+        seconds(&setting(&unit, "TimeoutStopSec")) > seconds(grace),
+        "TimeoutStopSec is not above --grace"
+    );
+    assert_eq!(setting(&unit, "KillMode"), "mixed");
+
+    // `systemctl stop` with KillMode=mixed: SIGTERM to run alone. run passes it on to the
+    // job, which ends, and the lease is released.
+    tools.script(
+        "publish-daily",
+        "#!/bin/sh\necho started > \"$FENCEPOST_ROOT/started\"\nexec sleep 100\n",
+    );
+    let run = exec_start(&unit, &tools, env.root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ExecStart");
+    let started = std::time::Instant::now();
+    while !env.path("started").exists() {
+        assert!(started.elapsed().as_secs() < 20, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(run.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM run");
+    let out = run.wait_with_output().expect("wait for run");
+    assert_eq!(out.status.code(), Some(128 + 15), "{out:?}");
+    let j = env
+        .fp(&["--json", "status", "reports/daily.md"])
+        .expect(0)
+        .json();
+    assert_eq!(j["resources"][0]["lease"]["state"], "released", "{j}");
+}
