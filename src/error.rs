@@ -75,6 +75,10 @@ pub enum Error {
     /// A failure injected by a failpoint (test builds only).
     #[error("failpoint {0} fired")]
     Injected(String),
+
+    /// Something the code holds cannot happen did: a bug, never bad input (exit 1).
+    #[error("internal error: {0}")]
+    Internal(&'static str),
 }
 
 /// The kinds of refusal, each with its own exit code and outcome word.
@@ -146,7 +150,9 @@ impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => 1,
+            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) | Error::Internal(_) => {
+                1
+            }
             Error::Usage { .. } => 2,
             Error::Refused(r) => match r.kind {
                 RefusalKind::Held => 3,
@@ -170,7 +176,9 @@ impl Error {
             Error::Diverged { .. } => "diverged",
             Error::Child { .. } => "failed",
             Error::Partial { .. } => "incomplete",
-            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => "error",
+            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) | Error::Internal(_) => {
+                "error"
+            }
         }
     }
 

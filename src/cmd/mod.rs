@@ -95,7 +95,9 @@ impl Ctx {
             here: self.here.clone(),
         };
         root::establish(&place, resource)?;
-        Store::open(&self.db, self.busy, true)?.ok_or_else(|| self.no_state_file("it vanished"))
+        Store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
+            "a state file opened to be created was not there",
+        ))
     }
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
@@ -156,7 +158,7 @@ impl Ctx {
         // Resolved before the lock: it walks the state file's path.
         let pin = self.root_pin();
         let tx = store.immediate()?;
-        crate::failpoint!("txn.after_begin");
+        crate::failpoints::failpoint!("txn.after_begin");
         self.bind(&tx, &pin)?;
         recover::recover_in(&tx, &self.root, resource)?;
         Ok(tx)

@@ -284,7 +284,7 @@ fn supervise(
         match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
             Ok(status) => return status.map_err(Error::io("cannot wait for", "the command")),
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(Error::usage("internal: lost track of the command"));
+                return Err(Error::Internal("lost track of the command"));
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -303,9 +303,8 @@ fn supervise(
             ..ctx.clone()
         };
         let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
-        let renewed = if left.is_zero() {
-            Err(Error::usage("deadline passed"))
-        } else {
+        // None: the deadline passed before a renewal could even be tried.
+        let renewed = (!left.is_zero()).then(|| {
             change_held(
                 &renew_ctx,
                 &lease.holder,
@@ -313,40 +312,62 @@ fn supervise(
                     deadline: crate::clock::wall_millis().saturating_add(ttl_ms),
                 },
             )
-        };
+        });
         match renewed {
-            Ok(_) => {
+            Some(Ok(_)) => {
                 deadline = Instant::now() + lease.ttl;
                 next_renew = Instant::now() + interval;
             }
-            Err(e) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
+            None => {
+                let why = format!("{OUT_OF_TIME}: deadline passed");
+                return Err(lost_while_running(ctx, lease, &why, group, grace, rx));
+            }
+            Some(Err(e)) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
                 let why = match &e {
                     Error::Refused(r) => lost_reason(r),
-                    other => format!("it ran out before it could be renewed: {other}"),
+                    other => format!("{OUT_OF_TIME}: {other}"),
                 };
-                let mut refusal = Refusal::new(
-                    RefusalKind::Lost,
-                    format!(
-                        "the lease on {} (epoch {}) was lost while the command ran ({why}); \
-                         the command is stopped",
-                        lease.resource, lease.holder.epoch
-                    ),
-                    json!({
-                        "resource": lease.resource,
-                        "epoch": lease.holder.epoch,
-                        "owner": lease.holder.owner,
-                    }),
-                );
-                // Logged when noticed, not once the command has finished stopping.
-                super::log_refusal(ctx, &refusal);
-                refusal.logged = true;
-                stop_group(group, grace, rx);
-                return Err(Error::Refused(refusal));
+                return Err(lost_while_running(ctx, lease, &why, group, grace, rx));
             }
             // A transient failure (busy, I/O): try again soon, while the lease still runs.
-            Err(_) => next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1)),
+            Some(Err(_)) => {
+                next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1))
+            }
         }
     }
+}
+
+/// Why a lease that ran out unrenewed was lost.
+const OUT_OF_TIME: &str = "it ran out before it could be renewed";
+
+/// The lease was lost while the command ran (`why`): log it at once, stop the command's
+/// group, and return the `lost` refusal.
+fn lost_while_running(
+    ctx: &Ctx,
+    lease: &Held,
+    why: &str,
+    group: Pid,
+    grace: Duration,
+    rx: &mpsc::Receiver<std::io::Result<ExitStatus>>,
+) -> Error {
+    let mut refusal = Refusal::new(
+        RefusalKind::Lost,
+        format!(
+            "the lease on {} (epoch {}) was lost while the command ran ({why}); \
+             the command is stopped",
+            lease.resource, lease.holder.epoch
+        ),
+        json!({
+            "resource": lease.resource,
+            "epoch": lease.holder.epoch,
+            "owner": lease.holder.owner,
+        }),
+    );
+    // Logged when noticed, not once the command has finished stopping.
+    super::log_refusal(ctx, &refusal);
+    refusal.logged = true;
+    stop_group(group, grace, rx);
+    Error::Refused(refusal)
 }
 
 /// Why a renewal was refused, in words that fit inside run's own `lost` line: the

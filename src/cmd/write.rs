@@ -177,10 +177,10 @@ fn stage_and_publish(
     {
         atomic::ensure_space(doc.folder.path(), meta.len())?;
     }
-    crate::failpoint!("write.before_stage");
+    crate::failpoints::failpoint!("write.before_stage");
     let mut staged = atomic::stage(doc, source, existing.as_ref())?;
 
-    crate::failpoint!("write.before_lock");
+    crate::failpoints::failpoint!("write.before_lock");
     let now = ctx.clock.now();
     let tx = ctx.begin(store, resource)?;
     let lease = tx.lease(resource)?;
@@ -311,7 +311,7 @@ fn publish(
         });
         return Err(e);
     }
-    crate::failpoint!("write.before_cleanup");
+    crate::failpoints::failpoint!("write.before_cleanup");
     staged.drop_links();
     Ok(())
 }
@@ -395,7 +395,7 @@ fn refusal(
             json!({ "issued": issued }),
         ),
         WriteDecision::Write | WriteDecision::Replay => {
-            return Error::usage("internal: accepted write reported as refusal");
+            return Error::Internal("an accepted write was reported as a refusal");
         }
     };
     let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch, "owner": owner });
@@ -512,4 +512,28 @@ fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
         return Ok(());
     }
     atomic::fsync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_accepted_write_taken_for_a_refusal_is_an_internal_error_not_bad_input() {
+        let resource = Resource::parse(std::ffi::OsStr::new("doc.md")).expect("a good name");
+        let args = WriteArgs {
+            resource: "doc.md".into(),
+            epoch: 1,
+            owner: None,
+            from: None,
+            allow_empty: false,
+            unfenced: false,
+        };
+        for accepted in [WriteDecision::Write, WriteDecision::Replay] {
+            let err = refusal(&resource, &args, None, accepted);
+            assert!(matches!(err, Error::Internal(_)), "{err:?}");
+            assert_eq!(err.exit_code(), 1);
+            assert_eq!(err.outcome(), "error");
+        }
+    }
 }
