@@ -255,11 +255,13 @@ pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
         .join("\n")
 }
 
-/// This machine's name, for the log (Linux; `?` elsewhere).
+/// This machine's name, for the log (`?` if the system will not say, or it is not
+/// UTF-8).
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "?".into())
 }
 
 #[cfg(test)]
