@@ -40,15 +40,6 @@ const TEMP_RANDOM: usize = 12;
 /// Size of the buffer that streams content: memory stays flat whatever the size.
 const CHUNK: usize = 128 * 1024;
 
-/// Fires a failpoint: a no-op unless built with the `failpoints` feature (crash tests).
-#[macro_export]
-macro_rules! failpoint {
-    ($name:literal) => {
-        #[cfg(feature = "failpoints")]
-        $crate::failpoints::hit($name)?;
-    };
-}
-
 /// The document as it is now: `None` if absent. Symlinks, folders and special files are
 /// refused: the tool replaces regular files only.
 pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
@@ -139,7 +130,7 @@ pub fn stage<'d>(
     };
     let temp_path = doc.folder.join(&staged.temp);
     let (sha256, size) = copy_hashed(source, &mut staged.file, &doc.path(), &temp_path)?;
-    crate::failpoint!("write.after_temp_write");
+    crate::failpoints::failpoint!("write.after_temp_write");
     if let Some(meta) = existing {
         keep_mode_and_owner(&staged.file, meta, &temp_path)?;
     }
@@ -147,7 +138,7 @@ pub fn stage<'d>(
         .file
         .sync_all()
         .map_err(Error::io("cannot fsync", temp_path.clone()))?;
-    crate::failpoint!("write.after_temp_fsync");
+    crate::failpoints::failpoint!("write.after_temp_fsync");
     let own = folder::entry_of(&staged.file).map_err(Error::io("cannot inspect", temp_path))?;
     staged.sha256 = sha256;
     staged.size = size;
@@ -339,11 +330,11 @@ impl Staged<'_> {
                 .link(&self.doc.name, &pre)
                 .map_err(Error::io(crate::error::PRE_IMAGE_LINK, folder.join(&pre)))?;
         }
-        crate::failpoint!("write.after_pre_link");
+        crate::failpoints::failpoint!("write.after_pre_link");
         folder
             .link(&self.temp, &new)
             .map_err(Error::io("cannot link staged file", folder.join(&new)))?;
-        crate::failpoint!("write.after_new_link");
+        crate::failpoints::failpoint!("write.after_new_link");
         // The staged bytes' hash, kept beside `-new` (a symlink's target: no extra fsync;
         // the folder fsync after the rename makes it durable). After a crash the document
         // may be the `-new` file edited in place; then it is no longer ours to roll back.
@@ -364,9 +355,9 @@ impl Staged<'_> {
             .rename(&self.temp, &self.doc.name)
             .map_err(Error::io("cannot rename into", self.doc.path()))?;
         self.renamed = true;
-        crate::failpoint!("write.after_rename");
+        crate::failpoints::failpoint!("write.after_rename");
         folder.sync()?;
-        crate::failpoint!("write.after_dir_fsync");
+        crate::failpoints::failpoint!("write.after_dir_fsync");
         Ok(())
     }
 

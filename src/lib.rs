@@ -21,7 +21,6 @@ pub mod audit;
 pub mod clock;
 pub mod cmd;
 pub mod error;
-#[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod folder;
 pub mod lease;
@@ -201,8 +200,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    #[cfg(feature = "failpoints")]
-    let _scenario = fail::FailScenario::setup();
+    let _scenario = failpoints::setup();
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let parsed = Cli::command()
         .try_get_matches_from(&args)

@@ -191,7 +191,7 @@ impl Store {
                     .busy_timeout(busy)
                     .and_then(|()| header(&conn))
                     .map_err(fail)?;
-                crate::failpoint!("read.frozen");
+                crate::failpoints::failpoint!("read.frozen");
                 (conn, h)
             }
             Err(e) => return Err(fail(e)),
@@ -351,9 +351,9 @@ impl Txn<'_> {
     /// Commits: the single point where a change becomes real.
     pub fn commit(self) -> Result<()> {
         let (path, busy) = (self.path, self.busy);
-        crate::failpoint!("txn.before_commit");
+        crate::failpoints::failpoint!("txn.before_commit");
         self.tx.commit().map_err(|e| db_error(path, busy, e))?;
-        crate::failpoint!("txn.after_commit");
+        crate::failpoints::failpoint!("txn.after_commit");
         Ok(())
     }
 
@@ -779,7 +779,7 @@ fn waited_since(e: Error, started: std::time::Instant) -> Error {
 /// the database file does not change under an immutable read. (A checkpoint run after a
 /// commit that grew the WAL past 1000 pages needs no EXCLUSIVE lock; no fencepost
 /// transaction but an unbounded `log --prune` is that big.) Retried while a checkpoint
-/// holds the lock, up to the busy timeout.
+/// holds the lock, up to the busy timeout ([`retry_busy`]).
 fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
     use nix::fcntl::{FcntlArg, fcntl};
     use nix::libc;
@@ -794,23 +794,20 @@ fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
         l_pid: 0,
     };
     let started = std::time::Instant::now();
-    loop {
-        match fcntl(&file, FcntlArg::F_SETLK(&lock)) {
-            Ok(_) => return Ok(file),
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES)
-                if started.elapsed() < busy =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
-                return Err(Error::Busy {
-                    path: path.to_path_buf(),
-                    waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
-                });
-            }
-            Err(e) => return Err(Error::io("cannot lock", path)(e.into())),
-        }
-    }
+    let locked = retry_busy(
+        busy,
+        |e| matches!(e, Error::Busy { .. }),
+        |_| match fcntl(&file, FcntlArg::F_SETLK(&lock)) {
+            Ok(_) => Ok(()),
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => Err(Error::Busy {
+                path: path.to_path_buf(),
+                waited_ms: 0,
+            }),
+            Err(e) => Err(Error::io("cannot lock", path)(e.into())),
+        },
+    );
+    locked.map_err(|e| waited_since(e, started))?;
+    Ok(file)
 }
 
 /// What a state file says of itself: its application id, schema version and number of

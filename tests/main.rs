@@ -2,6 +2,7 @@
 //! `fencepost` binary as separate processes through the `harness` builder.
 
 mod harness;
+mod support;
 
 mod acknowledged;
 mod conventions;

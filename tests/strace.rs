@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::crash::{
+use crate::harness::{Env, bin};
+use crate::support::{
     DbHolder, RES, Scenario, assert_consistent, new, setup, status_row, tool_files,
 };
-use crate::harness::{Env, bin};
 
 /// The strace binary, or a panic that says how to get it.
 fn strace() -> PathBuf {

@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::crash::{command, sha256_hex, signal, status_row, tool_files};
 use crate::harness::Env;
+use crate::support::{command, sha256_hex, signal, status_row, tool_files};
 
 const RESOURCES: [&str; 3] = ["r0.txt", "r1.txt", "deep/r2.txt"];
 const WORKERS: usize = 6;

@@ -145,7 +145,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
             .previous(prev.map(|l| l.owner.as_str()), prev.map(|l| l.epoch))
             .detail(format!("deadline {deadline}{fence}"));
         ctx.log(&tx, &event)?;
-        crate::failpoint!("claim.before_commit");
+        crate::failpoints::failpoint!("claim.before_commit");
         tx.commit()?;
         let changed = format!(
             "the lease on {resource} is held by {} as epoch {epoch} until {}",

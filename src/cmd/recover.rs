@@ -154,7 +154,7 @@ pub fn recover_in(tx: &Txn<'_>, root: &std::path::Path, resource: &Resource) -> 
             .sink(resource)?
             .and_then(|r| r.content)
             .and_then(|c| c.file);
-        crate::failpoint!("recover.before_apply");
+        crate::failpoints::failpoint!("recover.before_apply");
         let mut plan = Vec::new();
         for set in sets {
             let action = decide(&doc, recorded, &set)?;
