@@ -16,6 +16,7 @@ mod readme;
 mod reports;
 mod reproduce;
 mod roots;
+mod shapes;
 mod sink;
 mod strace;
 mod torture;
