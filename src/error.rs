@@ -8,14 +8,16 @@
 use std::io;
 use std::path::PathBuf;
 
-use serde_json::{Map, Value};
+use serde::Serialize;
+
+use crate::outcome::{Recovered, RefusalDetail, RunFailed, Verified};
 
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A defined refusal of the protocol; prints its outcome and exits with its code.
     #[error("{0}")]
-    Refused(Refusal),
+    Refused(Box<Refusal>),
 
     /// Bad usage or bad input: nothing was changed.
     #[error("{message}")]
@@ -50,7 +52,7 @@ pub enum Error {
     Diverged {
         message: String,
         report: String,
-        fields: Value,
+        found: Verified,
     },
 
     /// A command that works through every resource (`recover`) could not finish some:
@@ -61,7 +63,7 @@ pub enum Error {
         code: i32,
         message: String,
         report: String,
-        fields: Value,
+        done: Recovered,
     },
 
     /// `run`: the command failed; run exits with the command's own code.
@@ -69,7 +71,7 @@ pub enum Error {
     Child {
         code: i32,
         message: String,
-        fields: Value,
+        ran: RunFailed,
     },
 
     /// A failure injected by a failpoint (test builds only).
@@ -109,40 +111,53 @@ impl RefusalKind {
     }
 }
 
-/// A refusal: its kind, a one-line explanation and the facts behind it.
-#[derive(Debug)]
+/// A refusal: a one-line explanation and the facts behind it (its kind follows from
+/// them). Serialized, it is the refusal's `--json` object but for `outcome` and `error`.
+#[derive(Debug, Serialize)]
 pub struct Refusal {
-    pub kind: RefusalKind,
+    #[serde(skip)]
     pub message: String,
-    /// Fields for `--json` (resource, epoch, current holder, ...).
-    pub fields: Map<String, Value>,
+    pub resource: String,
+    /// The caller's epoch (null for a claim, which has none yet).
+    pub epoch: Option<i64>,
+    /// The caller's owner name (null for a write without `--owner` whose epoch's owner is
+    /// forgotten).
+    pub owner: Option<String>,
+    #[serde(flatten)]
+    pub detail: RefusalDetail,
     /// Already in the audit log (`run` logs a loss when it notices it).
+    #[serde(skip)]
     pub logged: bool,
 }
 
 impl Refusal {
-    /// A refusal whose `--json` fields are the members of `fields` (an object).
-    pub fn new(kind: RefusalKind, message: String, fields: Value) -> Refusal {
+    /// A refusal of `resource` to the caller (`owner`, `epoch`), for what `detail` says.
+    pub fn new(
+        message: String,
+        resource: &str,
+        epoch: Option<i64>,
+        owner: Option<&str>,
+        detail: RefusalDetail,
+    ) -> Refusal {
         Refusal {
-            kind,
             message,
-            fields: object(fields),
+            resource: resource.to_string(),
+            epoch,
+            owner: owner.map(str::to_string),
+            detail,
             logged: false,
         }
     }
-}
 
-/// The members of a JSON object (empty for any other value).
-pub fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
+    /// Its kind: the exit code and outcome word.
+    pub fn kind(&self) -> RefusalKind {
+        self.detail.kind()
     }
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.kind.outcome(), self.message)
+        write!(f, "{}: {}", self.kind().outcome(), self.message)
     }
 }
 
@@ -154,7 +169,7 @@ impl Error {
                 1
             }
             Error::Usage { .. } => 2,
-            Error::Refused(r) => match r.kind {
+            Error::Refused(r) => match r.kind() {
                 RefusalKind::Held => 3,
                 RefusalKind::Lost => 4,
                 RefusalKind::Stale => 5,
@@ -170,7 +185,7 @@ impl Error {
     /// The outcome word for `--json` error objects.
     pub fn outcome(&self) -> &'static str {
         match self {
-            Error::Refused(r) => r.kind.outcome(),
+            Error::Refused(r) => r.kind().outcome(),
             Error::Usage { .. } => "usage",
             Error::Busy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
@@ -202,6 +217,11 @@ impl Error {
             )),
             _ => None,
         }
+    }
+
+    /// A refusal as the error a command returns.
+    pub fn refused(refusal: Refusal) -> Error {
+        Error::Refused(Box::new(refusal))
     }
 
     /// Shorthand for a usage error without a hint.

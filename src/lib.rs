@@ -24,6 +24,7 @@ pub mod error;
 pub mod failpoints;
 pub mod folder;
 pub mod lease;
+pub mod outcome;
 pub mod resource;
 pub mod root;
 pub mod sink;
@@ -235,12 +236,7 @@ where
                 .filter_map(|a| a.to_str())
                 .find(|a| Cli::command().find_subcommand(a).is_some());
             let named = json!({ "resource": null, "epoch": null });
-            report_error(
-                &clap_usage_error(&e, command),
-                json,
-                false,
-                error::object(named),
-            );
+            report_error(&clap_usage_error(&e, command), json, false, object(&named));
             return 2;
         }
     };
@@ -275,8 +271,7 @@ where
                 None => "`fencepost status` shows the state it left".to_string(),
             };
             let text = if json && !generated {
-                let mut map = report.json;
-                map.entry("outcome").or_insert(json!("ok"));
+                let mut map = object(&report.outcome);
                 map.entry("resource").or_insert(Value::Null);
                 map.entry("epoch").or_insert(Value::Null);
                 Value::Object(map).to_string()
@@ -302,8 +297,11 @@ where
                     } else {
                         "fencepost"
                     };
-                    let extra = json!({ "exit_code": code, "exit_from": from });
-                    (code, error::object(extra))
+                    let extra = outcome::Exit {
+                        exit_code: code,
+                        exit_from: from,
+                    };
+                    (code, object(&extra))
                 }
                 _ => (err.exit_code(), serde_json::Map::new()),
             };
@@ -536,6 +534,15 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     })
 }
 
+/// The members of the JSON object `value` serializes to (its keys sorted). The answers
+/// are plain structs of strings and numbers, which always serialize.
+fn object(value: &impl serde::Serialize) -> serde_json::Map<String, Value> {
+    match serde_json::to_value(value) {
+        Ok(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
 /// Prints a result line and flushes it, so a failed write is seen here.
 fn emit(text: &str) -> io::Result<()> {
     let mut out = io::stdout().lock();
@@ -553,10 +560,10 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
     let mut written = Ok(());
     if json {
         let mut map = match err {
-            Error::Refused(r) => r.fields.clone(),
-            Error::Diverged { fields, .. }
-            | Error::Child { fields, .. }
-            | Error::Partial { fields, .. } => fields.as_object().cloned().unwrap_or_default(),
+            Error::Refused(r) => object(r),
+            Error::Diverged { found, .. } => object(found),
+            Error::Child { ran, .. } => object(ran),
+            Error::Partial { done, .. } => object(done),
             _ => serde_json::Map::new(),
         };
         map.insert("outcome".into(), json!(err.outcome()));
@@ -567,7 +574,7 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
         written = emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         if !quiet {
-            written = emit(r.kind.outcome());
+            written = emit(r.kind().outcome());
         }
     } else if let Error::Diverged { report, .. } | Error::Partial { report, .. } = err {
         written = emit(report);

@@ -18,7 +18,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use crate::atomic;
-use crate::audit::Event;
+use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
@@ -566,7 +566,7 @@ impl Txn<'_> {
                 params![
                     event.at,
                     event.resource,
-                    event.kind,
+                    event.kind.as_str(),
                     event.owner,
                     event.epoch,
                     event.prev_owner,
@@ -616,7 +616,7 @@ impl Txn<'_> {
                     id: r.get(0)?,
                     at: r.get(1)?,
                     resource: r.get(2)?,
-                    kind: r.get(3)?,
+                    kind: EventKind::parse(&r.get::<_, String>(3)?),
                     owner: r.get(4)?,
                     epoch: r.get(5)?,
                     prev_owner: r.get(6)?,
@@ -643,9 +643,14 @@ impl Txn<'_> {
         self.tx
             .query_row(
                 "SELECT owner FROM log
-                 WHERE resource = ?1 AND epoch = ?2 AND event IN ('claim', 'takeover')
+                 WHERE resource = ?1 AND epoch = ?2 AND event IN (?3, ?4)
                  ORDER BY id DESC LIMIT 1",
-                params![resource.as_str(), epoch],
+                params![
+                    resource.as_str(),
+                    epoch,
+                    EventKind::Claim.as_str(),
+                    EventKind::Takeover.as_str()
+                ],
                 |r| r.get(0),
             )
             .optional()

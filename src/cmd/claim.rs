@@ -4,13 +4,13 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde_json::json;
 
-use super::{Ctx, Report, check_owner, lease_json};
-use crate::audit::Event;
+use super::{Ctx, Report, check_owner};
+use crate::audit::{Event, EventKind};
 use crate::clock::{Clock, Zero, parse_duration};
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
+use crate::outcome::{Claimed, LeaseView, Outcome, RefusalDetail};
 
 /// Claim RESOURCE for OWNER and print the new epoch (and nothing else).
 ///
@@ -56,6 +56,19 @@ pub struct LeaseRequest {
 }
 
 pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
+    let claimed = take(ctx, claim)?;
+    let changed = format!(
+        "the lease on {} is held by {} as epoch {} until {}",
+        claimed.resource,
+        claimed.owner,
+        claimed.epoch,
+        crate::clock::show(ctx.clock.kind(), claimed.deadline),
+    );
+    Ok(Report::new(claimed.epoch.to_string(), Outcome::Claimed(claimed)).changed(changed))
+}
+
+/// Takes the lease (waiting for it with `--wait`): the claim of `claim` and `run`.
+pub fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let args = &claim.request;
     let resource = ctx.resource(&args.resource)?;
     check_owner(&args.owner)?;
@@ -135,8 +148,8 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         }
         let prev = current.as_ref();
         let kind = match prev {
-            Some(l) if l.state == LeaseState::Held => "takeover",
-            _ => "claim",
+            Some(l) if l.state == LeaseState::Held => EventKind::Takeover,
+            _ => EventKind::Claim,
         };
         let fence = if claim.lazy_fence { ", lazy fence" } else { "" };
         let event = Event::new(now, resource.as_str(), kind)
@@ -147,24 +160,14 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         ctx.log(&tx, &event)?;
         crate::failpoints::failpoint!("claim.before_commit");
         tx.commit()?;
-        let changed = format!(
-            "the lease on {resource} is held by {} as epoch {epoch} until {}",
-            args.owner,
-            crate::clock::show(ctx.clock.kind(), deadline),
-        );
-        return Ok(Report::new(
-            epoch.to_string(),
-            json!({
-                "outcome": "claimed",
-                "resource": resource.as_str(),
-                "epoch": epoch,
-                "owner": args.owner,
-                "deadline": deadline,
-                "fenced_at_sink": !claim.lazy_fence,
-                "previous": lease_json(current.as_ref(), now),
-            }),
-        )
-        .changed(changed));
+        return Ok(Claimed {
+            resource: resource.to_string(),
+            epoch,
+            owner: args.owner.clone(),
+            deadline,
+            fenced_at_sink: !claim.lazy_fence,
+            previous: LeaseView::at(current.as_ref(), now),
+        });
     }
 }
 
@@ -181,25 +184,23 @@ fn held(
     let (who, epoch, deadline) =
         holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
     let waited_ms = waited.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
-    let fields = json!({
-        "resource": resource.as_str(),
-        "epoch": null,
-        "owner": claimant,
-        "holder": who,
-        "holder_epoch": epoch,
-        "deadline": deadline,
-        "waited_ms": waited_ms,
-        "lease": lease_json(holder, now),
-    });
     let gave_up = waited.map_or_else(String::new, |w| {
         format!("; gave up after waiting {:.1}s", w.as_secs_f64())
     });
-    Error::Refused(Refusal::new(
-        RefusalKind::Held,
+    Error::refused(Refusal::new(
         format!(
             "{resource} is held by {who} (epoch {epoch}) until {}{gave_up}",
             crate::clock::show(ctx.clock.kind(), deadline)
         ),
-        fields,
+        resource.as_str(),
+        None,
+        Some(claimant),
+        RefusalDetail::Held {
+            holder: who.to_string(),
+            holder_epoch: epoch,
+            deadline,
+            waited_ms,
+            lease: LeaseView::at(holder, now),
+        },
     ))
 }

@@ -5,6 +5,7 @@ use clap::{Args, CommandFactory, ValueEnum};
 
 use super::Report;
 use crate::error::{Error, Result};
+use crate::outcome::{Generated, Outcome};
 
 /// The shells completions can be generated for.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -62,7 +63,9 @@ pub fn man(args: &ManArgs) -> Result<Report> {
             .map_err(Error::io("cannot write man pages to", dir))?;
         return Ok(Report::new(
             format!("wrote man pages to {}", dir.display()),
-            serde_json::json!({ "outcome": "generated", "dir": dir.to_string_lossy() }),
+            Outcome::Generated(Generated {
+                dir: Some(dir.to_string_lossy().into_owned()),
+            }),
         )
         .changed(format!("the man pages were written to {}", dir.display())));
     }
@@ -105,6 +108,6 @@ fn text(buf: Vec<u8>) -> Result<Report> {
     let text = String::from_utf8_lossy(&buf).trim_end().to_string();
     Ok(Report::new(
         text,
-        serde_json::json!({ "outcome": "generated" }),
+        Outcome::Generated(Generated { dir: None }),
     ))
 }

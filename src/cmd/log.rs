@@ -3,12 +3,12 @@
 use std::ffi::OsString;
 
 use clap::Args;
-use serde_json::{Value, json};
 
 use super::{Ctx, Report};
 use crate::audit;
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
+use crate::outcome::{Log, LoggedEvent, Outcome, Pruned};
 use crate::store::Store;
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
@@ -59,9 +59,13 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         ctx.check_root(&tx)?;
         let dropped = tx.prune(ctx.log_keep, None)?;
         tx.commit()?;
+        let pruned = Pruned {
+            dropped,
+            keep: ctx.log_keep,
+        };
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
-            json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
+            Outcome::Pruned(pruned),
         )
         .changed(format!("{dropped} event(s) were pruned from the audit log")));
     }
@@ -111,10 +115,15 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     } else {
         audit::table(&events, clock)
     };
-    let list: Vec<Value> = events.iter().map(audit::Event::to_json).collect();
-    let mut out = json!({ "outcome": "log", "events": list });
-    if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
-        map.insert("resource".into(), json!(resource.as_str()));
-    }
-    Ok(Report::new(plain, out))
+    let log = Log {
+        events: events
+            .into_iter()
+            .map(|event| LoggedEvent {
+                refused: event.is_refusal(),
+                event,
+            })
+            .collect(),
+        resource: only.map(|r| r.to_string()),
+    };
+    Ok(Report::new(plain, Outcome::Log(log)))
 }

@@ -6,12 +6,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
-
-use crate::audit::Event;
+use crate::audit::{Event, EventKind};
 use crate::clock::Clock;
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::lease::{Lease, LostReason};
+use crate::outcome::{LeaseView, Outcome, RefusalDetail};
 use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
 use crate::store::{Store, Txn};
@@ -49,22 +48,22 @@ pub struct Ctx {
 }
 
 /// What a successful command prints: a plain line for people and shell capture, and
-/// the fields of its `--json` object.
+/// its typed answer, from which `--json` is derived.
 #[derive(Debug)]
 pub struct Report {
     pub plain: String,
-    pub json: Map<String, Value>,
+    pub outcome: Outcome,
     /// What the command changed, in words, for when its answer cannot be delivered (a
     /// full disk under stdout): `the lease on r.md is held by A as epoch 3 until ...`.
     pub changed: Option<String>,
 }
 
 impl Report {
-    /// A report whose `--json` fields are the members of `json` (an object).
-    pub fn new(plain: impl Into<String>, json: Value) -> Report {
+    /// A report of `outcome`, shown to people as `plain`.
+    pub fn new(plain: impl Into<String>, outcome: Outcome) -> Report {
         Report {
             plain: plain.into(),
-            json: crate::error::object(json),
+            outcome,
             changed: None,
         }
     }
@@ -255,24 +254,16 @@ impl Ctx {
 /// refusal is the command's answer whether or not it could be logged (e.g. when the
 /// state file is busy).
 pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
-    let field = |k: &str| refusal.fields.get(k);
-    let text = |k: &str| field(k).and_then(Value::as_str);
-    let int = |k: &str| field(k).and_then(Value::as_i64);
-    let Some(resource) = text("resource") else {
-        return;
-    };
-    let lease = field("lease");
-    let prev_owner = text("holder")
-        .or_else(|| text("issued_to"))
-        .or_else(|| lease.and_then(|l| l.get("owner")).and_then(Value::as_str));
-    let prev_epoch = int("fence")
-        .or_else(|| int("issued"))
-        .or_else(|| lease.and_then(|l| l.get("epoch")).and_then(Value::as_i64));
-    let event = Event::new(ctx.clock.now(), resource, refusal.kind.outcome())
-        .owner(text("owner"))
-        .epoch(int("epoch"))
-        .previous(prev_owner, prev_epoch)
-        .detail(refusal.message.clone());
+    let (prev_owner, prev_epoch) = refusal.detail.previous();
+    let event = Event::new(
+        ctx.clock.now(),
+        &refusal.resource,
+        EventKind::Refused(refusal.kind()),
+    )
+    .owner(refusal.owner.as_deref())
+    .epoch(refusal.epoch)
+    .previous(prev_owner, prev_epoch)
+    .detail(refusal.message.clone());
     let logged = Store::open(&ctx.db, ctx.busy, false).and_then(|store| {
         let Some(mut store) = store else {
             return Ok(());
@@ -352,20 +343,6 @@ pub fn check_epoch(epoch: i64) -> Result<()> {
     Ok(())
 }
 
-/// The lease as JSON, or null.
-pub fn lease_json(lease: Option<&Lease>, now: i64) -> Value {
-    match lease {
-        None => Value::Null,
-        Some(l) => json!({
-            "owner": l.owner,
-            "epoch": l.epoch,
-            "deadline": l.deadline,
-            "state": l.view(now),
-            "result": l.result,
-        }),
-    }
-}
-
 /// The `lost` refusal of renew, complete and release, with the current holder.
 pub fn lost(
     resource: &Resource,
@@ -384,13 +361,6 @@ pub fn lost(
         ),
         None => String::new(),
     };
-    let fields = json!({
-        "resource": resource.as_str(),
-        "owner": owner,
-        "epoch": epoch,
-        "reason": reason.describe(),
-        "lease": lease_json(current, now),
-    });
     // Only a lease that was this caller's can be lost; a wrong name or an epoch never
     // issued never held it.
     let holds = match reason {
@@ -399,13 +369,18 @@ pub fn lost(
     };
     // The reason in brackets, not after a colon: the line already starts `lost: `, and a
     // resource may itself be called anything.
-    Error::Refused(Refusal::new(
-        RefusalKind::Lost,
+    Error::refused(Refusal::new(
         format!(
             "{owner} epoch {epoch} {holds} the lease on {resource} ({}{holder})",
             reason.describe()
         ),
-        fields,
+        resource.as_str(),
+        Some(epoch),
+        Some(owner),
+        RefusalDetail::Lost {
+            reason: reason.describe(),
+            lease: LeaseView::at(current, now),
+        },
     ))
 }
 
@@ -457,13 +432,13 @@ pub fn change_held_noting(
     if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
         let (kind, detail) = match change {
             crate::store::HolderChange::Renew { deadline } => {
-                ("renew", format!("deadline {deadline}"))
+                (EventKind::Renew, format!("deadline {deadline}"))
             }
             crate::store::HolderChange::Complete { result } => (
-                "complete",
+                EventKind::Complete,
                 result.map(|r| format!("result {r}")).unwrap_or_default(),
             ),
-            crate::store::HolderChange::Release => ("release", String::new()),
+            crate::store::HolderChange::Release => (EventKind::Release, String::new()),
         };
         let mut event = Event::new(now, resource.as_str(), kind)
             .owner(Some(&holder.owner))

@@ -7,11 +7,11 @@
 use std::ffi::OsString;
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, Report};
 use crate::atomic::{self, LinkSet};
 use crate::error::{Error, Result};
+use crate::outcome::{Outcome, RecoverLine, Recovered as RecoveredAll};
 use crate::resource::{DocPath, Resource, locate};
 use crate::sink::{FileId, Recovery, recovery};
 use crate::store::{Store, Txn};
@@ -85,7 +85,10 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
                     "{}: not recovered: {e}",
                     super::status::printable(name)
                 ));
-                actions.push(json!({ "resource": name, "error": e.to_string() }));
+                actions.push(RecoverLine::Failed {
+                    resource: name.clone(),
+                    error: e.to_string(),
+                });
                 failed.push(e);
                 continue;
             }
@@ -94,11 +97,11 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         if done != Recovery::Nothing || temps > 0 {
             lines.push(format!("{name}: {what}, {temps} temp file(s) removed"));
         }
-        actions.push(json!({
-            "resource": name,
-            "action": what,
-            "temps_removed": temps,
-        }));
+        actions.push(RecoverLine::Done {
+            resource: name.clone(),
+            action: what,
+            temps_removed: temps,
+        });
     }
     if single && let Some(e) = failed.pop() {
         return Err(e);
@@ -114,7 +117,7 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
                 names.len()
             ),
             report: lines.join("\n"),
-            fields: json!({ "resources": actions }),
+            done: RecoveredAll { resources: actions },
         });
     }
     let plain = if lines.is_empty() {
@@ -124,7 +127,7 @@ pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     };
     Ok(Report::new(
         plain,
-        json!({ "outcome": "recovered", "resources": actions }),
+        Outcome::Recovered(RecoveredAll { resources: actions }),
     ))
 }
 

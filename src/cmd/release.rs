@@ -1,10 +1,10 @@
 //! `fencepost release`: give a live lease up at once.
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::error::Result;
+use crate::outcome::{Outcome, Released};
 use crate::store::HolderChange;
 
 /// Give up a live lease now, so the next worker need not wait for the deadline.
@@ -23,17 +23,14 @@ pub struct ReleaseArgs {
 
 pub fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
     let (resource, _) = change_held(ctx, &args.holder, HolderChange::Release)?;
-    Ok(Report::new(
-        "released",
-        json!({
-            "outcome": "released",
-            "resource": resource.as_str(),
-            "epoch": args.holder.epoch,
-            "owner": args.holder.owner,
-        }),
-    )
-    .changed(format!(
+    let changed = format!(
         "the lease on {resource} (epoch {}) was released",
         args.holder.epoch
-    )))
+    );
+    let released = Released {
+        resource: resource.to_string(),
+        epoch: args.holder.epoch,
+        owner: args.holder.owner.clone(),
+    };
+    Ok(Report::new("released", Outcome::Released(released)).changed(changed))
 }

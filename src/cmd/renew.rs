@@ -1,11 +1,11 @@
 //! `fencepost renew`: extend a live lease's deadline.
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::clock::{Zero, parse_duration};
 use crate::error::{Error, Result};
+use crate::outcome::{Outcome, Renewed};
 use crate::store::HolderChange;
 
 /// Extend a live lease to now + TTL and print the new deadline.
@@ -35,19 +35,16 @@ pub fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
         .checked_add(ttl)
         .ok_or_else(|| Error::usage(format!("--ttl {} overflows the clock", args.ttl)))?;
     let (resource, _) = change_held(ctx, &args.holder, HolderChange::Renew { deadline })?;
-    Ok(Report::new(
-        deadline.to_string(),
-        json!({
-            "outcome": "renewed",
-            "resource": resource.as_str(),
-            "epoch": args.holder.epoch,
-            "owner": args.holder.owner,
-            "deadline": deadline,
-        }),
-    )
-    .changed(format!(
+    let renewed = Renewed {
+        resource: resource.to_string(),
+        epoch: args.holder.epoch,
+        owner: args.holder.owner.clone(),
+        deadline,
+    };
+    let changed = format!(
         "the lease on {resource} (epoch {}) was renewed until {}",
         args.holder.epoch,
         crate::clock::show(ctx.clock.kind(), deadline)
-    )))
+    );
+    Ok(Report::new(deadline.to_string(), Outcome::Renewed(renewed)).changed(changed))
 }

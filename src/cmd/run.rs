@@ -15,7 +15,6 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
 use nix::unistd::{Pid, getpgrp, isatty, tcgetpgrp, tcsetpgrp};
-use serde_json::json;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -23,6 +22,7 @@ use super::claim::{self, ClaimArgs, LeaseRequest};
 use super::{Ctx, HolderArgs, Report, change_held, change_held_noting};
 use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
 use crate::store::HolderChange;
 
 /// Claim RESOURCE, run CMD while renewing the lease, then complete (or release) it.
@@ -100,8 +100,8 @@ impl RunArgs {
     /// lost codes, else the table's.
     pub fn exit_code(&self, err: &Error) -> i32 {
         let chosen = match err {
-            Error::Refused(r) if r.kind == RefusalKind::Held => self.held_exit_code,
-            Error::Refused(r) if r.kind == RefusalKind::Lost => self.lost_exit_code,
+            Error::Refused(r) if r.kind() == RefusalKind::Held => self.held_exit_code,
+            Error::Refused(r) if r.kind() == RefusalKind::Lost => self.lost_exit_code,
             _ => None,
         };
         chosen.map_or_else(|| err.exit_code(), i32::from)
@@ -126,7 +126,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         .command
         .split_first()
         .ok_or_else(|| Error::usage("no CMD given"))?;
-    let claimed = claim::run(
+    let claimed = claim::take(
         ctx,
         &ClaimArgs {
             request: args.request.clone(),
@@ -134,14 +134,11 @@ pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         },
     )?;
     let lease = Held {
-        resource: claimed.json["resource"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        resource: claimed.resource,
         holder: HolderArgs {
             resource: args.request.resource.clone(),
-            owner: args.request.owner.clone(),
-            epoch: claimed.json["epoch"].as_i64().unwrap_or(0),
+            owner: claimed.owner,
+            epoch: claimed.epoch,
         },
         ttl: Duration::from_millis(ttl_ms),
     };
@@ -220,13 +217,15 @@ impl Held {
         Error::Child {
             code,
             message,
-            fields: json!({
-                "resource": self.resource,
-                "epoch": self.holder.epoch,
-                "owner": self.holder.owner,
-                "exit_code": code,
-                "exit_from": "command",
-            }),
+            ran: RunFailed {
+                resource: self.resource.clone(),
+                epoch: self.holder.epoch,
+                owner: self.holder.owner.clone(),
+                exit: Exit {
+                    exit_code: code,
+                    exit_from: "command",
+                },
+            },
         }
     }
 }
@@ -351,40 +350,39 @@ fn lost_while_running(
     rx: &mpsc::Receiver<std::io::Result<ExitStatus>>,
 ) -> Error {
     let mut refusal = Refusal::new(
-        RefusalKind::Lost,
         format!(
             "the lease on {} (epoch {}) was lost while the command ran ({why}); \
              the command is stopped",
             lease.resource, lease.holder.epoch
         ),
-        json!({
-            "resource": lease.resource,
-            "epoch": lease.holder.epoch,
-            "owner": lease.holder.owner,
-        }),
+        &lease.resource,
+        Some(lease.holder.epoch),
+        Some(&lease.holder.owner),
+        RefusalDetail::LostWhileRunning {},
     );
     // Logged when noticed, not once the command has finished stopping.
     super::log_refusal(ctx, &refusal);
     refusal.logged = true;
     stop_group(group, grace, rx);
-    Error::Refused(refusal)
+    Error::refused(refusal)
 }
 
 /// Why a renewal was refused, in words that fit inside run's own `lost` line: the
 /// reason and the lease as it now is, without the refusal's own `lost:` framing.
 fn lost_reason(refusal: &Refusal) -> String {
-    let field = |key: &str| refusal.fields.get(key);
-    let Some(reason) = field("reason").and_then(serde_json::Value::as_str) else {
-        return refusal.message.clone();
-    };
-    match field("lease") {
-        Some(lease) if lease.is_object() => format!(
+    match &refusal.detail {
+        RefusalDetail::Lost {
+            reason,
+            lease: Some(lease),
+        } => format!(
             "{reason}; current: owner {} epoch {}, {}",
-            lease["owner"].as_str().unwrap_or("?"),
-            lease["epoch"],
-            lease["state"].as_str().unwrap_or("?"),
+            lease.owner, lease.epoch, lease.state
         ),
-        _ => reason.to_string(),
+        RefusalDetail::Lost {
+            reason,
+            lease: None,
+        } => (*reason).to_string(),
+        _ => refusal.message.clone(),
     }
 }
 
@@ -408,21 +406,21 @@ fn finish(
                 result: Some(&result),
             },
         )?;
-        return Ok(Report::new(
-            String::new(),
-            json!({
-                "outcome": "completed",
-                "resource": resource,
-                "epoch": epoch,
-                "owner": args.request.owner,
-                "exit_code": 0,
-                "exit_from": "command",
-                "result": result,
+        let completed = Completed {
+            resource: resource.clone(),
+            epoch,
+            owner: lease.holder.owner.clone(),
+            result: Some(result),
+            exit: Some(Exit {
+                exit_code: 0,
+                exit_from: "command",
             }),
-        )
-        .changed(format!(
-            "the command exited 0 and the lease on {resource} (epoch {epoch}) was completed"
-        )));
+        };
+        return Ok(
+            Report::new(String::new(), Outcome::Completed(completed)).changed(format!(
+                "the command exited 0 and the lease on {resource} (epoch {epoch}) was completed"
+            )),
+        );
     }
     let program = program.to_string_lossy();
     let how = match killed_by(status) {

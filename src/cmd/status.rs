@@ -4,12 +4,12 @@
 use std::ffi::OsString;
 
 use clap::Args;
-use serde_json::{Value, json};
 
-use super::{Ctx, Report, lease_json};
+use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::outcome::{DocumentView, LeaseView, Outcome, SinkView, Status, StatusRow};
 use crate::resource::{Resource, locate};
 use crate::sink::{Recovery, SinkRecord};
 use crate::store::Store;
@@ -53,15 +53,10 @@ struct Row {
     doc: DocState,
 }
 
-struct DocState {
-    state: &'static str,
-    sha256: Option<String>,
-    size: Option<u64>,
-    /// Why the document could not be looked at (`invalid`, `error`).
-    problem: Option<String>,
-}
+/// The document on disk as `status` shows it.
+type DocState = DocumentView;
 
-impl DocState {
+impl DocumentView {
     fn of(state: &'static str) -> DocState {
         DocState {
             state,
@@ -91,15 +86,20 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     };
     let now = ctx.clock.now();
     let rows = collect(ctx, ctx.read_store("nothing to show")?, only.as_ref())?;
-    let json_rows: Vec<Value> = rows.iter().map(|r| row_json(r, now)).collect();
-    let mut out = json!({ "outcome": "status", "now": now, "resources": json_rows });
-    if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
-        map.insert("resource".into(), json!(resource.as_str()));
-        // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
-        let epoch = rows.first().and_then(|r| r.lease.as_ref()).map(|l| l.epoch);
-        map.insert("epoch".into(), json!(epoch));
-    }
-    Ok(Report::new(table(&rows, now, ctx.clock.kind()), out))
+    // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
+    let epoch = only
+        .as_ref()
+        .and(rows.first())
+        .and_then(|r| r.lease.as_ref())
+        .map(|l| l.epoch);
+    let plain = table(&rows, now, ctx.clock.kind());
+    let status = Status {
+        now,
+        resources: rows.into_iter().map(|r| row_view(r, now)).collect(),
+        resource: only.map(|r| r.to_string()),
+        epoch,
+    };
+    Ok(Report::new(plain, Outcome::Status(status)))
 }
 
 /// Every row of the state file (or the one asked for). A row whose stored name no longer
@@ -196,31 +196,23 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
     })
 }
 
-fn row_json(row: &Row, now: i64) -> Value {
-    let sink = row.sink.as_ref().map(|s| {
-        let c = s.content.as_ref();
-        json!({
-            "fence": s.fence,
-            "content_epoch": c.map(|c| c.epoch),
-            "sha256": c.map(|c| c.sha256.clone()),
-            "size": c.map(|c| c.size),
-            "written_at": c.map(|c| c.written_at),
-        })
+fn row_view(row: Row, now: i64) -> StatusRow {
+    let sink = row.sink.map(|s| {
+        let c = s.content;
+        SinkView {
+            fence: s.fence,
+            content_epoch: c.as_ref().map(|c| c.epoch),
+            size: c.as_ref().map(|c| c.size),
+            written_at: c.as_ref().map(|c| c.written_at),
+            sha256: c.map(|c| c.sha256),
+        }
     });
-    let mut document = json!({
-        "state": row.doc.state,
-        "sha256": row.doc.sha256,
-        "size": row.doc.size,
-    });
-    if let (Some(problem), Some(map)) = (&row.doc.problem, document.as_object_mut()) {
-        map.insert("problem".into(), json!(problem));
+    StatusRow {
+        lease: LeaseView::at(row.lease.as_ref(), now),
+        resource: row.resource,
+        sink,
+        document: row.doc,
     }
-    json!({
-        "resource": row.resource,
-        "lease": lease_json(row.lease.as_ref(), now),
-        "sink": sink,
-        "document": document,
-    })
 }
 
 fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {

@@ -4,13 +4,13 @@
 use std::ffi::OsString;
 
 use clap::Args;
-use serde_json::{Value, json};
 
 use super::status::printable;
 use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
+use crate::outcome::{Outcome, Problem, Verified};
 use crate::resource::{Resource, locate};
 use crate::sink::{Content, Recovery};
 
@@ -35,13 +35,6 @@ pub struct VerifyArgs {
     pub resource: Option<OsString>,
 }
 
-/// One inconsistency.
-struct Problem {
-    resource: String,
-    kind: &'static str,
-    message: String,
-}
-
 pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     let resource = only.as_ref().map(|r| r.to_string());
@@ -63,7 +56,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         let mut found = |kind, message: String| {
             problems.push(Problem {
                 resource: name.clone(),
-                kind,
+                problem: kind,
                 message,
             })
         };
@@ -85,29 +78,34 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             Err(e) => found("error", e.to_string()),
         }
     }
-    let list: Vec<Value> = problems
-        .iter()
-        .map(|p| json!({ "resource": p.resource, "problem": p.kind, "message": p.message }))
-        .collect();
+    let checked = names.len();
     if problems.is_empty() {
+        let verified = Verified {
+            resource,
+            checked,
+            problems,
+        };
         return Ok(Report::new(
-            format!("ok: {} resource(s) consistent", names.len()),
-            json!({ "outcome": "ok", "resource": resource, "checked": names.len(), "problems": list }),
+            format!("ok: {checked} resource(s) consistent"),
+            Outcome::Ok(verified),
         ));
     }
     let lines: Vec<String> = problems
         .iter()
-        .map(|p| format!("{}: {}: {}", printable(&p.resource), p.kind, p.message))
+        .map(|p| format!("{}: {}: {}", printable(&p.resource), p.problem, p.message))
         .collect();
     Err(Error::Diverged {
         message: format!(
-            "{} inconsistenc{} in {} resource(s) checked",
+            "{} inconsistenc{} in {checked} resource(s) checked",
             problems.len(),
             if problems.len() == 1 { "y" } else { "ies" },
-            names.len()
         ),
         report: lines.join("\n"),
-        fields: json!({ "resource": resource, "checked": names.len(), "problems": list }),
+        found: Verified {
+            resource,
+            checked,
+            problems,
+        },
     })
 }
 

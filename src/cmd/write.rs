@@ -13,13 +13,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
-use serde_json::json;
 
 use super::{Ctx, Report, check_epoch, check_owner};
 use crate::atomic::{self, Staged};
-use crate::audit::Event;
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::audit::{Event, EventKind};
+use crate::error::{Error, Refusal, Result};
 use crate::lease::Lease;
+use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
 use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
 use crate::store::Txn;
@@ -127,36 +127,16 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         // Nothing was published: folders made for this write go again.
         doc.remove_made_folders();
     }
-    let (outcome, sha256, size, record, owner) = written?;
-    let changed = match outcome {
-        "written" => format!("{resource} was written under epoch {}", args.epoch),
-        _ => "nothing was changed (a replay)".to_string(),
+    let outcome = written?;
+    let (plain, changed) = match outcome {
+        Outcome::Written(_) => (
+            "written",
+            format!("{resource} was written under epoch {}", args.epoch),
+        ),
+        _ => ("replay", "nothing was changed (a replay)".to_string()),
     };
-    Ok(Report::new(
-        outcome,
-        json!({
-            "outcome": outcome,
-            "resource": resource.as_str(),
-            "epoch": args.epoch,
-            "owner": owner,
-            "sha256": sha256,
-            "size": size,
-            "unfenced": args.unfenced,
-            "previous_fence": record.map(|r| r.fence),
-        }),
-    )
-    .changed(changed))
+    Ok(Report::new(plain, outcome).changed(changed))
 }
-
-/// What an accepted write reports: its outcome word, the bytes' hash and size, the
-/// record before it, and the writer's name.
-type Written = (
-    &'static str,
-    String,
-    u64,
-    Option<SinkRecord>,
-    Option<String>,
-);
 
 /// Stages the content beside the document, then decides and publishes under the lock.
 fn stage_and_publish(
@@ -166,7 +146,7 @@ fn stage_and_publish(
     resource: &Resource,
     args: &WriteArgs,
     source: &mut dyn Read,
-) -> Result<Written> {
+) -> Result<Outcome> {
     super::refuse_state_file(ctx, doc, resource)?;
     let existing = atomic::inspect_document(doc)?;
     // The WAL exists from the moment the store was opened above, and this open connection
@@ -202,8 +182,16 @@ fn stage_and_publish(
     } else {
         decision
     };
-    let (sha256, size) = (staged.sha256.clone(), staged.size);
-    let outcome = match decision {
+    let written = Written {
+        resource: resource.to_string(),
+        epoch: args.epoch,
+        owner: owner.clone(),
+        sha256: staged.sha256.clone(),
+        size: staged.size,
+        unfenced: args.unfenced,
+        previous_fence: record.as_ref().map(|r| r.fence),
+    };
+    match decision {
         WriteDecision::Write => {
             let how = Publish {
                 owner: owner.as_deref(),
@@ -220,20 +208,19 @@ fn stage_and_publish(
                 &mut staged,
                 how,
             )?;
-            "written"
+            Ok(Outcome::Written(written))
         }
         WriteDecision::Replay => {
-            let event = Event::new(now, resource.as_str(), "replay")
+            let event = Event::new(now, resource.as_str(), EventKind::Replay)
                 .owner(owner.as_deref())
                 .epoch(Some(args.epoch))
-                .sha256(Some(&sha256));
+                .sha256(Some(&written.sha256));
             ctx.log(&tx, &event)?;
             tx.commit()?;
-            "replay"
+            Ok(Outcome::Replay(written))
         }
-        refused => return Err(refusal(resource, args, owner.as_deref(), refused)),
-    };
-    Ok((outcome, sha256, size, record, owner))
+        refused => Err(refusal(resource, args, owner.as_deref(), refused)),
+    }
 }
 
 /// The part under the lock once the write is accepted: links, rename, folder fsync,
@@ -274,7 +261,7 @@ fn publish(
         .and_then(|()| {
             let fence = fence_after_write(record, args.epoch, args.unfenced);
             tx.record_write(resource, fence, &content, owner)?;
-            let mut event = Event::new(now, resource.as_str(), "write")
+            let mut event = Event::new(now, resource.as_str(), EventKind::Write)
                 .owner(owner)
                 .epoch(Some(args.epoch))
                 .previous(None, record.map(|r| r.fence))
@@ -301,7 +288,7 @@ fn publish(
         // an event overwrites those frames.
         let mut store = ctx.store()?;
         let _ = ctx.begin(&mut store, resource).and_then(|tx| {
-            let event = Event::new(now, resource.as_str(), "commit-failed")
+            let event = Event::new(now, resource.as_str(), EventKind::CommitFailed)
                 .owner(owner)
                 .epoch(Some(args.epoch))
                 .sha256(Some(&content.sha256))
@@ -348,18 +335,17 @@ fn writer(tx: &Txn<'_>, resource: &Resource, args: &WriteArgs) -> Result<Option<
 fn check_issued_owner(resource: &Resource, args: &WriteArgs, lease: Option<&Lease>) -> Result<()> {
     match (args.owner.as_deref(), lease) {
         (Some(owner), Some(lease)) if lease.epoch == args.epoch && lease.owner != owner => {
-            Err(Error::Refused(Refusal::new(
-                RefusalKind::Unissued,
+            Err(Error::refused(Refusal::new(
                 format!(
                     "epoch {} of {resource} was issued to {}, not {owner}",
                     args.epoch, lease.owner
                 ),
-                json!({
-                    "resource": resource.as_str(),
-                    "epoch": args.epoch,
-                    "owner": owner,
-                    "issued_to": lease.owner,
-                }),
+                resource.as_str(),
+                Some(args.epoch),
+                Some(owner),
+                RefusalDetail::IssuedToAnother {
+                    issued_to: lease.owner.clone(),
+                },
             )))
         }
         _ => Ok(()),
@@ -373,36 +359,38 @@ fn refusal(
     decision: WriteDecision,
 ) -> Error {
     let epoch = args.epoch;
-    let (kind, message, extra) = match decision {
+    let (message, detail) = match decision {
         WriteDecision::Stale { fence } => (
-            RefusalKind::Stale,
             format!("epoch {epoch} is older than epoch {fence} already accepted for {resource}"),
-            json!({ "fence": fence }),
+            RefusalDetail::Stale { fence },
         ),
         WriteDecision::Conflict { recorded_sha256 } => (
-            RefusalKind::Conflict,
             format!("epoch {epoch} already wrote different content to {resource}"),
-            json!({ "fence": epoch, "recorded_sha256": recorded_sha256 }),
+            RefusalDetail::Conflict {
+                fence: epoch,
+                recorded_sha256,
+            },
         ),
         WriteDecision::Unissued { issued } => (
-            RefusalKind::Unissued,
             match issued {
                 Some(max) => {
                     format!("epoch {epoch} was never issued for {resource} (highest issued: {max})")
                 }
                 None => format!("no epoch was ever issued for {resource}: claim it first"),
             },
-            json!({ "issued": issued }),
+            RefusalDetail::Unissued { issued },
         ),
         WriteDecision::Write | WriteDecision::Replay => {
             return Error::Internal("an accepted write was reported as a refusal");
         }
     };
-    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch, "owner": owner });
-    if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), extra) {
-        map.extend(more);
-    }
-    Error::Refused(Refusal::new(kind, message, fields))
+    Error::refused(Refusal::new(
+        message,
+        resource.as_str(),
+        Some(epoch),
+        owner,
+        detail,
+    ))
 }
 
 /// Stdin, whose pipe is widened (`widen_pipe`) once the content has proved big.
