@@ -25,6 +25,7 @@ pub mod failpoints;
 pub mod folder;
 pub mod lease;
 pub mod outcome;
+pub mod recovery;
 pub mod resource;
 pub mod root;
 pub mod sink;

@@ -99,7 +99,7 @@ pub fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let mut store = ctx.create_store(&resource)?;
     loop {
         let now = ctx.clock.now();
-        let tx = ctx.begin(&mut store, &resource)?;
+        let tx = ctx.begin(&mut *store, &resource)?;
         let current = tx.lease(&resource)?;
         let epoch = match next_epoch(current.as_ref(), now) {
             Ok(epoch) => epoch,
@@ -157,7 +157,7 @@ pub fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
             .epoch(Some(epoch))
             .previous(prev.map(|l| l.owner.as_str()), prev.map(|l| l.epoch))
             .detail(format!("deadline {deadline}{fence}"));
-        ctx.log(&tx, &event)?;
+        ctx.log(&*tx, &event)?;
         crate::failpoints::failpoint!("claim.before_commit");
         tx.commit()?;
         return Ok(Claimed {

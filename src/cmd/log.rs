@@ -9,7 +9,6 @@ use crate::audit;
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
 use crate::outcome::{Log, LoggedEvent, Outcome, Pruned};
-use crate::store::Store;
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
 ///
@@ -53,10 +52,10 @@ pub struct LogArgs {
 pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
-        let mut store = Store::open(&ctx.db, ctx.busy, false)?
+        let mut store = crate::store::open(&ctx.db, ctx.busy, false)?
             .ok_or_else(|| ctx.no_state_file("nothing to prune"))?;
         let tx = store.immediate()?;
-        ctx.check_root(&tx)?;
+        ctx.check_root(&*tx)?;
         let dropped = tx.prune(ctx.log_keep, None)?;
         tx.commit()?;
         let pruned = Pruned {
@@ -90,7 +89,7 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     // --now.
     let mut store = ctx.read_store("no log to show")?;
     let tx = store.snapshot()?;
-    ctx.check_root(&tx)?;
+    ctx.check_root(&*tx)?;
     if args.last.is_some() {
         // "The last 10 minutes" means nothing on a state file that counts ticks.
         tx.check_clock(ctx.clock.kind())?;
@@ -108,7 +107,7 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         && events.is_empty()
         && tx.events(Some(resource), None)?.is_empty()
     {
-        ctx.refuse_unseen(&tx, resource, "no log to show")?;
+        ctx.refuse_unseen(&*tx, resource, "no log to show")?;
     }
     let plain = if args.timeline {
         audit::timeline(&events, clock)

@@ -11,9 +11,10 @@ use crate::clock::Clock;
 use crate::error::{Error, Refusal, Result};
 use crate::lease::{Lease, LostReason};
 use crate::outcome::{LeaseView, Outcome, RefusalDetail};
+use crate::recovery;
 use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
-use crate::store::{Store, Txn};
+use crate::store::{self, Store, Txn};
 
 pub mod claim;
 pub mod complete;
@@ -79,14 +80,14 @@ impl Ctx {
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
-    pub fn store(&self) -> Result<Store> {
-        Store::open(&self.db, self.busy, false)?
+    pub fn store(&self) -> Result<Box<dyn Store>> {
+        store::open(&self.db, self.busy, false)?
             .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
     }
 
     /// Opens the state file for `claim`, making the root and its state file on the first
     /// claim (refused inside another root).
-    pub fn create_store(&self, resource: &Resource) -> Result<Store> {
+    pub fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
         let place = root::Place {
             root: self.root.clone(),
             db: self.db.clone(),
@@ -94,15 +95,15 @@ impl Ctx {
             here: self.here.clone(),
         };
         root::establish(&place, resource)?;
-        Store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
+        store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
             "a state file opened to be created was not there",
         ))
     }
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
     /// says what there is nothing of: "nothing to verify").
-    pub fn read_store(&self, what: &str) -> Result<Store> {
-        Store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
+    pub fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
+        store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
     }
 
     /// "No state file here", with a hint that says where one may be.
@@ -130,7 +131,7 @@ impl Ctx {
 
     /// Refuses `resource` when the state file has no lease and no record for it (a typo
     /// must not read as "all is well").
-    pub fn refuse_unseen(&self, tx: &Txn<'_>, resource: &Resource, what: &str) -> Result<()> {
+    pub fn refuse_unseen(&self, tx: &dyn Txn, resource: &Resource, what: &str) -> Result<()> {
         if tx.lease(resource)?.is_some() || tx.sink(resource)?.is_some() {
             return Ok(());
         }
@@ -153,19 +154,34 @@ impl Ctx {
     /// Opens the state file, takes the write lock, checks the clock and the root, and
     /// recovers the resource's document from any crashed write: the first steps of
     /// every change.
-    pub fn begin<'s>(&self, store: &'s mut Store, resource: &Resource) -> Result<Txn<'s>> {
+    pub fn begin<'s>(
+        &self,
+        store: &'s mut dyn Store,
+        resource: &Resource,
+    ) -> Result<Box<dyn Txn + 's>> {
         // Resolved before the lock: it walks the state file's path.
         let pin = self.root_pin();
         let tx = store.immediate()?;
         crate::failpoints::failpoint!("txn.after_begin");
-        self.bind(&tx, &pin)?;
-        recover::recover_in(&tx, &self.root, resource)?;
+        self.bind(&*tx, &pin)?;
+        self.recover(&*tx, resource)?;
         Ok(tx)
+    }
+
+    /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
+    /// the sink's record.
+    pub fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
+        recovery::recover(&self.root, resource, || {
+            Ok(tx
+                .sink(resource)?
+                .and_then(|r| r.content)
+                .and_then(|c| c.file))
+        })
     }
 
     /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on
     /// its first change, and refuses it to any other.
-    pub fn bind(&self, tx: &Txn<'_>, pin: &[u8]) -> Result<()> {
+    pub fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.bind_clock(self.clock.kind())?;
         match tx.meta_bytes(ROOT_KEY)? {
             None => tx.set_meta_bytes(ROOT_KEY, pin),
@@ -175,7 +191,7 @@ impl Ctx {
 
     /// Refuses a state file that belongs to another root (without binding a fresh one):
     /// the check of commands that only read.
-    pub fn check_root(&self, tx: &Txn<'_>) -> Result<()> {
+    pub fn check_root(&self, tx: &dyn Txn) -> Result<()> {
         match tx.meta_bytes(ROOT_KEY)? {
             None => Ok(()),
             Some(bound) => self.same_root(&bound, &self.root_pin()),
@@ -184,7 +200,7 @@ impl Ctx {
 
     /// Records this root (`pin`) as the state file's root, whatever it was (`recover
     /// --root-moved`).
-    pub fn rebind_root(&self, tx: &Txn<'_>, pin: &[u8]) -> Result<()> {
+    pub fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.set_meta_bytes(ROOT_KEY, pin)
     }
 
@@ -245,7 +261,7 @@ impl Ctx {
     }
 
     /// Appends an event to the audit log inside `tx`.
-    pub fn log(&self, tx: &Txn<'_>, event: &Event) -> Result<()> {
+    pub fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
         tx.append(event, self.log_keep)
     }
 }
@@ -264,13 +280,13 @@ pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     .epoch(refusal.epoch)
     .previous(prev_owner, prev_epoch)
     .detail(refusal.message.clone());
-    let logged = Store::open(&ctx.db, ctx.busy, false).and_then(|store| {
+    let logged = store::open(&ctx.db, ctx.busy, false).and_then(|store| {
         let Some(mut store) = store else {
             return Ok(());
         };
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;
-        ctx.log(&tx, &event)?;
+        ctx.log(&*tx, &event)?;
         tx.commit()
     });
     // A busy state file is the likely cause, and its refusal already has its line; other
@@ -408,7 +424,7 @@ pub struct HolderArgs {
 pub fn change_held(
     ctx: &Ctx,
     holder: &HolderArgs,
-    change: crate::store::HolderChange<'_>,
+    change: store::HolderChange<'_>,
 ) -> Result<(Resource, i64)> {
     change_held_noting(ctx, holder, change, None)
 }
@@ -417,28 +433,28 @@ pub fn change_held(
 pub fn change_held_noting(
     ctx: &Ctx,
     holder: &HolderArgs,
-    change: crate::store::HolderChange<'_>,
+    change: store::HolderChange<'_>,
     note: Option<&str>,
 ) -> Result<(Resource, i64)> {
     let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
     check_epoch(holder.epoch)?;
-    if let crate::store::HolderChange::Complete { result } = change {
+    if let store::HolderChange::Complete { result } = change {
         check_result(result)?;
     }
     let now = ctx.clock.now();
     let mut store = ctx.store()?;
-    let tx = ctx.begin(&mut store, &resource)?;
+    let tx = ctx.begin(&mut *store, &resource)?;
     if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
         let (kind, detail) = match change {
-            crate::store::HolderChange::Renew { deadline } => {
+            store::HolderChange::Renew { deadline } => {
                 (EventKind::Renew, format!("deadline {deadline}"))
             }
-            crate::store::HolderChange::Complete { result } => (
+            store::HolderChange::Complete { result } => (
                 EventKind::Complete,
                 result.map(|r| format!("result {r}")).unwrap_or_default(),
             ),
-            crate::store::HolderChange::Release => (EventKind::Release, String::new()),
+            store::HolderChange::Release => (EventKind::Release, String::new()),
         };
         let mut event = Event::new(now, resource.as_str(), kind)
             .owner(Some(&holder.owner))
@@ -451,7 +467,7 @@ pub fn change_held_noting(
         if !detail.is_empty() {
             event = event.detail(detail);
         }
-        ctx.log(&tx, &event)?;
+        ctx.log(&*tx, &event)?;
         tx.commit()?;
         return Ok((resource, now));
     }

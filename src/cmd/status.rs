@@ -105,13 +105,13 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
 /// Every row of the state file (or the one asked for). A row whose stored name no longer
 /// passes the name rules, or whose document cannot be checked, is shown with its problem;
 /// it never hides the others.
-fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<Row>> {
+fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Result<Vec<Row>> {
     let tx = store.snapshot()?;
     tx.check_clock(ctx.clock.kind())?;
-    ctx.check_root(&tx)?;
+    ctx.check_root(&*tx)?;
     let names = match only {
         Some(r) => {
-            ctx.refuse_unseen(&tx, r, "nothing to show")?;
+            ctx.refuse_unseen(&*tx, r, "nothing to show")?;
             vec![r.to_string()]
         }
         None => tx.resources()?,
@@ -177,7 +177,7 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
         }));
     };
     let (sha256, size) = atomic::hash_document(&doc)?;
-    let pending = super::recover::pending(&doc, recorded.and_then(|c| c.file))?;
+    let pending = crate::recovery::pending(&doc, recorded.and_then(|c| c.file))?;
     let state = if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
         "interrupted"
     } else if pending.in_progress {

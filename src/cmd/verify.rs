@@ -41,10 +41,10 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     // No state file is not "all is well": `verify || alert` must alert.
     let mut store = ctx.read_store("nothing to verify")?;
     let tx = store.snapshot()?;
-    ctx.check_root(&tx)?;
+    ctx.check_root(&*tx)?;
     let names = match only {
         Some(r) => {
-            ctx.refuse_unseen(&tx, &r, "nothing to verify")?;
+            ctx.refuse_unseen(&*tx, &r, "nothing to verify")?;
             vec![r.to_string()]
         }
         None => tx.resources()?,
@@ -156,7 +156,7 @@ fn check(
     if super::is_state_file(ctx, &doc)? {
         return Ok(()); // never a document: write refuses it, and it must not be hashed
     }
-    let pending = super::recover::pending(&doc, content.and_then(|c| c.file))?;
+    let pending = crate::recovery::pending(&doc, content.and_then(|c| c.file))?;
     match pending.action {
         Recovery::RestorePre | Recovery::RemoveDoc => found(
             "interrupted",

@@ -102,7 +102,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     {
         let tx = store.snapshot()?;
         tx.check_clock(ctx.clock.kind())?;
-        ctx.check_root(&tx)?;
+        ctx.check_root(&*tx)?;
         let (lease, record) = (tx.lease(&resource)?, tx.sink(&resource)?);
         check_issued_owner(&resource, args, lease.as_ref())?;
         if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
@@ -112,7 +112,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
             "",
             args.unfenced,
         ) {
-            let owner = writer(&tx, &resource, args)?;
+            let owner = writer(&*tx, &resource, args)?;
             return Err(refusal(&resource, args, owner.as_deref(), d));
         }
     }
@@ -122,7 +122,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
 
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    let written = stage_and_publish(ctx, &mut store, &doc, &resource, args, &mut source);
+    let written = stage_and_publish(ctx, &mut *store, &doc, &resource, args, &mut source);
     if written.is_err() {
         // Nothing was published: folders made for this write go again.
         doc.remove_made_folders();
@@ -141,7 +141,7 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
 /// Stages the content beside the document, then decides and publishes under the lock.
 fn stage_and_publish(
     ctx: &Ctx,
-    store: &mut crate::store::Store,
+    store: &mut dyn crate::store::Store,
     doc: &DocPath,
     resource: &Resource,
     args: &WriteArgs,
@@ -166,7 +166,7 @@ fn stage_and_publish(
     let lease = tx.lease(resource)?;
     check_issued_owner(resource, args, lease.as_ref())?;
     let record = tx.sink(resource)?;
-    let owner = writer(&tx, resource, args)?;
+    let owner = writer(&*tx, resource, args)?;
     let decision = decide(
         record.as_ref(),
         lease.map(|l| l.epoch),
@@ -215,7 +215,7 @@ fn stage_and_publish(
                 .owner(owner.as_deref())
                 .epoch(Some(args.epoch))
                 .sha256(Some(&written.sha256));
-            ctx.log(&tx, &event)?;
+            ctx.log(&*tx, &event)?;
             tx.commit()?;
             Ok(Outcome::Replay(written))
         }
@@ -229,7 +229,7 @@ fn stage_and_publish(
 #[allow(clippy::too_many_arguments)]
 fn publish(
     ctx: &Ctx,
-    tx: Txn<'_>,
+    tx: Box<dyn Txn + '_>,
     doc: &DocPath,
     resource: &Resource,
     args: &WriteArgs,
@@ -271,12 +271,12 @@ fn publish(
             } else if republish {
                 event = event.detail("republished: the document had gone missing or drifted");
             }
-            ctx.log(&tx, &event)
+            ctx.log(&*tx, &event)
         });
     if let Err(e) = staged_change {
         // Still under the lock, and the transaction will roll back: undo this write's
         // rename against the record as it was before it.
-        super::recover::undo(doc, recorded_before, &staged.links())?;
+        crate::recovery::undo(doc, recorded_before, &staged.links())?;
         return Err(e);
     }
     if let Err(e) = tx.commit() {
@@ -287,13 +287,13 @@ fn publish(
         // closing) would bring the write back over the rolled-back document. Committing
         // an event overwrites those frames.
         let mut store = ctx.store()?;
-        let _ = ctx.begin(&mut store, resource).and_then(|tx| {
+        let _ = ctx.begin(&mut *store, resource).and_then(|tx| {
             let event = Event::new(now, resource.as_str(), EventKind::CommitFailed)
                 .owner(owner)
                 .epoch(Some(args.epoch))
                 .sha256(Some(&content.sha256))
                 .detail(e.to_string());
-            ctx.log(&tx, &event)?;
+            ctx.log(&*tx, &event)?;
             tx.commit()
         });
         return Err(e);
@@ -323,7 +323,7 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
 
 /// The writer's name for the record and the log: `--owner`, or else the owner `claim`
 /// issued this epoch to.
-fn writer(tx: &Txn<'_>, resource: &Resource, args: &WriteArgs) -> Result<Option<String>> {
+fn writer(tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<Option<String>> {
     match &args.owner {
         Some(owner) => Ok(Some(owner.clone())),
         None => tx.issued_to(resource, args.epoch),

@@ -1,9 +1,10 @@
-//! The state store: leases, the sink's records and the clock binding, in one SQLite file.
+//! The SQLite store: leases, the sink's records, the audit log and the bindings, in one
+//! SQLite file beside (or named by) the publish root.
 //!
-//! All SQL lives here, behind a narrow interface ([`Store`], [`Txn`]) so a second
-//! backend can replace it. Every state change is one `BEGIN IMMEDIATE` transaction: the
-//! write lock is taken before the first read, so the reads that decide a change cannot be
-//! split from it by another writer.
+//! All SQL lives here, behind the interface of [`super::Store`] and [`super::Txn`].
+//! Every state change is one `BEGIN IMMEDIATE` transaction: the write lock is taken
+//! before the first read, so the reads that decide a change cannot be split from it by
+//! another writer.
 //!
 //! Durability: WAL with `synchronous=FULL`. FULL fsyncs the WAL at every commit, so an
 //! acknowledged write survives power loss. WAL rather than a rollback journal because a
@@ -17,6 +18,7 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use super::{HolderChange, Store, Txn};
 use crate::atomic;
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
@@ -73,9 +75,6 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX log_by_resource ON log (resource, id);",
 ];
 
-/// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
-pub const DEFAULT_LOG_KEEP: i64 = 100_000;
-
 /// Automatic pruning runs when an event id is a multiple of this.
 const PRUNE_EVERY: i64 = 1_000;
 
@@ -84,9 +83,9 @@ const PRUNE_EVERY: i64 = 1_000;
 /// PRUNE_EVERY, so an oversized log still shrinks steadily.
 const PRUNE_BATCH: i64 = 2 * PRUNE_EVERY;
 
-/// An open state file.
+/// An open SQLite state file.
 #[derive(Debug)]
-pub struct Store {
+pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     busy: Duration,
@@ -95,10 +94,10 @@ pub struct Store {
     _frozen: Option<std::fs::File>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens the state file, creating it (and its folder) if `create` and missing.
     /// Returns `Ok(None)` when it does not exist and `create` is false.
-    pub fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<Store>> {
+    pub fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<SqliteStore>> {
         if !create && !path.exists() {
             return Ok(None);
         }
@@ -126,7 +125,7 @@ impl Store {
                 Connection::open_with_flags(path, flags).map_err(|e| db_error(path, left, e))?;
             // Set up waiting no longer than the time left; transactions get the whole
             // busy timeout again.
-            let mut store = Store {
+            let mut store = SqliteStore {
                 conn,
                 path: path.to_path_buf(),
                 busy: left,
@@ -155,7 +154,7 @@ impl Store {
     /// Opens an existing state file for reading only (`status`, `verify`, `log`), so a
     /// monitoring user who may read the file but not write it can run them. `None` if
     /// there is no state file, or one that was never initialised.
-    pub fn open_read_only(path: &Path, busy: Duration) -> Result<Option<Store>> {
+    pub fn open_read_only(path: &Path, busy: Duration) -> Result<Option<SqliteStore>> {
         if !path.exists() {
             return Ok(None);
         }
@@ -205,7 +204,7 @@ impl Store {
         let known = MIGRATIONS.len() as i64;
         // Written by an older fencepost: upgrade it, as any command would, if we may.
         if version < known
-            && let Ok(store) = Store::open(path, busy, false)
+            && let Ok(store) = SqliteStore::open(path, busy, false)
         {
             return Ok(store);
         }
@@ -226,7 +225,7 @@ impl Store {
                 fix,
             ));
         }
-        Ok(Some(Store {
+        Ok(Some(SqliteStore {
             conn,
             path: path.to_path_buf(),
             busy,
@@ -302,54 +301,49 @@ impl Store {
             .map_err(fail)?;
         tx.commit().map_err(fail)
     }
+}
 
-    /// Begins a `BEGIN IMMEDIATE` transaction: the write lock is held from here to
-    /// [`Txn::commit`] (or drop, which rolls back).
-    pub fn immediate(&mut self) -> Result<Txn<'_>> {
+impl SqliteStore {
+    /// Begins a transaction of `behavior` on the connection.
+    fn begin(&mut self, behavior: TransactionBehavior) -> Result<Box<dyn Txn + '_>> {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .transaction_with_behavior(behavior)
             .map_err(|e| db_error(&self.path, self.busy, e))?;
-        Ok(Txn {
+        Ok(Box::new(SqliteTxn {
             tx,
             path: &self.path,
             busy: self.busy,
-        })
-    }
-
-    /// Begins a read-only (deferred) transaction: a consistent snapshot for `status`.
-    pub fn snapshot(&mut self) -> Result<Txn<'_>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(|e| db_error(&self.path, self.busy, e))?;
-        Ok(Txn {
-            tx,
-            path: &self.path,
-            busy: self.busy,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        }))
     }
 }
 
-/// One transaction on the state file.
+impl Store for SqliteStore {
+    fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.begin(TransactionBehavior::Immediate)
+    }
+
+    fn snapshot(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.begin(TransactionBehavior::Deferred)
+    }
+}
+
+/// One transaction on the SQLite state file.
 #[derive(Debug)]
-pub struct Txn<'a> {
+pub struct SqliteTxn<'a> {
     tx: rusqlite::Transaction<'a>,
     path: &'a Path,
     busy: Duration,
 }
 
-impl Txn<'_> {
+impl SqliteTxn<'_> {
     fn fail(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
         move |e| db_error(self.path, self.busy, e)
     }
+}
 
-    /// Commits: the single point where a change becomes real.
-    pub fn commit(self) -> Result<()> {
+impl Txn for SqliteTxn<'_> {
+    fn commit(self: Box<Self>) -> Result<()> {
         let (path, busy) = (self.path, self.busy);
         crate::failpoints::failpoint!("txn.before_commit");
         self.tx.commit().map_err(|e| db_error(path, busy, e))?;
@@ -358,7 +352,7 @@ impl Txn<'_> {
     }
 
     /// Binds the state file to a clock on its first change, and refuses the other one.
-    pub fn bind_clock(&self, kind: ClockKind) -> Result<()> {
+    fn bind_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
             Some(bound) if bound == kind => Ok(()),
             Some(bound) => Err(clock_mismatch(self.path, bound)),
@@ -375,7 +369,7 @@ impl Txn<'_> {
     }
 
     /// A `meta` value kept as bytes (a path need not be UTF-8).
-    pub fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.tx
             .query_row(
                 "SELECT value FROM meta WHERE key = ?1",
@@ -391,7 +385,7 @@ impl Txn<'_> {
     }
 
     /// Sets a `meta` value kept as bytes.
-    pub fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
+    fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2)
@@ -403,7 +397,7 @@ impl Txn<'_> {
     }
 
     /// Refuses to read deadlines on the other clock (without binding a fresh file).
-    pub fn check_clock(&self, kind: ClockKind) -> Result<()> {
+    fn check_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
             Some(bound) if bound != kind => Err(clock_mismatch(self.path, bound)),
             _ => Ok(()),
@@ -411,7 +405,7 @@ impl Txn<'_> {
     }
 
     /// The clock the state file is bound to, if it has seen a change yet.
-    pub fn clock(&self) -> Result<Option<ClockKind>> {
+    fn clock(&self) -> Result<Option<ClockKind>> {
         let value = self.meta_bytes("clock")?;
         Ok(value
             .as_deref()
@@ -419,13 +413,13 @@ impl Txn<'_> {
             .and_then(ClockKind::parse))
     }
 
-    pub fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+    fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
         self.lease_named(resource.as_str())
     }
 
     /// The lease stored under `name`, which may no longer pass the name rules (for
     /// reports that must show every row).
-    pub fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
+    fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
         self.tx
             .query_row(
                 "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
@@ -436,7 +430,7 @@ impl Txn<'_> {
             .map_err(self.fail())
     }
 
-    pub fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
+    fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO lease (resource, owner, epoch, deadline, state, result, updated_at)
@@ -459,7 +453,7 @@ impl Txn<'_> {
 
     /// The holder's compare-and-set, as the seed writes it: owner, epoch and a live
     /// deadline must all match, or zero rows change and the caller is refused.
-    pub fn update_held_lease(
+    fn update_held_lease(
         &self,
         resource: &Resource,
         owner: &str,
@@ -493,12 +487,12 @@ impl Txn<'_> {
         Ok(rows == 1)
     }
 
-    pub fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+    fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
         self.sink_named(resource.as_str())
     }
 
     /// The sink record stored under `name`, which may no longer pass the name rules.
-    pub fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
+    fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
             .query_row(
                 "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
@@ -511,7 +505,7 @@ impl Txn<'_> {
     }
 
     /// Raises the sink's fence without touching its content record (takeover fencing).
-    pub fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
+    fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO sink (resource, fence) VALUES (?1, ?2)
@@ -523,7 +517,7 @@ impl Txn<'_> {
     }
 
     /// Records an accepted write: the fence and the content now on disk.
-    pub fn record_write(
+    fn record_write(
         &self,
         resource: &Resource,
         fence: i64,
@@ -557,7 +551,7 @@ impl Txn<'_> {
 
     /// Appends an event to the audit log, in this transaction. Every `PRUNE_EVERY`
     /// events, the oldest beyond `keep` are dropped, so the log stays bounded.
-    pub fn append(&self, event: &Event, keep: i64) -> Result<()> {
+    fn append(&self, event: &Event, keep: i64) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch,
@@ -587,7 +581,7 @@ impl Txn<'_> {
 
     /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
     /// first); returns how many were dropped.
-    pub fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
+    fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
         self.tx
             .execute(
                 "DELETE FROM log WHERE id IN (
@@ -599,7 +593,7 @@ impl Txn<'_> {
     }
 
     /// Events, oldest first, optionally for one resource and from a time on.
-    pub fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
+    fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
         let mut stmt = self
             .tx
             .prepare(
@@ -634,7 +628,7 @@ impl Txn<'_> {
 
     /// Who `claim` issued `epoch` of `resource` to: the current lease's owner, or for an
     /// older epoch the claim recorded in the audit log (None once pruned).
-    pub fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
+    fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
         if let Some(lease) = self.lease(resource)?
             && lease.epoch == epoch
         {
@@ -658,7 +652,7 @@ impl Txn<'_> {
     }
 
     /// Every resource with a lease or a sink record, sorted by name.
-    pub fn resources(&self) -> Result<Vec<String>> {
+    fn resources(&self) -> Result<Vec<String>> {
         let mut stmt = self
             .tx
             .prepare("SELECT resource FROM lease UNION SELECT resource FROM sink ORDER BY 1")
@@ -669,14 +663,6 @@ impl Txn<'_> {
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.fail())
     }
-}
-
-/// A holder's change to its own lease.
-#[derive(Debug, Clone, Copy)]
-pub enum HolderChange<'a> {
-    Renew { deadline: i64 },
-    Complete { result: Option<&'a str> },
-    Release,
 }
 
 fn lease_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
