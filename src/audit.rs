@@ -13,7 +13,7 @@ use crate::error::RefusalKind;
 
 /// What an event records: a change, or a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     /// A claim of a resource with no live lease.
     Claim,
     /// A claim that replaced an expired holder.
@@ -35,7 +35,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// The word stored in the state file and shown by `log`.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             EventKind::Claim => "claim",
             EventKind::Takeover => "takeover",
@@ -51,7 +51,7 @@ impl EventKind {
     }
 
     /// The kind a stored word names.
-    pub fn parse(word: &str) -> EventKind {
+    pub(crate) fn parse(word: &str) -> EventKind {
         let refused = [
             RefusalKind::Held,
             RefusalKind::Lost,
@@ -84,7 +84,7 @@ impl Serialize for EventKind {
 
 /// One logged event (serialized, an event of `log --json` but for `refused`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Event {
+pub(crate) struct Event {
     /// Sequence number in the state file (0 before it is stored).
     pub id: i64,
     /// Time on the state file's clock.
@@ -106,7 +106,7 @@ pub struct Event {
 
 impl Event {
     /// A new event from this process.
-    pub fn new(at: i64, resource: &str, kind: EventKind) -> Event {
+    pub(crate) fn new(at: i64, resource: &str, kind: EventKind) -> Event {
         Event {
             id: 0,
             at,
@@ -123,39 +123,39 @@ impl Event {
         }
     }
 
-    pub fn owner(mut self, owner: Option<&str>) -> Event {
+    pub(crate) fn owner(mut self, owner: Option<&str>) -> Event {
         self.owner = owner.map(str::to_string);
         self
     }
 
-    pub fn epoch(mut self, epoch: Option<i64>) -> Event {
+    pub(crate) fn epoch(mut self, epoch: Option<i64>) -> Event {
         self.epoch = epoch;
         self
     }
 
-    pub fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
+    pub(crate) fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
         self.prev_owner = owner.map(str::to_string);
         self.prev_epoch = epoch;
         self
     }
 
-    pub fn sha256(mut self, sha: Option<&str>) -> Event {
+    pub(crate) fn sha256(mut self, sha: Option<&str>) -> Event {
         self.sha256 = sha.map(str::to_string);
         self
     }
 
-    pub fn detail(mut self, detail: impl Into<String>) -> Event {
+    pub(crate) fn detail(mut self, detail: impl Into<String>) -> Event {
         self.detail = Some(detail.into());
         self
     }
 
     /// True for the refusals.
-    pub fn is_refusal(&self) -> bool {
+    pub(crate) fn is_refusal(&self) -> bool {
         matches!(self.kind, EventKind::Refused(_))
     }
 
     /// A short description for tables and lanes: `write e2`, `STALE e1 (fence 2)`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let epoch = self.epoch.map(|e| format!(" e{e}")).unwrap_or_default();
         let word = self.kind.as_str();
         let kind = if self.is_refusal() {
@@ -176,7 +176,7 @@ impl Event {
 }
 
 /// The events as a table, one per line.
-pub fn table(events: &[Event], clock: ClockKind) -> String {
+pub(crate) fn table(events: &[Event], clock: ClockKind) -> String {
     if events.is_empty() {
         return "no events".to_string();
     }
@@ -219,7 +219,7 @@ const TIMELINE_WIDTH: usize = 100;
 /// per event, so a takeover and a refused late write stand out at a glance. With more
 /// owners than fit in [`TIMELINE_WIDTH`] columns (each run of a job under its own name),
 /// one row per event with the owner in a column of its own.
-pub fn timeline(events: &[Event], clock: ClockKind) -> String {
+pub(crate) fn timeline(events: &[Event], clock: ClockKind) -> String {
     let lanes = lanes(events, clock);
     if lanes.lines().all(|l| l.width() <= TIMELINE_WIDTH) {
         return lanes;
@@ -282,7 +282,7 @@ fn lanes(events: &[Event], clock: ClockKind) -> String {
 
 /// Left-aligned columns separated by two spaces (the plain-text tables of `status`
 /// and `log`), measured in terminal columns: `工人甲` takes six, not three.
-pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
+pub(crate) fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
     let cols = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|i| {
@@ -309,7 +309,7 @@ pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
 
 /// This machine's name, for the log (`?` if the system will not say, or it is not
 /// UTF-8).
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())

@@ -251,7 +251,7 @@ impl Error {
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// SQLite's failures in plain words: its own text ("attempt to write a readonly
 /// database", "disk I/O error") names neither the file nor what to do.
@@ -296,4 +296,4 @@ fn database_hint(path: &std::path::Path, source: &rusqlite::Error) -> Option<Str
 }
 
 /// What a write was doing when linking the current document as its pre-image failed.
-pub const PRE_IMAGE_LINK: &str = "cannot link pre-image";
+pub(crate) const PRE_IMAGE_LINK: &str = "cannot link pre-image";

@@ -18,6 +18,7 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             LeaseState::Held => "held",
@@ -26,6 +27,7 @@ impl LeaseState {
         }
     }
 
+    #[must_use]
     pub fn parse(s: &str) -> Option<LeaseState> {
         match s {
             "held" => Some(LeaseState::Held),
@@ -48,11 +50,13 @@ pub struct Lease {
 
 impl Lease {
     /// True while the holder may still act: held and `now < deadline`.
+    #[must_use]
     pub fn is_live(&self, now: i64) -> bool {
         self.state == LeaseState::Held && now < self.deadline
     }
 
     /// The state as a person reads it: `held`, `expired`, `released`, `completed`.
+    #[must_use]
     pub fn view(&self, now: i64) -> &'static str {
         match self.state {
             LeaseState::Held if now < self.deadline => "held",
@@ -72,6 +76,11 @@ pub enum ClaimRefusal {
 }
 
 /// The epoch a claim at `now` gets, or why it is refused.
+///
+/// # Errors
+///
+/// [`ClaimRefusal::Held`] while the current lease is live; [`ClaimRefusal::EpochExhausted`]
+/// when the epoch counter would overflow.
 pub fn next_epoch(current: Option<&Lease>, now: i64) -> Result<i64, ClaimRefusal> {
     match current {
         None => Ok(1),
@@ -101,6 +110,7 @@ pub enum LostReason {
 }
 
 impl LostReason {
+    #[must_use]
     pub fn describe(&self) -> &'static str {
         match self {
             LostReason::NoLease => "no lease was ever claimed",
@@ -117,6 +127,10 @@ impl LostReason {
 /// The compare-and-set behind renew, complete and release: the lease must be live and
 /// carry exactly this owner and epoch. `complete` relies on this being the same test as
 /// `UPDATE lease ... WHERE owner=? AND epoch=? AND deadline > ?`.
+///
+/// # Errors
+///
+/// The [`LostReason`] the request does not hold the lease for.
 pub fn check_holder(
     current: Option<&Lease>,
     owner: &str,

@@ -6,7 +6,12 @@
 //! refused (`stale`) instead of overwriting the new holder's document.
 //!
 //! The binary is a thin shell over [`run`]: parsing, dispatch and error printing live
-//! here so they can be tested in-process.
+//! here so they can be tested in-process. [`run`] is all the binary needs; every other
+//! module is private but two: [`sink`] and [`lease`], the protocol's rules as pure
+//! functions over plain values (when is a write stale, what does recovery undo, who may
+//! claim or renew), public so a model checker in the test suite can explore them
+//! without a database or a file. The modules, as layers, are described in
+//! `docs/architecture.md`.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -16,20 +21,20 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
 
-pub mod atomic;
-pub mod audit;
-pub mod clock;
-pub mod cmd;
-pub mod error;
-pub mod failpoints;
-pub mod folder;
+mod atomic;
+mod audit;
+mod clock;
+mod cmd;
+mod error;
+mod failpoints;
+mod folder;
 pub mod lease;
-pub mod outcome;
-pub mod recovery;
-pub mod resource;
-pub mod root;
+mod outcome;
+mod recovery;
+mod resource;
+mod root;
 pub mod sink;
-pub mod store;
+mod store;
 
 use clock::{Clock, ClockKind, Zero, parse_duration};
 use cmd::{Ctx, Report};
@@ -476,7 +481,7 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
 }
 
 /// Resolves the global options. `typed`: the resource was typed on the command line
-/// (not read from FENCEPOST_RESOURCE), so under a found root it starts in the current
+/// (not read from `FENCEPOST_RESOURCE`), so under a found root it starts in the current
 /// folder.
 fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     let clock = Clock::from_option(global.now)?;

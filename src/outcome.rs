@@ -15,7 +15,7 @@ use crate::lease::Lease;
 /// A successful command's answer; `outcome` in its JSON is the variant's name.
 #[derive(Debug, Serialize)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Claimed(Claimed),
     Renewed(Renewed),
     Completed(Completed),
@@ -58,7 +58,7 @@ impl LeaseView {
 
 /// `claim`: the new lease, and the one it replaced.
 #[derive(Debug, Serialize)]
-pub struct Claimed {
+pub(crate) struct Claimed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -70,7 +70,7 @@ pub struct Claimed {
 
 /// `renew`: the new deadline.
 #[derive(Debug, Serialize)]
-pub struct Renewed {
+pub(crate) struct Renewed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -79,7 +79,7 @@ pub struct Renewed {
 
 /// `complete`, and `run` whose command exited 0 (then with its exit).
 #[derive(Debug, Serialize)]
-pub struct Completed {
+pub(crate) struct Completed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -90,7 +90,7 @@ pub struct Completed {
 
 /// `release`.
 #[derive(Debug, Serialize)]
-pub struct Released {
+pub(crate) struct Released {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -116,7 +116,7 @@ pub struct RunFailed {
 
 /// `write` accepted: `written`, or `replay`.
 #[derive(Debug, Serialize)]
-pub struct Written {
+pub(crate) struct Written {
     pub resource: String,
     pub epoch: i64,
     /// `--owner`, or the owner `claim` issued the epoch to (null once that is forgotten).
@@ -130,7 +130,7 @@ pub struct Written {
 
 /// `status`: one row per resource.
 #[derive(Debug, Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     pub now: i64,
     pub resources: Vec<StatusRow>,
     /// The resource asked about (null for all).
@@ -142,7 +142,7 @@ pub struct Status {
 
 /// One resource in `status`: lease, sink record and the document on disk side by side.
 #[derive(Debug, Serialize)]
-pub struct StatusRow {
+pub(crate) struct StatusRow {
     /// The name as the state file stores it.
     pub resource: String,
     pub lease: Option<LeaseView>,
@@ -152,7 +152,7 @@ pub struct StatusRow {
 
 /// A sink record in `status`.
 #[derive(Debug, Serialize)]
-pub struct SinkView {
+pub(crate) struct SinkView {
     pub fence: i64,
     pub content_epoch: Option<i64>,
     pub sha256: Option<String>,
@@ -162,7 +162,7 @@ pub struct SinkView {
 
 /// The document on disk in `status`, compared with the sink's record.
 #[derive(Debug, Clone, Serialize)]
-pub struct DocumentView {
+pub(crate) struct DocumentView {
     /// `matches`, `drifted`, `missing`, ... (the list is in `status --help`).
     pub state: &'static str,
     pub sha256: Option<String>,
@@ -195,7 +195,7 @@ pub enum RecoverLine {
 
 /// `log`: the events, oldest first.
 #[derive(Debug, Serialize)]
-pub struct Log {
+pub(crate) struct Log {
     pub events: Vec<LoggedEvent>,
     /// The resource asked about (null for all).
     pub resource: Option<String>,
@@ -203,7 +203,7 @@ pub struct Log {
 
 /// One event of `log`, and whether it was a refusal.
 #[derive(Debug, Serialize)]
-pub struct LoggedEvent {
+pub(crate) struct LoggedEvent {
     #[serde(flatten)]
     pub event: crate::audit::Event,
     pub refused: bool,
@@ -211,7 +211,7 @@ pub struct LoggedEvent {
 
 /// `log --prune`.
 #[derive(Debug, Serialize)]
-pub struct Pruned {
+pub(crate) struct Pruned {
     pub dropped: usize,
     pub keep: i64,
 }
@@ -238,7 +238,7 @@ pub struct Problem {
 /// `man --dir`: where the pages went (completions and a man page on stdout print the
 /// text itself, never JSON).
 #[derive(Debug, Serialize)]
-pub struct Generated {
+pub(crate) struct Generated {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dir: Option<String>,
 }

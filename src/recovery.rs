@@ -17,7 +17,7 @@ use crate::sink::{FileId, Recovery, recovery};
 
 /// What recovery did for one resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Done {
+pub(crate) struct Done {
     pub action: Recovery,
     /// Temp files of dead writers removed.
     pub temps: usize,
@@ -27,7 +27,7 @@ pub struct Done {
 /// undoes a crashed write's rename (or drops the links of writes that committed or never
 /// renamed) and removes temp files of dead writers. `recorded` reads the identity of the
 /// file the sink's record names; it is asked only when a write left links.
-pub fn recover(
+pub(crate) fn recover(
     root: &Path,
     resource: &Resource,
     recorded: impl FnOnce() -> Result<Option<FileId>>,
@@ -57,14 +57,14 @@ pub fn recover(
 
 /// Undoes this writer's own uncommitted rename (its link set `own`) against the record as
 /// it was before the write. Under the lock, after the write failed.
-pub fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
+pub(crate) fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
     let action = decide(doc, recorded, own)?;
     apply_all(doc, vec![(own.clone(), action)])
 }
 
 /// What recovery would do for this document, without doing it (`status`, `verify`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The most significant action for link sets whose writer is gone.
     pub action: Recovery,
     /// A writer is still running (or paused) between its links and its clean-up: a write
@@ -73,7 +73,7 @@ pub struct Pending {
 }
 
 /// What recovery would do for this document (see [`Pending`]).
-pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
+pub(crate) fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
     let mut found = Pending {
         action: Recovery::Nothing,
         in_progress: false,
@@ -136,7 +136,7 @@ fn weight(action: Recovery) -> u8 {
 }
 
 /// What an action did, in words (`recover`'s report).
-pub fn describe(action: Recovery) -> &'static str {
+pub(crate) fn describe(action: Recovery) -> &'static str {
     match action {
         Recovery::Nothing => "nothing to do",
         Recovery::DropLinks => "removed leftover recovery links",

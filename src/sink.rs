@@ -56,6 +56,7 @@ pub enum WriteDecision {
 
 /// The fencing rule. `issued` is the highest epoch `claim` has issued for the resource
 /// (`None` if never claimed); `sha256` is the hash of the bytes offered.
+#[must_use]
 pub fn decide(
     record: Option<&SinkRecord>,
     issued: Option<i64>,
@@ -90,6 +91,7 @@ pub fn decide(
 
 /// The fence after an accepted write: fenced writes raise it, `--unfenced` ones (the
 /// seed's unprotected receiver) leave it where it was.
+#[must_use]
 pub fn fence_after_write(record: Option<&SinkRecord>, epoch: i64, unfenced: bool) -> i64 {
     let old = record.map_or(0, |r| r.fence);
     if unfenced { old } else { old.max(epoch) }
@@ -124,6 +126,7 @@ pub enum Recovery {
 /// file, the commit happened; if the document is the `-new` file but the record does not
 /// name it, the rename happened without a commit and must be undone. Anything else (a
 /// document edited or replaced by someone else) is left alone for `status` to report.
+#[must_use]
 pub fn recovery(recorded: Option<FileId>, found: Leftovers) -> Recovery {
     let Some(new) = found.new else {
         return if found.pre {

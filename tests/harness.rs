@@ -12,24 +12,24 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 /// The binary under test.
-pub fn bin() -> PathBuf {
+pub(crate) fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fencepost"))
 }
 
 /// Where test folders are made: the build's own temp folder, not the system's, because a
 /// publish root made in `/tmp` by anyone (a `.fencepost/` there) would enclose every root
 /// the tests make, and roots do not nest.
-pub fn scratch() -> &'static Path {
+pub(crate) fn scratch() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
 }
 
 /// A scratch publish root, removed when dropped.
-pub struct Env {
+pub(crate) struct Env {
     dir: TempDir,
 }
 
 impl Env {
-    pub fn new() -> Env {
+    pub(crate) fn new() -> Env {
         Env {
             dir: tempfile::Builder::new()
                 .prefix("fencepost-test-")
@@ -39,23 +39,23 @@ impl Env {
     }
 
     /// The publish root.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         self.dir.path()
     }
 
     /// A path inside the root.
-    pub fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.root().join(rel)
     }
 
     /// The document's bytes, or None if absent.
-    pub fn read(&self, rel: &str) -> Option<Vec<u8>> {
+    pub(crate) fn read(&self, rel: &str) -> Option<Vec<u8>> {
         std::fs::read(self.path(rel)).ok()
     }
 
     /// The document as text; panics if absent.
     #[track_caller]
-    pub fn text(&self, rel: &str) -> String {
+    pub(crate) fn text(&self, rel: &str) -> String {
         let Some(bytes) = self.read(rel) else {
             panic!("{rel} is absent");
         };
@@ -63,7 +63,7 @@ impl Env {
     }
 
     /// Every file name under the root (recursively, relative), excluding `.fencepost/`.
-    pub fn files(&self) -> Vec<String> {
+    pub(crate) fn files(&self) -> Vec<String> {
         fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
             for entry in std::fs::read_dir(dir).expect("read_dir") {
                 let entry = entry.expect("entry");
@@ -90,7 +90,7 @@ impl Env {
     }
 
     /// A `fencepost` invocation with `--root` set to this env.
-    pub fn fp(&self, args: &[&str]) -> Run {
+    pub(crate) fn fp(&self, args: &[&str]) -> Run {
         Run {
             root: self.root().to_path_buf(),
             args: args.iter().map(|s| s.to_string()).collect(),
@@ -104,7 +104,7 @@ impl Env {
 
     /// Shorthand: claim at tick `now`, asserting success, returning the epoch.
     #[track_caller]
-    pub fn claim(&self, res: &str, owner: &str, ttl: i64, now: i64) -> i64 {
+    pub(crate) fn claim(&self, res: &str, owner: &str, ttl: i64, now: i64) -> i64 {
         let out = self
             .fp(&["claim", res, "--owner", owner, "--ttl", &ttl.to_string()])
             .now(now)
@@ -114,7 +114,7 @@ impl Env {
 
     /// Shorthand: write `content` with `epoch` at tick `now`, asserting the exit code.
     #[track_caller]
-    pub fn write(&self, res: &str, epoch: i64, content: &str, now: i64, code: i32) -> Done {
+    pub(crate) fn write(&self, res: &str, epoch: i64, content: &str, now: i64, code: i32) -> Done {
         self.fp(&["write", res, "--epoch", &epoch.to_string()])
             .now(now)
             .stdin(content)
@@ -124,7 +124,7 @@ impl Env {
 
 /// One process to run.
 #[must_use = "a Run does nothing until expect() is called"]
-pub struct Run {
+pub(crate) struct Run {
     root: PathBuf,
     args: Vec<String>,
     now: Option<i64>,
@@ -137,7 +137,7 @@ pub struct Run {
 
 /// A finished process.
 #[derive(Debug)]
-pub struct Done {
+pub(crate) struct Done {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -146,7 +146,7 @@ pub struct Done {
 impl Done {
     /// stdout parsed as the one JSON object `--json` promises.
     #[track_caller]
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         match serde_json::from_str(self.stdout.trim()) {
             Ok(value) => value,
             Err(e) => panic!("stdout is not one JSON object ({e}): {:?}", self.stdout),
@@ -156,7 +156,7 @@ impl Done {
     /// The `--json` contract: stdout is exactly one line holding one JSON object with at
     /// least `outcome`, `resource` and `epoch`. Returns the object.
     #[track_caller]
-    pub fn json_contract(&self) -> Value {
+    pub(crate) fn json_contract(&self) -> Value {
         assert_eq!(
             self.stdout.lines().count(),
             1,
@@ -177,42 +177,42 @@ impl Done {
 
 impl Run {
     /// Sets the logical clock (`--now`).
-    pub fn now(mut self, now: i64) -> Run {
+    pub(crate) fn now(mut self, now: i64) -> Run {
         self.now = Some(now);
         self
     }
 
-    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Run {
+    pub(crate) fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Run {
         self.stdin = bytes.into();
         self
     }
 
     /// Runs with another `--root` (e.g. a folder inside this env).
-    pub fn root(mut self, root: &Path) -> Run {
+    pub(crate) fn root(mut self, root: &Path) -> Run {
         self.root = root.to_path_buf();
         self
     }
 
-    pub fn env(mut self, key: &str, value: &str) -> Run {
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Run {
         self.env.push((key.into(), value.into()));
         self
     }
 
     /// Runs in `dir` as the current folder, without `--root`, as a user at a shell would:
     /// the root is the nearest folder from `dir` up holding `.fencepost/`.
-    pub fn inside(mut self, dir: &Path) -> Run {
+    pub(crate) fn inside(mut self, dir: &Path) -> Run {
         self.inside = Some(dir.to_path_buf());
         self
     }
 
     /// Runs the process under this umask (through `sh -c 'umask M; exec ...'`).
-    pub fn umask(mut self, mask: u32) -> Run {
+    pub(crate) fn umask(mut self, mask: u32) -> Run {
         self.umask = Some(mask);
         self
     }
 
     /// Runs without asserting.
-    pub fn output(self) -> Done {
+    pub(crate) fn output(self) -> Done {
         let mut cmd = match self.umask {
             None => Command::new(bin()),
             Some(mask) => {
@@ -247,7 +247,7 @@ impl Run {
     /// say one `fencepost: ` line (and maybe a `hint:` line) on stderr. A failed assertion
     /// points at the test that called it.
     #[track_caller]
-    pub fn expect(self, code: i32) -> Done {
+    pub(crate) fn expect(self, code: i32) -> Done {
         let what = format!("fencepost {}", self.args.join(" "));
         let done = self.output();
         assert_eq!(
@@ -275,7 +275,7 @@ impl Run {
 
     /// Runs and asserts the exit code and the exact stdout (trimmed).
     #[track_caller]
-    pub fn expect_stdout(self, code: i32, stdout: &str) -> Done {
+    pub(crate) fn expect_stdout(self, code: i32, stdout: &str) -> Done {
         let done = self.expect(code);
         assert_eq!(done.stdout.trim(), stdout, "stdout");
         done

@@ -55,7 +55,7 @@ pub struct LeaseRequest {
     pub wait: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     let claimed = take(ctx, claim)?;
     let changed = format!(
         "the lease on {} is held by {} as epoch {} until {}",
@@ -68,7 +68,7 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
 }
 
 /// Takes the lease (waiting for it with `--wait`): the claim of `claim` and `run`.
-pub fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
+pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let args = &claim.request;
     let resource = ctx.resource(&args.resource)?;
     check_owner(&args.owner)?;

@@ -26,7 +26,7 @@ pub struct CompleteArgs {
     pub result: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
     let change = HolderChange::Complete {
         result: args.result.as_deref(),
     };

@@ -39,7 +39,7 @@ pub struct ManArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
-pub fn completions(args: &CompletionsArgs) -> Result<Report> {
+pub(crate) fn completions(args: &CompletionsArgs) -> Result<Report> {
     let shell = match args.shell {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
@@ -50,7 +50,7 @@ pub fn completions(args: &CompletionsArgs) -> Result<Report> {
     text(buf)
 }
 
-pub fn man(args: &ManArgs) -> Result<Report> {
+pub(crate) fn man(args: &ManArgs) -> Result<Report> {
     if let Some(dir) = &args.dir {
         if dir.exists() && !dir.is_dir() {
             return Err(Error::usage(format!(

@@ -49,7 +49,7 @@ pub struct LogArgs {
     pub prune: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
         let mut store = crate::store::open(&ctx.db, ctx.busy, false)?

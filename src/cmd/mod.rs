@@ -16,21 +16,21 @@ use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
 use crate::store::{self, Store, Txn};
 
-pub mod claim;
-pub mod complete;
-pub mod completions;
-pub mod log;
-pub mod recover;
-pub mod release;
-pub mod renew;
-pub mod run;
-pub mod status;
-pub mod verify;
-pub mod write;
+pub(crate) mod claim;
+pub(crate) mod complete;
+pub(crate) mod completions;
+pub(crate) mod log;
+pub(crate) mod recover;
+pub(crate) mod release;
+pub(crate) mod renew;
+pub(crate) mod run;
+pub(crate) mod status;
+pub(crate) mod verify;
+pub(crate) mod write;
 
 /// The global options, resolved.
 #[derive(Debug, Clone)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     /// The publish root, canonical.
     pub root: PathBuf,
     /// The state file.
@@ -51,7 +51,7 @@ pub struct Ctx {
 /// What a successful command prints: a plain line for people and shell capture, and
 /// its typed answer, from which `--json` is derived.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     pub plain: String,
     pub outcome: Outcome,
     /// What the command changed, in words, for when its answer cannot be delivered (a
@@ -61,7 +61,7 @@ pub struct Report {
 
 impl Report {
     /// A report of `outcome`, shown to people as `plain`.
-    pub fn new(plain: impl Into<String>, outcome: Outcome) -> Report {
+    pub(crate) fn new(plain: impl Into<String>, outcome: Outcome) -> Report {
         Report {
             plain: plain.into(),
             outcome,
@@ -70,7 +70,7 @@ impl Report {
     }
 
     /// Says what the command changed (see [`Report::changed`]).
-    pub fn changed(mut self, what: impl Into<String>) -> Report {
+    pub(crate) fn changed(mut self, what: impl Into<String>) -> Report {
         self.changed = Some(what.into());
         self
     }
@@ -80,14 +80,14 @@ impl Ctx {
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
-    pub fn store(&self) -> Result<Box<dyn Store>> {
+    pub(crate) fn store(&self) -> Result<Box<dyn Store>> {
         store::open(&self.db, self.busy, false)?
             .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
     }
 
     /// Opens the state file for `claim`, making the root and its state file on the first
     /// claim (refused inside another root).
-    pub fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
+    pub(crate) fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
         let place = root::Place {
             root: self.root.clone(),
             db: self.db.clone(),
@@ -102,12 +102,12 @@ impl Ctx {
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
     /// says what there is nothing of: "nothing to verify").
-    pub fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
+    pub(crate) fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
         store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
     }
 
     /// "No state file here", with a hint that says where one may be.
-    pub fn no_state_file(&self, what: &str) -> Error {
+    pub(crate) fn no_state_file(&self, what: &str) -> Error {
         let message = format!("no state file at {}: {what}", self.db.display());
         let hint = match (root::enclosing(&self.root), self.how) {
             (Some(outer), _) => format!(
@@ -131,7 +131,12 @@ impl Ctx {
 
     /// Refuses `resource` when the state file has no lease and no record for it (a typo
     /// must not read as "all is well").
-    pub fn refuse_unseen(&self, tx: &dyn Txn, resource: &Resource, what: &str) -> Result<()> {
+    pub(crate) fn refuse_unseen(
+        &self,
+        tx: &dyn Txn,
+        resource: &Resource,
+        what: &str,
+    ) -> Result<()> {
         if tx.lease(resource)?.is_some() || tx.sink(resource)?.is_some() {
             return Ok(());
         }
@@ -154,7 +159,7 @@ impl Ctx {
     /// Opens the state file, takes the write lock, checks the clock and the root, and
     /// recovers the resource's document from any crashed write: the first steps of
     /// every change.
-    pub fn begin<'s>(
+    pub(crate) fn begin<'s>(
         &self,
         store: &'s mut dyn Store,
         resource: &Resource,
@@ -170,7 +175,7 @@ impl Ctx {
 
     /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
     /// the sink's record.
-    pub fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
+    pub(crate) fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
         recovery::recover(&self.root, resource, || {
             Ok(tx
                 .sink(resource)?
@@ -181,7 +186,7 @@ impl Ctx {
 
     /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on
     /// its first change, and refuses it to any other.
-    pub fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
+    pub(crate) fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.bind_clock(self.clock.kind())?;
         match tx.meta_bytes(ROOT_KEY)? {
             None => tx.set_meta_bytes(ROOT_KEY, pin),
@@ -191,7 +196,7 @@ impl Ctx {
 
     /// Refuses a state file that belongs to another root (without binding a fresh one):
     /// the check of commands that only read.
-    pub fn check_root(&self, tx: &dyn Txn) -> Result<()> {
+    pub(crate) fn check_root(&self, tx: &dyn Txn) -> Result<()> {
         match tx.meta_bytes(ROOT_KEY)? {
             None => Ok(()),
             Some(bound) => self.same_root(&bound, &self.root_pin()),
@@ -200,13 +205,13 @@ impl Ctx {
 
     /// Records this root (`pin`) as the state file's root, whatever it was (`recover
     /// --root-moved`).
-    pub fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
+    pub(crate) fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.set_meta_bytes(ROOT_KEY, pin)
     }
 
     /// How a state file names this root (see `root::pin`). Resolving it walks the state
     /// file's path: do it before taking the lock.
-    pub fn root_pin(&self) -> Vec<u8> {
+    pub(crate) fn root_pin(&self) -> Vec<u8> {
         root::pin(&self.root, &self.db)
     }
 
@@ -229,7 +234,7 @@ impl Ctx {
     /// Parses a resource argument and names it by its real path under the root (see
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
-    pub fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+    pub(crate) fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         let spelled = self.spelled(raw)?;
         root::refuse_nested(&self.root, &spelled)?;
         let real = resource::canonical(&self.root, &spelled)?;
@@ -240,7 +245,7 @@ impl Ctx {
     /// A resource argument as spelled, under the root (typed names under a found root
     /// start in the current folder), checked by the name rules and the length limits;
     /// symlinks are not resolved.
-    pub fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+    pub(crate) fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         let text = root::under(&self.root, self.here.as_deref(), raw)?;
         let resource = Resource::parse(&text)?;
         root::fits(&self.root, &resource)?;
@@ -249,19 +254,19 @@ impl Ctx {
 
     /// A name read back from the state file, checked as a typed one would be (it may
     /// predate today's rules, or have been put there by hand).
-    pub fn stored(&self, name: &str) -> Result<Resource> {
+    pub(crate) fn stored(&self, name: &str) -> Result<Resource> {
         let resource = Resource::parse(std::ffi::OsStr::new(name))?;
         root::fits(&self.root, &resource)?;
         Ok(resource)
     }
 
     /// [`Ctx::resource`] for an optional argument ("this one, or all").
-    pub fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
+    pub(crate) fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
         raw.map(|raw| self.resource(raw)).transpose()
     }
 
     /// Appends an event to the audit log inside `tx`.
-    pub fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
+    pub(crate) fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
         tx.append(event, self.log_keep)
     }
 }
@@ -269,7 +274,7 @@ impl Ctx {
 /// Records a refusal in the audit log, in a transaction of its own. Best effort: the
 /// refusal is the command's answer whether or not it could be logged (e.g. when the
 /// state file is busy).
-pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
+pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     let (prev_owner, prev_epoch) = refusal.detail.previous();
     let event = Event::new(
         ctx.clock.now(),
@@ -324,7 +329,7 @@ fn first_misleading(text: &str) -> Option<String> {
 }
 
 /// Refuses an owner name that is empty or has control or invisible characters.
-pub fn check_owner(owner: &str) -> Result<()> {
+pub(crate) fn check_owner(owner: &str) -> Result<()> {
     if owner.is_empty() {
         return Err(Error::usage("owner name is empty"));
     }
@@ -339,7 +344,7 @@ pub fn check_owner(owner: &str) -> Result<()> {
 /// Refuses a `--result` text with control or invisible characters: it is printed by
 /// `status` and `log`, one event per line, and must not break lines, reach a terminal as
 /// escapes, or show as other text.
-pub fn check_result(result: Option<&str>) -> Result<()> {
+pub(crate) fn check_result(result: Option<&str>) -> Result<()> {
     match result.and_then(|text| Some((text, first_misleading(text)?))) {
         Some((text, c)) => Err(Error::usage(format!(
             "--result {text:?} contains a control or invisible character ({c}: newlines, \
@@ -350,7 +355,7 @@ pub fn check_result(result: Option<&str>) -> Result<()> {
 }
 
 /// Refuses an epoch that is not positive.
-pub fn check_epoch(epoch: i64) -> Result<()> {
+pub(crate) fn check_epoch(epoch: i64) -> Result<()> {
     if epoch <= 0 {
         return Err(Error::usage(format!(
             "--epoch must be positive, got {epoch}"
@@ -360,7 +365,7 @@ pub fn check_epoch(epoch: i64) -> Result<()> {
 }
 
 /// The `lost` refusal of renew, complete and release, with the current holder.
-pub fn lost(
+pub(crate) fn lost(
     resource: &Resource,
     owner: &str,
     epoch: i64,
@@ -421,7 +426,7 @@ pub struct HolderArgs {
 
 /// Runs a holder's compare-and-set (renew, complete, release) in one IMMEDIATE
 /// transaction. Zero rows changed is a `lost` refusal that says why, never a success.
-pub fn change_held(
+pub(crate) fn change_held(
     ctx: &Ctx,
     holder: &HolderArgs,
     change: store::HolderChange<'_>,
@@ -430,7 +435,7 @@ pub fn change_held(
 }
 
 /// [`change_held`], with a note for the audit log's detail (why `run` released).
-pub fn change_held_noting(
+pub(crate) fn change_held_noting(
     ctx: &Ctx,
     holder: &HolderArgs,
     change: store::HolderChange<'_>,
@@ -491,7 +496,7 @@ pub fn change_held_noting(
 /// does not exist). No lease and no write for it: writing it would lose every lease and
 /// fence, and opening it with a plain file descriptor would drop SQLite's POSIX locks in
 /// this process when closed.
-pub fn refuse_state_identity(
+pub(crate) fn refuse_state_identity(
     ctx: &Ctx,
     resource: &Resource,
     dir: (u64, u64),
@@ -505,7 +510,11 @@ pub fn refuse_state_identity(
 }
 
 /// [`refuse_state_identity`] for a located document.
-pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
+pub(crate) fn refuse_state_file(
+    ctx: &Ctx,
+    doc: &resource::DocPath,
+    resource: &Resource,
+) -> Result<()> {
     match doc_identity(doc)? {
         Some((dir, id)) => refuse_state_identity(ctx, resource, dir, &doc.name, id),
         None => Ok(()),
@@ -514,7 +523,7 @@ pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource
 
 /// Refuses a resource whose path under the root is where the state file or one of its
 /// companions is or will be: the check for a document whose folder does not exist yet.
-pub fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
+pub(crate) fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
     if ctx.state_files.at(&ctx.root.join(resource.as_str())) {
         return Err(state_file_refusal(ctx, resource));
     }
@@ -530,7 +539,7 @@ fn state_file_refusal(ctx: &Ctx, resource: &Resource) -> Error {
 
 /// True when a located document is the state file or one of its companions (`status`
 /// and `verify` never hash it).
-pub fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
+pub(crate) fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
     Ok(match doc_identity(doc)? {
         Some((dir, id)) => ctx.state_files.holds(dir, &doc.name, id),
         None => false,

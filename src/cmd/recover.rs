@@ -34,7 +34,7 @@ pub struct RecoverArgs {
     pub root_moved: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     // Bad input changes nothing, not even the root's record.
     let only = ctx.resource_opt(args.resource.as_deref())?;
     // No state file: no write was ever made here to finish or undo, and the likely cause

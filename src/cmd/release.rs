@@ -21,7 +21,7 @@ pub struct ReleaseArgs {
     pub holder: HolderArgs,
 }
 
-pub fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
     let (resource, _) = change_held(ctx, &args.holder, HolderChange::Release)?;
     let changed = format!(
         "the lease on {resource} (epoch {}) was released",

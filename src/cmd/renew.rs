@@ -28,7 +28,7 @@ pub struct RenewArgs {
     pub ttl: String,
 }
 
-pub fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
     let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?;
     let now = ctx.clock.now();
     let deadline = now

@@ -108,7 +108,7 @@ impl RunArgs {
     }
 }
 
-pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
     super::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
@@ -330,7 +330,7 @@ fn supervise(
             }
             // A transient failure (busy, I/O): try again soon, while the lease still runs.
             Some(Err(_)) => {
-                next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1))
+                next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1));
             }
         }
     }

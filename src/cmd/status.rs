@@ -74,7 +74,7 @@ impl DocumentView {
     }
 }
 
-pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     // A resource whose path cannot be resolved (a symlink leading out of the root) is
     // still answered for, by its spelling: status always reports, here `unreachable`.
     let only = match args.resource.as_deref() {
@@ -255,7 +255,7 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
 
 /// A stored name as one line of a table: quoted, with escapes, when it has control
 /// characters; shortened when very long.
-pub fn printable(name: &str) -> String {
+pub(crate) fn printable(name: &str) -> String {
     if name.chars().any(char::is_control) {
         crate::root::shown(&format!("{name:?}"))
     } else {

@@ -35,9 +35,9 @@ pub struct VerifyArgs {
     pub resource: Option<OsString>,
 }
 
-pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
-    let resource = only.as_ref().map(|r| r.to_string());
+    let resource = only.as_ref().map(ToString::to_string);
     // No state file is not "all is well": `verify || alert` must alert.
     let mut store = ctx.read_store("nothing to verify")?;
     let tx = store.snapshot()?;
@@ -58,7 +58,7 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
                 resource: name.clone(),
                 problem: kind,
                 message,
-            })
+            });
         };
         // A row that cannot be read back, or a document that cannot be checked, is a
         // problem of its own; it never hides the others' problems.

@@ -72,28 +72,27 @@ pub struct WriteArgs {
     pub unfenced: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let resource = ctx.resource(&args.resource)?;
     check_epoch(args.epoch)?;
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
     }
-    let source: Box<dyn Read> = match &args.from {
-        Some(path) => Box::new(open_source(path)?),
-        None => {
-            let stdin = io::stdin();
-            if stdin.is_terminal() {
-                return Err(Error::usage_hint(
-                    "write reads the document from stdin, which is a terminal",
-                    "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
-                ));
-            }
-            Box::new(Piped {
-                stdin: stdin.lock(),
-                read: 0,
-                widened: false,
-            })
+    let source: Box<dyn Read> = if let Some(path) = &args.from {
+        Box::new(open_source(path)?)
+    } else {
+        let stdin = io::stdin();
+        if stdin.is_terminal() {
+            return Err(Error::usage_hint(
+                "write reads the document from stdin, which is a terminal",
+                "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
+            ));
         }
+        Box::new(Piped {
+            stdin: stdin.lock(),
+            read: 0,
+            widened: false,
+        })
     };
     let mut store = ctx.store()?;
 

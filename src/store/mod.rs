@@ -33,13 +33,13 @@ use crate::lease::Lease;
 use crate::resource::Resource;
 use crate::sink::{Content, SinkRecord};
 
-pub mod sqlite;
+pub(crate) mod sqlite;
 
 /// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
-pub const DEFAULT_LOG_KEEP: i64 = 100_000;
+pub(crate) const DEFAULT_LOG_KEEP: i64 = 100_000;
 
 /// An open state store.
-pub trait Store: std::fmt::Debug {
+pub(crate) trait Store: std::fmt::Debug {
     /// Begins a transaction that holds the write lock until [`Txn::commit`] (or until
     /// dropped, which rolls back): the start of every change.
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>>;
@@ -50,7 +50,7 @@ pub trait Store: std::fmt::Debug {
 
 /// One transaction on the state store. Dropped without [`Txn::commit`], it changes
 /// nothing.
-pub trait Txn {
+pub(crate) trait Txn {
     /// Commits: the single point where a change becomes real.
     fn commit(self: Box<Self>) -> Result<()>;
 
@@ -127,7 +127,7 @@ pub trait Txn {
 
 /// A holder's change to its own lease.
 #[derive(Debug, Clone, Copy)]
-pub enum HolderChange<'a> {
+pub(crate) enum HolderChange<'a> {
     Renew { deadline: i64 },
     Complete { result: Option<&'a str> },
     Release,
@@ -135,12 +135,12 @@ pub enum HolderChange<'a> {
 
 /// Opens the state store at `db` for changes, creating it if `create` and missing;
 /// `None` when it does not exist and `create` is false.
-pub fn open(db: &Path, busy: Duration, create: bool) -> Result<Option<Box<dyn Store>>> {
+pub(crate) fn open(db: &Path, busy: Duration, create: bool) -> Result<Option<Box<dyn Store>>> {
     Ok(sqlite::SqliteStore::open(db, busy, create)?.map(|s| Box::new(s) as Box<dyn Store>))
 }
 
 /// Opens an existing state store for reading only (`status`, `verify`, `log`); `None`
 /// when there is none.
-pub fn open_read_only(db: &Path, busy: Duration) -> Result<Option<Box<dyn Store>>> {
+pub(crate) fn open_read_only(db: &Path, busy: Duration) -> Result<Option<Box<dyn Store>>> {
     Ok(sqlite::SqliteStore::open_read_only(db, busy)?.map(|s| Box::new(s) as Box<dyn Store>))
 }

@@ -80,12 +80,12 @@ const PRUNE_EVERY: i64 = 1_000;
 
 /// Most events one automatic prune drops, so a lowered --log-keep never makes a single
 /// write hold the lock for seconds (measured: 5 s for 900,000 rows at once). Twice
-/// PRUNE_EVERY, so an oversized log still shrinks steadily.
+/// `PRUNE_EVERY`, so an oversized log still shrinks steadily.
 const PRUNE_BATCH: i64 = 2 * PRUNE_EVERY;
 
 /// An open SQLite state file.
 #[derive(Debug)]
-pub struct SqliteStore {
+pub(crate) struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     busy: Duration,
@@ -97,7 +97,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens the state file, creating it (and its folder) if `create` and missing.
     /// Returns `Ok(None)` when it does not exist and `create` is false.
-    pub fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<SqliteStore>> {
+    pub(crate) fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<SqliteStore>> {
         if !create && !path.exists() {
             return Ok(None);
         }
@@ -154,7 +154,7 @@ impl SqliteStore {
     /// Opens an existing state file for reading only (`status`, `verify`, `log`), so a
     /// monitoring user who may read the file but not write it can run them. `None` if
     /// there is no state file, or one that was never initialised.
-    pub fn open_read_only(path: &Path, busy: Duration) -> Result<Option<SqliteStore>> {
+    pub(crate) fn open_read_only(path: &Path, busy: Duration) -> Result<Option<SqliteStore>> {
         if !path.exists() {
             return Ok(None);
         }
@@ -330,7 +330,7 @@ impl Store for SqliteStore {
 
 /// One transaction on the SQLite state file.
 #[derive(Debug)]
-pub struct SqliteTxn<'a> {
+pub(crate) struct SqliteTxn<'a> {
     tx: rusqlite::Transaction<'a>,
     path: &'a Path,
     busy: Duration,
@@ -724,7 +724,7 @@ fn clock_mismatch(path: &Path, bound: ClockKind) -> Error {
 /// timeout has time left; `attempt` is given that time, to wait no longer than it.
 ///
 /// SQLite waits out a busy state file through its busy handler, but some of its lock
-/// steps return SQLITE_BUSY at once instead. Eight processes making their first claim on a
+/// steps return `SQLITE_BUSY` at once instead. Eight processes making their first claim on a
 /// fresh root at the same moment met that about 5 times in 1200 (while one turns the new
 /// file to WAL). Retried here, a caller meets `busy` only after really waiting.
 fn retry_busy<T, E>(

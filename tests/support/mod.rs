@@ -7,6 +7,6 @@ mod content;
 mod process;
 mod state;
 
-pub use content::*;
-pub use process::*;
-pub use state::*;
+pub(crate) use content::*;
+pub(crate) use process::*;
+pub(crate) use state::*;

@@ -13,7 +13,7 @@ use tempfile::TempDir;
 use crate::harness::{Env, bin};
 
 /// A `fencepost` command for `env`, as the harness runs it, but not yet started.
-pub fn command(env: &Env, args: &[&str], now: Option<i64>) -> Command {
+pub(crate) fn command(env: &Env, args: &[&str], now: Option<i64>) -> Command {
     let mut cmd = Command::new(bin());
     cmd.env_clear()
         .current_dir(env.root())
@@ -27,7 +27,7 @@ pub fn command(env: &Env, args: &[&str], now: Option<i64>) -> Command {
 }
 
 /// Runs `mkfifo`.
-pub fn mkfifo(path: &Path) {
+pub(crate) fn mkfifo(path: &Path) {
     let ok = Command::new("mkfifo")
         .arg(path)
         .status()
@@ -37,7 +37,7 @@ pub fn mkfifo(path: &Path) {
 }
 
 /// Sends a signal with kill(1) (the tests use no libc).
-pub fn signal(pid: u32, sig: &str) {
+pub(crate) fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
@@ -48,7 +48,7 @@ pub fn signal(pid: u32, sig: &str) {
 }
 
 /// A `fencepost` process blocked at a failpoint (`return(wait:PATH)`).
-pub struct Paused {
+pub(crate) struct Paused {
     /// `None` once finished; a `Paused` dropped early (a failing test) SIGKILLs it.
     child: Option<Child>,
     pub pid: u32,
@@ -58,7 +58,7 @@ pub struct Paused {
 }
 
 /// Starts `fencepost ARGS` with `stdin` and waits until it is blocked at `point`.
-pub fn spawn_paused(
+pub(crate) fn spawn_paused(
     env: &Env,
     args: &[&str],
     now: Option<i64>,
@@ -70,7 +70,7 @@ pub fn spawn_paused(
 
 /// The same, started through `wrapper` (e.g. setpriv, to run as another user), which
 /// must exec fencepost in its own process.
-pub fn spawn_paused_via(
+pub(crate) fn spawn_paused_via(
     wrapper: &[&str],
     env: &Env,
     args: &[&str],
@@ -83,7 +83,7 @@ pub fn spawn_paused_via(
 
 /// [`spawn_paused_via`] with more failpoints set (`also`, in the `FAILPOINTS` syntax,
 /// e.g. `write.after_rename=return(abort)`), to hit once the process is resumed.
-pub fn spawn_paused_also(
+pub(crate) fn spawn_paused_also(
     wrapper: &[&str],
     env: &Env,
     args: &[&str],
@@ -167,7 +167,7 @@ pub fn spawn_paused_also(
 
 impl Paused {
     /// SIGKILLs the process where it is blocked.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let mut child = self.child.take().expect("running");
         child.kill().expect("SIGKILL");
         let status = child.wait().expect("wait");
@@ -180,7 +180,7 @@ impl Paused {
     }
 
     /// Lets it go on from the failpoint and waits for it to finish.
-    pub fn resume(mut self) -> Output {
+    pub(crate) fn resume(mut self) -> Output {
         drop(
             std::fs::OpenOptions::new()
                 .write(true)
@@ -204,12 +204,12 @@ impl Drop for Paused {
 /// Another process (python3's sqlite3) with the state file open, having run `sql`
 /// (e.g. `BEGIN IMMEDIATE` to hold the write lock), until [`DbHolder::finish`] or
 /// [`DbHolder::kill`].
-pub struct DbHolder {
+pub(crate) struct DbHolder {
     child: Child,
 }
 
 impl DbHolder {
-    pub fn start(env: &Env, sql: &str) -> DbHolder {
+    pub(crate) fn start(env: &Env, sql: &str) -> DbHolder {
         let script = "import sqlite3, sys\n\
                       c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)\n\
                       c.execute(sys.argv[2]).fetchall()\n\
@@ -233,13 +233,13 @@ impl DbHolder {
     }
 
     /// Lets it close the connection and exit.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         drop(self.child.stdin.take());
         assert!(self.child.wait().expect("wait").success());
     }
 
     /// SIGKILLs it: its connection is never closed.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
         let _ = self.child.wait();
     }

@@ -8,7 +8,7 @@ use super::sha256_hex;
 use crate::harness::Env;
 
 /// One resource's row of `status --json`.
-pub fn status_row(env: &Env, res: &str, now: Option<i64>) -> Value {
+pub(crate) fn status_row(env: &Env, res: &str, now: Option<i64>) -> Value {
     let mut run = env.fp(&["--json", "status", res]);
     if let Some(now) = now {
         run = run.now(now);
@@ -22,21 +22,21 @@ pub fn status_row(env: &Env, res: &str, now: Option<i64>) -> Value {
 }
 
 /// Files the tool owns next to documents: temp files and recovery links.
-pub fn tool_files(env: &Env) -> Vec<String> {
+pub(crate) fn tool_files(env: &Env) -> Vec<String> {
     env.files()
         .into_iter()
         .filter(|f| f.contains(".fencepost-"))
         .collect()
 }
 
-pub fn temp_files(env: &Env) -> Vec<String> {
+pub(crate) fn temp_files(env: &Env) -> Vec<String> {
     env.files()
         .into_iter()
         .filter(|f| f.contains(".fencepost-tmp-"))
         .collect()
 }
 
-pub fn link_files(env: &Env) -> Vec<String> {
+pub(crate) fn link_files(env: &Env) -> Vec<String> {
     env.files()
         .into_iter()
         .filter(|f| f.contains(".fencepost-pre-") || f.contains(".fencepost-new-"))
@@ -46,7 +46,7 @@ pub fn link_files(env: &Env) -> Vec<String> {
 /// Invariant 3: the document is `want` (bytes and the epoch they were written under),
 /// and the record's epoch and SHA-256 describe exactly those bytes; or, for `None`, no
 /// document and no recorded content.
-pub fn assert_consistent(
+pub(crate) fn assert_consistent(
     env: &Env,
     res: &str,
     now: Option<i64>,
