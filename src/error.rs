@@ -14,7 +14,7 @@ use crate::outcome::{Recovered, RefusalDetail, RunFailed, Verified};
 
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A defined refusal of the protocol; prints its outcome and exits with its code.
     #[error("{0}")]
     Refused(Box<Refusal>),
@@ -85,7 +85,7 @@ pub enum Error {
 
 /// The kinds of refusal, each with its own exit code and outcome word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusalKind {
+pub(crate) enum RefusalKind {
     /// claim: someone else holds a live lease.
     Held,
     /// renew, complete, release: not your lease any more, or expired.
@@ -100,7 +100,7 @@ pub enum RefusalKind {
 
 impl RefusalKind {
     /// The word printed on stdout and in `outcome` of the JSON object.
-    pub fn outcome(self) -> &'static str {
+    pub(crate) fn outcome(self) -> &'static str {
         match self {
             RefusalKind::Held => "held",
             RefusalKind::Lost => "lost",
@@ -114,7 +114,7 @@ impl RefusalKind {
 /// A refusal: a one-line explanation and the facts behind it (its kind follows from
 /// them). Serialized, it is the refusal's `--json` object but for `outcome` and `error`.
 #[derive(Debug, Serialize)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     #[serde(skip)]
     pub message: String,
     pub resource: String,
@@ -132,7 +132,7 @@ pub struct Refusal {
 
 impl Refusal {
     /// A refusal of `resource` to the caller (`owner`, `epoch`), for what `detail` says.
-    pub fn new(
+    pub(crate) fn new(
         message: String,
         resource: &str,
         epoch: Option<i64>,
@@ -150,7 +150,7 @@ impl Refusal {
     }
 
     /// Its kind: the exit code and outcome word.
-    pub fn kind(&self) -> RefusalKind {
+    pub(crate) fn kind(&self) -> RefusalKind {
         self.detail.kind()
     }
 }
@@ -163,7 +163,7 @@ impl std::fmt::Display for Refusal {
 
 impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Error::Io { .. } | Error::Database { .. } | Error::Injected(_) | Error::Internal(_) => {
                 1
@@ -183,7 +183,7 @@ impl Error {
     }
 
     /// The outcome word for `--json` error objects.
-    pub fn outcome(&self) -> &'static str {
+    pub(crate) fn outcome(&self) -> &'static str {
         match self {
             Error::Refused(r) => r.kind().outcome(),
             Error::Usage { .. } => "usage",
@@ -198,7 +198,7 @@ impl Error {
     }
 
     /// A line telling the user how to fix it, when there is one.
-    pub fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
+    pub(crate) fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
         match self {
             Error::Usage { hint, .. } => hint.as_deref().map(Cow::Borrowed),
@@ -220,12 +220,12 @@ impl Error {
     }
 
     /// A refusal as the error a command returns.
-    pub fn refused(refusal: Refusal) -> Error {
+    pub(crate) fn refused(refusal: Refusal) -> Error {
         Error::Refused(Box::new(refusal))
     }
 
     /// Shorthand for a usage error without a hint.
-    pub fn usage(message: impl Into<String>) -> Error {
+    pub(crate) fn usage(message: impl Into<String>) -> Error {
         Error::Usage {
             message: message.into(),
             hint: None,
@@ -233,7 +233,7 @@ impl Error {
     }
 
     /// Shorthand for a usage error with a hint.
-    pub fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
+    pub(crate) fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
         Error::Usage {
             message: message.into(),
             hint: Some(hint.into()),
@@ -241,7 +241,10 @@ impl Error {
     }
 
     /// Wraps an I/O error with what was being done and to which path.
-    pub fn io(context: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
+    pub(crate) fn io(
+        context: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io {
             context,

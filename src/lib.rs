@@ -84,7 +84,7 @@ Exit codes:
     after_long_help = exit_codes!(),
     max_term_width = 100
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: Global,
 
@@ -97,7 +97,7 @@ pub struct Cli {
 /// command.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Global options")]
-pub struct Global {
+pub(crate) struct Global {
     /// Publish root: resources are paths relative to it [default: the nearest folder
     /// from the current one up that holds .fencepost/, where names typed on the command
     /// line are relative to the current folder; else the current folder].
@@ -185,7 +185,7 @@ pub struct Global {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     Claim(cmd::claim::ClaimArgs),
     Renew(cmd::renew::RenewArgs),
     Complete(cmd::complete::CompleteArgs),

@@ -35,7 +35,7 @@ pub(crate) enum Outcome {
 /// A lease as answers show it, its `state` as a person reads it at the time of asking
 /// (`held`, `expired`, `released`, `completed`).
 #[derive(Debug, Clone, Serialize)]
-pub struct LeaseView {
+pub(crate) struct LeaseView {
     pub owner: String,
     pub epoch: i64,
     pub deadline: i64,
@@ -45,7 +45,7 @@ pub struct LeaseView {
 
 impl LeaseView {
     /// `lease` as seen at `now`.
-    pub fn at(lease: Option<&Lease>, now: i64) -> Option<LeaseView> {
+    pub(crate) fn at(lease: Option<&Lease>, now: i64) -> Option<LeaseView> {
         lease.map(|l| LeaseView {
             owner: l.owner.clone(),
             epoch: l.epoch,
@@ -99,14 +99,14 @@ pub(crate) struct Released {
 /// How `run` ended: the exit code and which side it came from (`command` or
 /// `fencepost`).
 #[derive(Debug, Clone, Serialize)]
-pub struct Exit {
+pub(crate) struct Exit {
     pub exit_code: i32,
     pub exit_from: &'static str,
 }
 
 /// `run` whose command failed (it exits with the command's code).
 #[derive(Debug, Serialize)]
-pub struct RunFailed {
+pub(crate) struct RunFailed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -174,14 +174,14 @@ pub(crate) struct DocumentView {
 
 /// `recover`: what it did for each resource (also the fields of a partial recovery).
 #[derive(Debug, Serialize)]
-pub struct Recovered {
+pub(crate) struct Recovered {
     pub resources: Vec<RecoverLine>,
 }
 
 /// What `recover` did for one resource, or why it could not.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-pub enum RecoverLine {
+pub(crate) enum RecoverLine {
     Done {
         resource: String,
         action: &'static str,
@@ -219,7 +219,7 @@ pub(crate) struct Pruned {
 /// `verify`: how many resources were checked and what was found (also the fields of its
 /// `diverged` error).
 #[derive(Debug, Serialize)]
-pub struct Verified {
+pub(crate) struct Verified {
     /// The resource asked about (null for all).
     pub resource: Option<String>,
     pub checked: usize,
@@ -228,7 +228,7 @@ pub struct Verified {
 
 /// One inconsistency `verify` found.
 #[derive(Debug, Serialize)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub resource: String,
     /// `drifted`, `missing`, `interrupted`, ... (the list is in `verify --help`).
     pub problem: &'static str,
@@ -246,7 +246,7 @@ pub(crate) struct Generated {
 /// What a refusal says beyond its resource, epoch and owner; its kind follows from it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub enum RefusalDetail {
+pub(crate) enum RefusalDetail {
     /// claim: someone else holds a live lease (`waited_ms`: how long `--wait` waited).
     Held {
         holder: String,
@@ -274,7 +274,7 @@ pub enum RefusalDetail {
 
 impl RefusalDetail {
     /// The kind of refusal, which sets the exit code and the outcome word.
-    pub fn kind(&self) -> RefusalKind {
+    pub(crate) fn kind(&self) -> RefusalKind {
         match self {
             RefusalDetail::Held { .. } => RefusalKind::Held,
             RefusalDetail::Lost { .. } | RefusalDetail::LostWhileRunning {} => RefusalKind::Lost,
@@ -289,7 +289,7 @@ impl RefusalDetail {
     /// Who or what refused the request, for the audit log: the holder (or the owner the
     /// epoch was issued to, or the lease's owner), and the fence (or the highest epoch
     /// issued, or the lease's epoch).
-    pub fn previous(&self) -> (Option<&str>, Option<i64>) {
+    pub(crate) fn previous(&self) -> (Option<&str>, Option<i64>) {
         match self {
             RefusalDetail::Held { holder, lease, .. } => {
                 (Some(holder.as_str()), lease.as_ref().map(|l| l.epoch))

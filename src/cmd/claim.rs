@@ -23,7 +23,7 @@ use crate::outcome::{Claimed, LeaseView, Outcome, RefusalDetail};
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ClaimArgs {
+pub(crate) struct ClaimArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
@@ -35,7 +35,7 @@ pub struct ClaimArgs {
 
 /// What a claim asks for; shared by `claim` and `run`.
 #[derive(Debug, Clone, Args)]
-pub struct LeaseRequest {
+pub(crate) struct LeaseRequest {
     /// The document's path under the root, e.g. reports/daily.md (from the current folder
     /// when the root was found from it, without --root).
     pub resource: OsString,

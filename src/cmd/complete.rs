@@ -17,7 +17,7 @@ use crate::store::HolderChange;
 ///   fencepost complete reports/daily.md --owner worker-b --epoch "$epoch" --result ok
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct CompleteArgs {
+pub(crate) struct CompleteArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 

@@ -9,7 +9,7 @@ use crate::outcome::{Generated, Outcome};
 
 /// The shells completions can be generated for.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Shell {
+pub(crate) enum Shell {
     Bash,
     Zsh,
     Fish,
@@ -21,7 +21,7 @@ pub enum Shell {
 ///   fencepost completions bash > /etc/bash_completion.d/fencepost
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     pub shell: Shell,
 }
 
@@ -31,7 +31,7 @@ pub struct CompletionsArgs {
 ///   fencepost man --dir /usr/local/share/man/man1
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write fencepost.1 and a fencepost-COMMAND.1 page for each command (which
     /// fencepost.1 refers to) into this folder, created if needed, instead of printing
     /// fencepost.1.

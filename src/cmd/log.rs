@@ -25,7 +25,7 @@ use crate::outcome::{Log, LoggedEvent, Outcome, Pruned};
 ///   fencepost log reports/daily.md --timeline
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,
 

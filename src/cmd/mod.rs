@@ -410,7 +410,7 @@ const ROOT_KEY: &str = "root";
 
 /// The identity a holder presents to renew, complete or release its lease.
 #[derive(Debug, clap::Args)]
-pub struct HolderArgs {
+pub(crate) struct HolderArgs {
     /// The document's path under the root, e.g. reports/daily.md (from the current folder
     /// when the root was found from it, without --root).
     pub resource: std::ffi::OsString,

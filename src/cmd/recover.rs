@@ -24,7 +24,7 @@ use crate::sink::Recovery;
 ///   fencepost recover
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct RecoverArgs {
+pub(crate) struct RecoverArgs {
     /// Only this resource (default: every resource in the state file).
     pub resource: Option<OsString>,
 

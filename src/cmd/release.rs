@@ -16,7 +16,7 @@ use crate::store::HolderChange;
 ///   fencepost release reports/daily.md --owner worker-b --epoch "$epoch"
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 }

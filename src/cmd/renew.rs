@@ -18,7 +18,7 @@ use crate::store::HolderChange;
 ///   fencepost renew reports/daily.md --owner worker-b --epoch "$epoch" --ttl 30s
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct RenewArgs {
+pub(crate) struct RenewArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 

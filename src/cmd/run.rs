@@ -62,7 +62,7 @@ use crate::store::HolderChange;
 ///     sh -c 'render-report > out.tmp && fencepost write "$FENCEPOST_RESOURCE" --from out.tmp'
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
@@ -98,7 +98,7 @@ pub struct RunArgs {
 impl RunArgs {
     /// run's exit code for `err`: the command's own when it failed, the chosen held and
     /// lost codes, else the table's.
-    pub fn exit_code(&self, err: &Error) -> i32 {
+    pub(crate) fn exit_code(&self, err: &Error) -> i32 {
         let chosen = match err {
             Error::Refused(r) if r.kind() == RefusalKind::Held => self.held_exit_code,
             Error::Refused(r) if r.kind() == RefusalKind::Lost => self.lost_exit_code,

@@ -39,7 +39,7 @@ use crate::store::Store;
 ///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,
 }

@@ -30,7 +30,7 @@ use crate::sink::{Content, Recovery};
 ///   fencepost --root /srv/publish verify || mail -s "fencepost: divergence" ops < /dev/null
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// Only this resource (default: every resource in the state file).
     pub resource: Option<OsString>,
 }

@@ -41,7 +41,7 @@ use crate::store::Txn;
 ///   render-report > out.tmp && fencepost write reports/daily.md --epoch "$epoch" --from out.tmp
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct WriteArgs {
+pub(crate) struct WriteArgs {
     /// The document's path under the root, e.g. reports/daily.md (from the current folder
     /// when the root was found from it, without --root).
     #[arg(env = "FENCEPOST_RESOURCE")]
