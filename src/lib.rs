@@ -209,22 +209,49 @@ where
 {
     let _scenario = failpoints::setup();
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let parsed = Cli::command()
-        .try_get_matches_from(&args)
-        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
-    let (cli, matches) = match parsed {
+    let (cli, matches) = match parse(&args) {
         Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
+    let typed = matches
+        .subcommand_matches("write")
+        .and_then(|m| m.value_source("resource"))
+        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
+    let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
+        dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
+            if let Error::Refused(refusal) = err
+                && !refusal.logged
+            {
+                cmd::log_refusal(&ctx, refusal);
+            }
+        })
+    });
+    match result {
+        Ok(report) => answer(&cli, report),
+        Err(err) => answer_error(&cli, &err),
+    }
+}
+
+/// Parses the command line. `Err`: the exit code, once help, the version or a usage error
+/// has been printed.
+fn parse(args: &[OsString]) -> std::result::Result<(Cli, clap::ArgMatches), i32> {
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    match parsed {
+        Ok(parsed) => Ok(parsed),
         Err(e)
             if !e.use_stderr()
                 || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
         {
             let code = if e.use_stderr() { 2 } else { 0 };
-            return match e.print() {
+            Err(match e.print() {
                 Err(failed) if !e.use_stderr() => {
                     stdout_failed(&failed, code, "nothing was changed")
                 }
                 _ => code,
-            };
+            })
         }
         Err(e) => {
             // Bad usage is bad input like any other: one `fencepost:` line (and a hint),
@@ -243,81 +270,69 @@ where
                 .find(|a| Cli::command().find_subcommand(a).is_some());
             let named = json!({ "resource": null, "epoch": null });
             report_error(&clap_usage_error(&e, command), json, false, object(&named));
-            return 2;
-        }
-    };
-    let json = cli.global.json;
-    let quiet = cli.global.quiet;
-    let quiet_success = quiet && !json && cli.command.is_confirmation();
-    // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
-    let typed = matches
-        .subcommand_matches("write")
-        .and_then(|m| m.value_source("resource"))
-        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
-    let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
-        dispatch(&ctx, &cli.command, json).inspect_err(|err| {
-            if let Error::Refused(refusal) = err
-                && !refusal.logged
-            {
-                cmd::log_refusal(&ctx, refusal);
-            }
-        })
-    });
-    match result {
-        Ok(report) => {
-            // A script or page printed as it is; `man --dir` prints a report like others.
-            let generated = match &cli.command {
-                Command::Completions(_) => true,
-                Command::Man(args) => args.dir.is_none(),
-                _ => false,
-            };
-            let left = match report.changed {
-                Some(changed) => changed,
-                None if cli.command.changes_nothing() => "nothing was changed".to_string(),
-                None => "`fencepost status` shows the state it left".to_string(),
-            };
-            let text = if json && !generated {
-                let mut map = object(&report.outcome);
-                map.entry("resource").or_insert(Value::Null);
-                map.entry("epoch").or_insert(Value::Null);
-                Value::Object(map).to_string()
-            } else {
-                report.plain
-            };
-            if !text.is_empty()
-                && !quiet_success
-                && let Err(e) = emit(&text)
-            {
-                return stdout_failed(&e, 0, &left);
-            }
-            0
-        }
-        Err(err) => {
-            // run may give held and lost codes of the caller's choosing, and says in its
-            // JSON which side an exit came from.
-            let (code, mut extra) = match &cli.command {
-                Command::Run(args) => {
-                    let code = args.exit_code(&err);
-                    let from = if matches!(err, Error::Child { .. }) {
-                        "command"
-                    } else {
-                        "fencepost"
-                    };
-                    let extra = outcome::Exit {
-                        exit_code: code,
-                        exit_from: from,
-                    };
-                    (code, object(&extra))
-                }
-                _ => (err.exit_code(), serde_json::Map::new()),
-            };
-            let (resource, epoch) = cli.command.named();
-            extra.insert("resource".into(), resource);
-            extra.insert("epoch".into(), epoch);
-            report_error(&err, json, quiet, extra);
-            code
+            Err(2)
         }
     }
+}
+
+/// Prints a successful command's answer (plain, or its JSON object); returns the exit
+/// code.
+fn answer(cli: &Cli, report: Report) -> i32 {
+    let json = cli.global.json;
+    let quiet_success = cli.global.quiet && !json && cli.command.is_confirmation();
+    // A script or page printed as it is; `man --dir` prints a report like others.
+    let generated = match &cli.command {
+        Command::Completions(_) => true,
+        Command::Man(args) => args.dir.is_none(),
+        _ => false,
+    };
+    let left = match report.changed {
+        Some(changed) => changed,
+        None if cli.command.changes_nothing() => "nothing was changed".to_string(),
+        None => "`fencepost status` shows the state it left".to_string(),
+    };
+    let text = if json && !generated {
+        let mut map = object(&report.outcome);
+        map.entry("resource").or_insert(Value::Null);
+        map.entry("epoch").or_insert(Value::Null);
+        Value::Object(map).to_string()
+    } else {
+        report.plain
+    };
+    if !text.is_empty()
+        && !quiet_success
+        && let Err(e) = emit(&text)
+    {
+        return stdout_failed(&e, 0, &left);
+    }
+    0
+}
+
+/// Prints a failed command's answer; returns the exit code.
+fn answer_error(cli: &Cli, err: &Error) -> i32 {
+    // run may give held and lost codes of the caller's choosing, and says in its JSON
+    // which side an exit came from.
+    let (code, mut extra) = match &cli.command {
+        Command::Run(args) => {
+            let code = args.exit_code(err);
+            let from = if matches!(err, Error::Child { .. }) {
+                "command"
+            } else {
+                "fencepost"
+            };
+            let extra = outcome::Exit {
+                exit_code: code,
+                exit_from: from,
+            };
+            (code, object(&extra))
+        }
+        _ => (err.exit_code(), serde_json::Map::new()),
+    };
+    let (resource, epoch) = cli.command.named();
+    extra.insert("resource".into(), resource);
+    extra.insert("epoch".into(), epoch);
+    report_error(err, cli.global.json, cli.global.quiet, extra);
+    code
 }
 
 /// The answer could not be written to stdout. A closed pipe (`| head -0`) is the reader's

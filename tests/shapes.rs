@@ -229,12 +229,18 @@ fn write_answers_and_refusals_keep_their_keys() {
     );
 }
 
-#[test]
-fn reports_keep_their_keys() {
+/// A root with a written document and a claimed one.
+fn two_resources() -> Env {
     let env = Env::new();
     env.claim("doc.md", "A", 100, 0);
     env.write("doc.md", 1, "a", 1, 0);
     env.claim("empty.md", "A", 100, 0);
+    env
+}
+
+#[test]
+fn status_keeps_its_keys() {
+    let env = two_resources();
     let row = [
         "resources",
         "resources[].document",
@@ -258,7 +264,11 @@ fn reports_keep_their_keys() {
     assert_keys_owned(&status, &status_keys);
     let one = env.fp(&["--json", "status", "doc.md"]).now(2).expect(0);
     assert_keys_owned(&one, &status_keys);
+}
 
+#[test]
+fn log_keeps_its_keys() {
+    let env = two_resources();
     let event = [
         "events",
         "events[].at",
@@ -285,7 +295,11 @@ fn reports_keep_their_keys() {
         &env.fp(&["--json", "log", "--prune"]).now(2).expect(0),
         &["dropped", "epoch", "keep", "outcome", "resource"],
     );
+}
 
+#[test]
+fn verify_recover_and_man_keep_their_keys() {
+    let env = two_resources();
     let verified = ["checked", "epoch", "outcome", "problems", "resource"];
     assert_keys(&env.fp(&["--json", "verify"]).now(2).expect(0), &verified);
     std::fs::write(env.path("doc.md"), "edited").expect("edit by hand");
@@ -303,7 +317,7 @@ fn reports_keep_their_keys() {
             "resource",
         ],
     );
-    // A problem of its own in status: a name no longer valid.
+    // A dead writer's temp file, for recover to remove.
     std::fs::write(env.path(".doc.md.fencepost-tmp-dead"), "x").expect("temp");
     assert_keys(
         &env.fp(&["--json", "recover"]).now(3).expect(0),

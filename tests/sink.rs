@@ -492,103 +492,82 @@ fn plain_output_shows_wall_clock_times_in_utc_and_json_keeps_milliseconds() {
     assert!(renewed > deadline);
 }
 
+/// One command after another on `d.md`, each with its tick, stdin, exit code and
+/// `outcome`.
+const JSON_CASES: &[(&[&str], i64, &str, i32, &str)] = &[
+    (
+        &["claim", "d.md", "--owner", "A", "--ttl", "10"],
+        0,
+        "",
+        0,
+        "claimed",
+    ),
+    (
+        &["claim", "d.md", "--owner", "B", "--ttl", "10"],
+        1,
+        "",
+        3,
+        "held",
+    ),
+    (
+        &[
+            "renew", "d.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+        ],
+        2,
+        "",
+        0,
+        "renewed",
+    ),
+    (&["write", "d.md", "--epoch", "1"], 3, "one", 0, "written"),
+    (&["write", "d.md", "--epoch", "1"], 3, "one", 0, "replay"),
+    (&["write", "d.md", "--epoch", "1"], 3, "two", 6, "conflict"),
+    (&["write", "d.md", "--epoch", "7"], 3, "two", 8, "unissued"),
+    (&["status", "d.md"], 3, "", 0, "status"),
+    (
+        &["complete", "d.md", "--owner", "A", "--epoch", "1"],
+        4,
+        "",
+        0,
+        "completed",
+    ),
+    (
+        &["complete", "d.md", "--owner", "A", "--epoch", "1"],
+        4,
+        "",
+        4,
+        "lost",
+    ),
+    (
+        &["claim", "d.md", "--owner", "B", "--ttl", "10"],
+        5,
+        "",
+        0,
+        "claimed",
+    ),
+    (&["write", "d.md", "--epoch", "1"], 5, "three", 5, "stale"),
+    (
+        &["release", "d.md", "--owner", "B", "--epoch", "2"],
+        6,
+        "",
+        0,
+        "released",
+    ),
+    (
+        &["release", "d.md", "--owner", "B", "--epoch", "2"],
+        6,
+        "",
+        4,
+        "lost",
+    ),
+    (&["status"], 6, "", 0, "status"),
+];
+
 #[test]
 fn every_command_prints_one_json_object_with_outcome_resource_epoch() {
     let env = Env::new();
-    let cases: Vec<(Vec<&str>, i64, &str, i32, &str)> = vec![
-        (
-            vec!["claim", "d.md", "--owner", "A", "--ttl", "10"],
-            0,
-            "",
-            0,
-            "claimed",
-        ),
-        (
-            vec!["claim", "d.md", "--owner", "B", "--ttl", "10"],
-            1,
-            "",
-            3,
-            "held",
-        ),
-        (
-            vec![
-                "renew", "d.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
-            ],
-            2,
-            "",
-            0,
-            "renewed",
-        ),
-        (
-            vec!["write", "d.md", "--epoch", "1"],
-            3,
-            "one",
-            0,
-            "written",
-        ),
-        (vec!["write", "d.md", "--epoch", "1"], 3, "one", 0, "replay"),
-        (
-            vec!["write", "d.md", "--epoch", "1"],
-            3,
-            "two",
-            6,
-            "conflict",
-        ),
-        (
-            vec!["write", "d.md", "--epoch", "7"],
-            3,
-            "two",
-            8,
-            "unissued",
-        ),
-        (vec!["status", "d.md"], 3, "", 0, "status"),
-        (
-            vec!["complete", "d.md", "--owner", "A", "--epoch", "1"],
-            4,
-            "",
-            0,
-            "completed",
-        ),
-        (
-            vec!["complete", "d.md", "--owner", "A", "--epoch", "1"],
-            4,
-            "",
-            4,
-            "lost",
-        ),
-        (
-            vec!["claim", "d.md", "--owner", "B", "--ttl", "10"],
-            5,
-            "",
-            0,
-            "claimed",
-        ),
-        (
-            vec!["write", "d.md", "--epoch", "1"],
-            5,
-            "three",
-            5,
-            "stale",
-        ),
-        (
-            vec!["release", "d.md", "--owner", "B", "--epoch", "2"],
-            6,
-            "",
-            0,
-            "released",
-        ),
-        (
-            vec!["release", "d.md", "--owner", "B", "--epoch", "2"],
-            6,
-            "",
-            4,
-            "lost",
-        ),
-        (vec!["status"], 6, "", 0, "status"),
-    ];
-    for (args, now, stdin, code, outcome) in cases {
+    for &(args, now, stdin, code, outcome) in JSON_CASES {
         let mut a = vec!["--json"];
-        a.extend(&args);
+        a.extend(args);
         let j = env
             .fp(&a)
             .now(now)

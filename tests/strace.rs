@@ -492,6 +492,34 @@ fn failed_commit_fsync_is_not_resurrected_by_wal_recovery() {
     }
 }
 
+/// The calls of a clean write to kill a write at: each fsync, link, symlink, rename and
+/// unlink, as (name, its number among calls of that name, its index, its strace line).
+fn kill_targets(calls: &[Call]) -> Vec<(String, usize, usize, String)> {
+    let mut count = std::collections::HashMap::<String, usize>::new();
+    let mut targets = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        if [
+            "fsync",
+            "link",
+            "linkat",
+            "symlink",
+            "symlinkat",
+            "rename",
+            "renameat",
+            "renameat2",
+            "unlink",
+            "unlinkat",
+        ]
+        .contains(&c.name.as_str())
+        {
+            let n = count.entry(c.name.clone()).or_default();
+            *n += 1;
+            targets.push((c.name.clone(), *n, i, c.line.clone()));
+        }
+    }
+    targets
+}
+
 /// A SIGKILL delivered at each fsync, link, symlink, rename and unlink of a write (strace
 /// `inject=SYSCALL:signal=SIGKILL:when=N`, delivered on entry). Before the WAL frames
 /// are written, recovery restores the old state; after the COMMIT fsync, the new state
@@ -511,28 +539,7 @@ fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
         );
         assert_eq!(clean.code, Some(0), "{}", clean.stderr);
         let s = steps(&clean_env, &clean.calls);
-        let mut count = std::collections::HashMap::<String, usize>::new();
-        let mut targets = Vec::new();
-        for (i, c) in clean.calls.iter().enumerate() {
-            if [
-                "fsync",
-                "link",
-                "linkat",
-                "symlink",
-                "symlinkat",
-                "rename",
-                "renameat",
-                "renameat2",
-                "unlink",
-                "unlinkat",
-            ]
-            .contains(&c.name.as_str())
-            {
-                let n = count.entry(c.name.clone()).or_default();
-                *n += 1;
-                targets.push((c.name.clone(), *n, i, c.line.clone()));
-            }
-        }
+        let targets = kill_targets(&clean.calls);
         assert!(
             targets.iter().any(|t| t.0.starts_with("rename")),
             "no rename in {targets:?}"

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::outcome::{Outcome, RecoverLine, Recovered};
 use crate::recovery::{self, Done};
 use crate::sink::Recovery;
+use crate::store::Store;
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
 ///
@@ -63,18 +64,18 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     for name in &names {
         // A name that no longer passes the rules, or one unreachable or broken resource,
         // must not stop the others from being tidied.
-        let one = ctx.stored(name).and_then(|resource| {
-            let tx = store.immediate()?;
-            ctx.bind(&*tx, &pin)?;
-            let done = ctx.recover(&*tx, &resource)?;
-            tx.commit()?;
-            Ok(done)
-        });
-        let Done {
-            action: done,
-            temps,
-        } = match one {
-            Ok(done) => done,
+        match recover_one(ctx, &mut *store, name, &pin) {
+            Ok(Done { action, temps }) => {
+                let what = recovery::describe(action);
+                if action != Recovery::Nothing || temps > 0 {
+                    lines.push(format!("{name}: {what}, {temps} temp file(s) removed"));
+                }
+                actions.push(RecoverLine::Done {
+                    resource: name.clone(),
+                    action: what,
+                    temps_removed: temps,
+                });
+            }
             Err(e) => {
                 lines.push(format!(
                     "{}: not recovered: {e}",
@@ -85,18 +86,8 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
                     error: e.to_string(),
                 });
                 failed.push(e);
-                continue;
             }
-        };
-        let what = recovery::describe(done);
-        if done != Recovery::Nothing || temps > 0 {
-            lines.push(format!("{name}: {what}, {temps} temp file(s) removed"));
         }
-        actions.push(RecoverLine::Done {
-            resource: name.clone(),
-            action: what,
-            temps_removed: temps,
-        });
     }
     if single && let Some(e) = failed.pop() {
         return Err(e);
@@ -124,4 +115,15 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         plain,
         Outcome::Recovered(Recovered { resources: actions }),
     ))
+}
+
+/// Recovers the resource stored as `name` in a transaction of its own, binding the
+/// state file to this root (`pin`) and clock.
+fn recover_one(ctx: &Ctx, store: &mut dyn Store, name: &str, pin: &[u8]) -> Result<Done> {
+    let resource = ctx.stored(name)?;
+    let tx = store.immediate()?;
+    ctx.bind(&*tx, pin)?;
+    let done = ctx.recover(&*tx, &resource)?;
+    tx.commit()?;
+    Ok(done)
 }

@@ -18,6 +18,7 @@ use super::{Ctx, Report, check_epoch, check_owner};
 use crate::atomic::{self, Staged};
 use crate::audit::{Event, EventKind};
 use crate::error::{Error, Refusal, Result};
+use crate::failpoints::failpoint;
 use crate::lease::Lease;
 use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
@@ -78,50 +79,21 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
     }
-    let source: Box<dyn Read> = if let Some(path) = &args.from {
-        Box::new(open_source(path)?)
-    } else {
-        let stdin = io::stdin();
-        if stdin.is_terminal() {
-            return Err(Error::usage_hint(
-                "write reads the document from stdin, which is a terminal",
-                "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
-            ));
-        }
-        Box::new(Piped {
-            stdin: stdin.lock(),
-            read: 0,
-            widened: false,
-        })
-    };
+    let source = content_source(args)?;
     let mut store = ctx.store()?;
-
-    // Early answer for requests that cannot succeed, before reading a byte or creating a
-    // folder. Advisory only: the decision that counts is taken again under the lock.
-    {
-        let tx = store.snapshot()?;
-        tx.check_clock(ctx.clock.kind())?;
-        ctx.check_root(&*tx)?;
-        let (lease, record) = (tx.lease(&resource)?, tx.sink(&resource)?);
-        check_issued_owner(&resource, args, lease.as_ref())?;
-        if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
-            record.as_ref(),
-            lease.map(|l| l.epoch),
-            args.epoch,
-            "",
-            args.unfenced,
-        ) {
-            let owner = writer(&*tx, &resource, args)?;
-            return Err(refusal(&resource, args, owner.as_deref(), d));
-        }
-    }
-
+    refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
 
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    let written = stage_and_publish(ctx, &mut *store, &doc, &resource, args, &mut source);
+    let target = Target {
+        ctx,
+        doc: &doc,
+        resource: &resource,
+        args,
+    };
+    let written = stage_and_publish(&target, &mut *store, &mut source);
     if written.is_err() {
         // Nothing was published: folders made for this write go again.
         doc.remove_made_folders();
@@ -137,15 +109,67 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     Ok(Report::new(plain, outcome).changed(changed))
 }
 
+/// The content to publish: `--from FILE`, or stdin (never a terminal).
+fn content_source(args: &WriteArgs) -> Result<Box<dyn Read>> {
+    if let Some(path) = &args.from {
+        return Ok(Box::new(open_source(path)?));
+    }
+    let stdin = io::stdin();
+    if stdin.is_terminal() {
+        return Err(Error::usage_hint(
+            "write reads the document from stdin, which is a terminal",
+            "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
+        ));
+    }
+    Ok(Box::new(Piped {
+        stdin: stdin.lock(),
+        read: 0,
+        widened: false,
+    }))
+}
+
+/// The early answer for requests that cannot succeed (a stale or unissued epoch, an
+/// owner the epoch was not issued to), read from a snapshot before a byte is read or a
+/// folder made. Advisory only: the decision that counts is taken again under the lock.
+fn refuse_early(ctx: &Ctx, tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<()> {
+    tx.check_clock(ctx.clock.kind())?;
+    ctx.check_root(tx)?;
+    let (lease, record) = (tx.lease(resource)?, tx.sink(resource)?);
+    check_issued_owner(resource, args, lease.as_ref())?;
+    if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
+        record.as_ref(),
+        lease.map(|l| l.epoch),
+        args.epoch,
+        "",
+        args.unfenced,
+    ) {
+        let owner = writer(tx, resource, args)?;
+        return Err(refusal(resource, args, owner.as_deref(), d));
+    }
+    Ok(())
+}
+
+/// The write being made: the document it replaces, its resource and the request.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    ctx: &'a Ctx,
+    doc: &'a DocPath,
+    resource: &'a Resource,
+    args: &'a WriteArgs,
+}
+
 /// Stages the content beside the document, then decides and publishes under the lock.
 fn stage_and_publish(
-    ctx: &Ctx,
+    target: &Target<'_>,
     store: &mut dyn crate::store::Store,
-    doc: &DocPath,
-    resource: &Resource,
-    args: &WriteArgs,
     source: &mut dyn Read,
 ) -> Result<Outcome> {
+    let Target {
+        ctx,
+        doc,
+        resource,
+        args,
+    } = *target;
     super::refuse_state_file(ctx, doc, resource)?;
     let existing = atomic::inspect_document(doc)?;
     // The WAL exists from the moment the store was opened above, and this open connection
@@ -156,10 +180,10 @@ fn stage_and_publish(
     {
         atomic::ensure_space(doc.folder.path(), meta.len())?;
     }
-    crate::failpoints::failpoint!("write.before_stage");
+    failpoint!("write.before_stage");
     let mut staged = atomic::stage(doc, source, existing.as_ref())?;
 
-    crate::failpoints::failpoint!("write.before_lock");
+    failpoint!("write.before_lock");
     let now = ctx.clock.now();
     let tx = ctx.begin(store, resource)?;
     let lease = tx.lease(resource)?;
@@ -196,17 +220,9 @@ fn stage_and_publish(
                 owner: owner.as_deref(),
                 now,
                 republish,
+                record: record.as_ref(),
             };
-            publish(
-                ctx,
-                tx,
-                doc,
-                resource,
-                args,
-                record.as_ref(),
-                &mut staged,
-                how,
-            )?;
+            publish(target, tx, &mut staged, how)?;
             Ok(Outcome::Written(written))
         }
         WriteDecision::Replay => {
@@ -225,30 +241,29 @@ fn stage_and_publish(
 /// The part under the lock once the write is accepted: links, rename, folder fsync,
 /// record, COMMIT, then this writer's own links go. On any failure before the COMMIT the
 /// document is put back as it was.
-#[allow(clippy::too_many_arguments)]
 fn publish(
-    ctx: &Ctx,
+    target: &Target<'_>,
     tx: Box<dyn Txn + '_>,
-    doc: &DocPath,
-    resource: &Resource,
-    args: &WriteArgs,
-    record: Option<&SinkRecord>,
     staged: &mut Staged<'_>,
     how: Publish<'_>,
 ) -> Result<()> {
-    let Publish {
-        owner,
-        now,
-        republish,
-    } = how;
+    let Target {
+        ctx,
+        doc,
+        resource,
+        args,
+    } = *target;
     let content = Content {
         epoch: args.epoch,
         sha256: staged.sha256.clone(),
         size: staged.size,
-        written_at: now,
+        written_at: how.now,
         file: Some(staged.id),
     };
-    let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
+    let recorded_before = how
+        .record
+        .and_then(|r| r.content.as_ref())
+        .and_then(|c| c.file);
     // Checked before the recovery links are made (so none lands in a folder moved out of
     // the root), and again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
@@ -257,21 +272,7 @@ fn publish(
         .link_for_recovery(exists)
         .and_then(|()| doc.check_unmoved(&ctx.root, resource))
         .and_then(|()| staged.rename_into_place())
-        .and_then(|()| {
-            let fence = fence_after_write(record, args.epoch, args.unfenced);
-            tx.record_write(resource, fence, &content, owner)?;
-            let mut event = Event::new(now, resource.as_str(), EventKind::Write)
-                .owner(owner)
-                .epoch(Some(args.epoch))
-                .previous(None, record.map(|r| r.fence))
-                .sha256(Some(&content.sha256));
-            if args.unfenced {
-                event = event.detail("unfenced");
-            } else if republish {
-                event = event.detail("republished: the document had gone missing or drifted");
-            }
-            ctx.log(&*tx, &event)
-        });
+        .and_then(|()| record(target, &*tx, &content, how));
     if let Err(e) = staged_change {
         // Still under the lock, and the transaction will roll back: undo this write's
         // rename against the record as it was before it.
@@ -279,36 +280,78 @@ fn publish(
         return Err(e);
     }
     if let Err(e) = tx.commit() {
-        // The lock is gone with the failed commit; recover against whatever the state
-        // file now says, in a transaction of its own. That transaction must write: a
-        // COMMIT whose WAL fsync failed can leave its frames in the WAL past the last
-        // valid commit, and a later WAL recovery (after another connection dies without
-        // closing) would bring the write back over the rolled-back document. Committing
-        // an event overwrites those frames.
-        let mut store = ctx.store()?;
-        let _ = ctx.begin(&mut *store, resource).and_then(|tx| {
-            let event = Event::new(now, resource.as_str(), EventKind::CommitFailed)
-                .owner(owner)
-                .epoch(Some(args.epoch))
-                .sha256(Some(&content.sha256))
-                .detail(e.to_string());
-            ctx.log(&*tx, &event)?;
-            tx.commit()
-        });
+        after_failed_commit(target, &content, how, &e)?;
         return Err(e);
     }
-    crate::failpoints::failpoint!("write.before_cleanup");
+    failpoint!("write.before_cleanup");
     staged.drop_links();
     Ok(())
 }
 
-/// Who and when, for the record of an accepted write.
+/// Records the accepted write (the new fence and content) and logs it, in `tx`.
+fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>) -> Result<()> {
+    let Target {
+        ctx,
+        resource,
+        args,
+        ..
+    } = *target;
+    let fence = fence_after_write(how.record, args.epoch, args.unfenced);
+    tx.record_write(resource, fence, content, how.owner)?;
+    let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)
+        .owner(how.owner)
+        .epoch(Some(args.epoch))
+        .previous(None, how.record.map(|r| r.fence))
+        .sha256(Some(&content.sha256));
+    if args.unfenced {
+        event = event.detail("unfenced");
+    } else if how.republish {
+        event = event.detail("republished: the document had gone missing or drifted");
+    }
+    ctx.log(tx, &event)
+}
+
+/// The COMMIT of an accepted write failed (`e`), and with it the lock is gone: recover
+/// against whatever the state file now says, in a transaction of its own. That
+/// transaction must write: a COMMIT whose WAL fsync failed can leave its frames in the WAL
+/// past the last valid commit, and a later WAL recovery (after another connection dies
+/// without closing) would bring the write back over the rolled-back document. Committing
+/// an event overwrites those frames. Past opening the state file, best effort: the
+/// write's own error is the answer.
+fn after_failed_commit(
+    target: &Target<'_>,
+    content: &Content,
+    how: Publish<'_>,
+    e: &Error,
+) -> Result<()> {
+    let Target {
+        ctx,
+        resource,
+        args,
+        ..
+    } = *target;
+    let mut store = ctx.store()?;
+    let _ = ctx.begin(&mut *store, resource).and_then(|tx| {
+        let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
+            .owner(how.owner)
+            .epoch(Some(args.epoch))
+            .sha256(Some(&content.sha256))
+            .detail(e.to_string());
+        ctx.log(&*tx, &event)?;
+        tx.commit()
+    });
+    Ok(())
+}
+
+/// Who and when, for the record of an accepted write, and the record it replaces.
 #[derive(Debug, Clone, Copy)]
 struct Publish<'a> {
     owner: Option<&'a str>,
     now: i64,
     /// Same epoch and bytes as recorded, but the document on disk no longer held them.
     republish: bool,
+    /// The sink's record before this write.
+    record: Option<&'a SinkRecord>,
 }
 
 /// Whether the document on disk holds exactly the bytes hashed to `sha256`.
