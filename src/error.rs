@@ -74,7 +74,8 @@ pub(crate) enum Error {
         ran: RunFailed,
     },
 
-    /// A failure injected by a failpoint (test builds only).
+    /// A failure injected by a failpoint (builds with the `failpoints` feature only).
+    #[cfg(feature = "failpoints")]
     #[error("failpoint {0} fired")]
     Injected(String),
 
@@ -165,9 +166,9 @@ impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
     pub(crate) fn exit_code(&self) -> i32 {
         match self {
-            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) | Error::Internal(_) => {
-                1
-            }
+            Error::Io { .. } | Error::Database { .. } | Error::Internal(_) => 1,
+            #[cfg(feature = "failpoints")]
+            Error::Injected(_) => 1,
             Error::Usage { .. } => 2,
             Error::Refused(r) => match r.kind() {
                 RefusalKind::Held => 3,
@@ -191,9 +192,9 @@ impl Error {
             Error::Diverged { .. } => "diverged",
             Error::Child { .. } => "failed",
             Error::Partial { .. } => "incomplete",
-            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) | Error::Internal(_) => {
-                "error"
-            }
+            Error::Io { .. } | Error::Database { .. } | Error::Internal(_) => "error",
+            #[cfg(feature = "failpoints")]
+            Error::Injected(_) => "error",
         }
     }
 
