@@ -2,6 +2,7 @@
 //! disk, so "the dashboard says B but the file says A" is visible at a glance.
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 
 use clap::Args;
 
@@ -165,9 +166,8 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
     if super::is_state_file(ctx, &doc)? {
         return Ok(none("state-file"));
     }
-    let meta = match atomic::inspect_document(&doc) {
-        Ok(meta) => meta,
-        Err(_) => return Ok(none("not-a-file")),
+    let Ok(meta) = atomic::inspect_document(&doc) else {
+        return Ok(none("not-a-file"));
     };
     let Some(_) = meta else {
         return Ok(none(if recorded.is_some() {
@@ -243,11 +243,12 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
     let mut text = crate::audit::align(&cells);
     for row in rows {
         if let Some(problem) = &row.doc.problem {
-            text.push_str(&format!(
+            let _ = write!(
+                text,
                 "\n{}: {}: {problem}",
                 printable(&row.resource),
                 row.doc.state
-            ));
+            );
         }
     }
     text

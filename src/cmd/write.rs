@@ -483,7 +483,7 @@ fn refuse_empty(
     let mut head = vec![0u8; 64 * 1024];
     let n = loop {
         match source.read(&mut head) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             read => break read,
         }
     }
