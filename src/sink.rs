@@ -89,8 +89,9 @@ pub fn decide(
     }
 }
 
-/// The fence after an accepted write: fenced writes raise it, `--unfenced` ones (the
-/// seed's unprotected receiver) leave it where it was.
+/// The fence after an accepted write: fenced writes raise it, `--unfenced` ones (a sink
+/// without fencing, kept to reproduce the failure of docs/protocol.md) leave it where it
+/// was.
 #[must_use]
 pub fn fence_after_write(record: Option<&SinkRecord>, epoch: i64, unfenced: bool) -> i64 {
     let old = record.map_or(0, |r| r.fence);

@@ -3,7 +3,8 @@
 //! blocked at that step; then `status` before recovery, the next command, and the
 //! invariants. Also: temp files of a live (paused) writer versus an abandoned one, hand
 //! edits after a crash, refused writes, and a state file held locked by another process.
-//! The helpers it shares with other modules are in `support`.
+//! "Promise N" is the Nth promise of docs/crash-safety.md. The helpers it shares with
+//! other modules are in `support`.
 
 use std::time::{Duration, Instant};
 
@@ -292,7 +293,7 @@ fn claim_txn_after_commit() {
     claim_point("txn.after_commit");
 }
 
-/// Invariant 5: a writer still alive (here blocked between staging and locking, then also
+/// Promise 5: a writer still alive (here blocked between staging and locking, then also
 /// SIGSTOPped) keeps its temp file through other processes' `write` and `recover`; once
 /// it goes on, it cleans up after itself. An abandoned temp file (writer SIGKILLed) is
 /// removed by `recover`, or by the next `write` of that document.
@@ -425,7 +426,7 @@ fn assert_drifted(env: &Env, hand: &[u8], recorded: (&[u8], i64), what: &str) {
     );
 }
 
-/// Invariant 7: a document replaced behind the tool's back after a write died between
+/// Promise 7: a document replaced behind the tool's back after a write died between
 /// its rename and its commit is reported drifted, and neither recovery nor a refused
 /// write restores the pre-image over it or adopts it into the record.
 #[test]
@@ -458,7 +459,7 @@ fn hand_replaced_document_after_uncommitted_crash_is_drifted_never_restored_over
     assert_consistent(&env, RES, Some(202), Some((&newer(), 3)), "after a write");
 }
 
-/// Invariant 7 for an edit made in place (same inode) to a document left `interrupted` by a
+/// Promise 7 for an edit made in place (same inode) to a document left `interrupted` by a
 /// write that died between its rename and its commit: the edited file is no longer the
 /// staged content, so recovery keeps it and `status` calls it drifted (untracked for a
 /// first write), rather than rolling the edit back with the crashed write.
@@ -509,7 +510,7 @@ fn hand_edit_in_place_of_interrupted_document_is_kept() {
     }
 }
 
-/// Invariant 7 after a committed write that died before removing its links: the document
+/// Promise 7 after a committed write that died before removing its links: the document
 /// is edited in place (same inode as the recorded file and the `-new` link).
 #[test]
 fn hand_edit_in_place_after_committed_crash_is_drifted_never_restored_over() {
@@ -525,7 +526,7 @@ fn hand_edit_in_place_after_committed_crash_is_drifted_never_restored_over() {
     assert_drifted(&env, &hand, (&new(), 2), "after recover");
 }
 
-/// Invariant 7 when the write died before its rename: an in-place edit also changes the
+/// Promise 7 when the write died before its rename: an in-place edit also changes the
 /// `-pre` link (same inode), and a replacement is a new file; recovery keeps both.
 #[test]
 fn hand_edit_after_crash_before_rename_is_drifted_never_restored_over() {
@@ -573,7 +574,7 @@ fn hand_made_document_after_uncommitted_first_write_is_kept() {
     assert_eq!(env.files(), vec![RES.to_string()]);
 }
 
-/// Invariant 6: stale, conflict and unissued writes change neither the document nor the
+/// Promise 6: stale, conflict and unissued writes change neither the document nor the
 /// record, and leave no file behind (the conflict is found only after staging).
 #[test]
 fn refused_writes_leave_nothing() {
@@ -600,7 +601,7 @@ fn refused_writes_leave_nothing() {
     }
 }
 
-/// Invariant 8: with the state file's write lock held by another process past the busy
+/// Promise 8: with the state file's write lock held by another process past the busy
 /// timeout, `write` exits 7, the document is untouched and no temp file remains.
 #[test]
 fn write_blocked_by_a_held_lock_exits_7_and_changes_nothing() {

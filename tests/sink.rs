@@ -1,5 +1,5 @@
 //! The sink (`write`): written, replay, conflict, stale, unissued, resource scoping,
-//! takeover fencing versus `--lazy-fence`, `--unfenced`, and the seed's main scenario.
+//! takeover fencing versus `--lazy-fence`, `--unfenced`, and the main scenario of docs/protocol.md.
 
 use std::os::unix::fs::MetadataExt;
 
@@ -269,8 +269,8 @@ fn takeover_fences_old_holder_even_on_first_write() {
 
 #[test]
 fn lazy_fence_accepts_old_epoch_until_new_holder_writes() {
-    // The seed's third table: B has claimed epoch 2 but the sink learns it only from
-    // B's first write.
+    // The lazy-fence table of docs/protocol.md: B has claimed epoch 2 but the sink
+    // learns it only from B's first write.
     let env = Env::new();
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     let j = env
@@ -314,7 +314,7 @@ fn lazy_fence_accepts_old_epoch_until_new_holder_writes() {
 
 #[test]
 fn unfenced_write_accepts_old_epoch_reproducing_the_bug() {
-    // The seed's "no fencing" row: the table says B, the document says A.
+    // The "no fencing" row of docs/protocol.md: the table says B, the document says A.
     let env = Env::new();
     env.claim("doc.md", "A", 10, 0);
     env.claim("doc.md", "B", 10, 10);

@@ -1,4 +1,4 @@
-//! Fault injection with strace (issue 4, invariant 4; docs/crash-safety.md): the order of
+//! Fault injection with strace (promise 4 of docs/crash-safety.md): the order of
 //! the syscalls that make a write durable, an EIO injected into each fsync of a write,
 //! and a SIGKILL delivered at each rename, link and unlink.
 //!
@@ -258,7 +258,7 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// Invariant 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
+/// Promise 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
 /// fsync(WAL) = COMMIT → links removed. Nothing reaches the WAL before the folder fsync,
 /// and the state file's folder (the WAL's directory entry) is fsynced by fencepost before
 /// the COMMIT, because SQLite ignores errors of its own directory fsync.
@@ -356,7 +356,7 @@ fn syncs(env: &Env, calls: &[Call]) -> Syncs {
     }
 }
 
-/// Invariant 4, failures: an EIO from each fsync of a write, in turn. Up to the COMMIT
+/// Promise 4, failures: an EIO from each fsync of a write, in turn. Up to the COMMIT
 /// fsync the command fails (exit 1, no outcome), and the old document and record stand;
 /// after it, the state is the new one and consistent. A write never reports success
 /// with a state it has not committed, and leaves no files behind.

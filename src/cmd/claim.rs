@@ -31,7 +31,7 @@ pub(crate) struct ClaimArgs {
     pub request: LeaseRequest,
 
     /// Do not register the new epoch with the sink; old holders' writes are refused
-    /// only after this holder's first write (the source design's behaviour).
+    /// only after this holder's first write (a sink that learns epochs from writes only).
     #[arg(long)]
     pub lazy_fence: bool,
 }

@@ -451,7 +451,7 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 
-    /// The holder's compare-and-set, as the seed writes it: owner, epoch and a live
+    /// The holder's compare-and-set (docs/protocol.md, leases): owner, epoch and a live
     /// deadline must all match, or zero rows change and the caller is refused.
     fn update_held_lease(
         &self,

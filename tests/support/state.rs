@@ -43,7 +43,7 @@ pub(crate) fn link_files(env: &Env) -> Vec<String> {
         .collect()
 }
 
-/// Invariant 3: the document is `want` (bytes and the epoch they were written under),
+/// Promise 3: the document is `want` (bytes and the epoch they were written under),
 /// and the record's epoch and SHA-256 describe exactly those bytes; or, for `None`, no
 /// document and no recorded content.
 pub(crate) fn assert_consistent(
