@@ -379,19 +379,28 @@ mod tests {
 
     #[test]
     fn a_bare_number_is_seconds_and_units_scale_on_the_wall_clock() {
-        let ms = |t: &str| parse_duration(t, ClockKind::Wall, "--ttl", Zero::Refused).ok();
-        assert_eq!(ms("30"), Some(30_000));
-        assert_eq!(ms("1.5"), Some(1_500));
-        assert_eq!(ms("0.5s"), Some(500));
-        assert_eq!(ms("500ms"), Some(500));
-        assert_eq!(ms("2m"), Some(120_000));
-        assert_eq!(ms("2m30s"), Some(150_000));
-        assert_eq!(ms("1h30m"), Some(5_400_000));
-        assert_eq!(ms("1.5h"), Some(5_400_000));
-        assert_eq!(ms("1d"), Some(86_400_000));
-        assert_eq!(ms("1d2h3m4s5ms"), Some(93_784_005));
-        assert_eq!(ms(" 10s "), Some(10_000));
-        assert_eq!(ms("0.001"), Some(1));
+        let texts = [
+            "30",
+            "1.5",
+            "0.5s",
+            "500ms",
+            "2m",
+            "2m30s",
+            "1h30m",
+            "1.5h",
+            "1d",
+            "1d2h3m4s5ms",
+            " 10s ",
+            "0.001",
+        ];
+        let millis = [
+            30_000, 1_500, 500, 500, 120_000, 150_000, 5_400_000, 5_400_000, 86_400_000,
+            93_784_005, 10_000, 1,
+        ];
+        for (text, want) in texts.into_iter().zip(millis) {
+            let got = parse_duration(text, ClockKind::Wall, "--ttl", Zero::Refused).ok();
+            assert_eq!(got, Some(want), "{text:?}");
+        }
     }
 
     #[test]

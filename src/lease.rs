@@ -160,6 +160,11 @@ pub fn check_holder(
 mod tests {
     use super::*;
 
+    /// `check_holder` on an existing lease.
+    fn holds(lease: &Lease, owner: &str, epoch: i64, now: i64) -> Result<(), LostReason> {
+        check_holder(Some(lease), owner, epoch, now)
+    }
+
     fn held(owner: &str, epoch: i64, deadline: i64) -> Lease {
         Lease {
             owner: owner.into(),
@@ -180,8 +185,8 @@ mod tests {
         let a = held("A", 1, 10);
         assert_eq!(next_epoch(Some(&a), 9), Err(ClaimRefusal::Held));
         assert_eq!(next_epoch(Some(&a), 10), Ok(2));
-        assert_eq!(check_holder(Some(&a), "A", 1, 9), Ok(()));
-        assert_eq!(check_holder(Some(&a), "A", 1, 10), Err(LostReason::Expired));
+        assert_eq!(holds(&a, "A", 1, 9), Ok(()));
+        assert_eq!(holds(&a, "A", 1, 10), Err(LostReason::Expired));
     }
 
     #[test]
@@ -192,34 +197,22 @@ mod tests {
                 ..held("A", 4, 100)
             };
             assert_eq!(next_epoch(Some(&lease), 1), Ok(5));
-            assert_eq!(
-                check_holder(Some(&lease), "A", 4, 1),
-                Err(LostReason::Finished(state))
-            );
+            assert_eq!(holds(&lease, "A", 4, 1), Err(LostReason::Finished(state)));
         }
     }
 
     #[test]
     fn same_name_with_old_epoch_is_refused() {
         let reclaimed = held("A", 2, 30);
-        assert_eq!(
-            check_holder(Some(&reclaimed), "A", 1, 20),
-            Err(LostReason::Superseded)
-        );
-        assert_eq!(
-            check_holder(Some(&reclaimed), "B", 2, 20),
-            Err(LostReason::WrongOwner)
-        );
+        assert_eq!(holds(&reclaimed, "A", 1, 20), Err(LostReason::Superseded));
+        assert_eq!(holds(&reclaimed, "B", 2, 20), Err(LostReason::WrongOwner));
         assert_eq!(check_holder(None, "A", 1, 0), Err(LostReason::NoLease));
     }
 
     #[test]
     fn an_epoch_above_the_lease_was_never_issued_not_superseded() {
         let lease = held("A", 1, 30);
-        assert_eq!(
-            check_holder(Some(&lease), "A", 2, 20),
-            Err(LostReason::NeverIssued)
-        );
+        assert_eq!(holds(&lease, "A", 2, 20), Err(LostReason::NeverIssued));
     }
 
     #[test]

@@ -131,13 +131,13 @@ pub(crate) struct Written {
 /// `status`: one row per resource.
 #[derive(Debug, Serialize)]
 pub(crate) struct Status {
+    /// The resource asked about (null for all), and then the highest epoch claimed for
+    /// it (null if never, or for all).
+    pub resource: Option<String>,
+    pub epoch: Option<i64>,
+    /// The time of the answer, on the state file's clock.
     pub now: i64,
     pub resources: Vec<StatusRow>,
-    /// The resource asked about (null for all).
-    pub resource: Option<String>,
-    /// With a resource asked about: the highest epoch claimed (null if never, or for
-    /// all).
-    pub epoch: Option<i64>,
 }
 
 /// One resource in `status`: lease, sink record and the document on disk side by side.
@@ -145,8 +145,11 @@ pub(crate) struct Status {
 pub(crate) struct StatusRow {
     /// The name as the state file stores it.
     pub resource: String,
+    /// The lease, as seen now (null if never claimed).
     pub lease: Option<LeaseView>,
+    /// The sink's record (null if nothing was written or fenced).
     pub sink: Option<SinkView>,
+    /// The document on disk.
     pub document: DocumentView,
 }
 
@@ -216,16 +219,6 @@ pub(crate) struct Pruned {
     pub keep: i64,
 }
 
-/// `verify`: how many resources were checked and what was found (also the fields of its
-/// `diverged` error).
-#[derive(Debug, Serialize)]
-pub(crate) struct Verified {
-    /// The resource asked about (null for all).
-    pub resource: Option<String>,
-    pub checked: usize,
-    pub problems: Vec<Problem>,
-}
-
 /// One inconsistency `verify` found.
 #[derive(Debug, Serialize)]
 pub(crate) struct Problem {
@@ -233,6 +226,18 @@ pub(crate) struct Problem {
     /// `drifted`, `missing`, `interrupted`, ... (the list is in `verify --help`).
     pub problem: &'static str,
     pub message: String,
+}
+
+/// `verify`: how many resources were checked and what was found (also the fields of its
+/// `diverged` error).
+#[derive(Debug, Serialize)]
+pub(crate) struct Verified {
+    /// The resource asked about (null for all).
+    pub resource: Option<String>,
+    /// How many resources were checked.
+    pub checked: usize,
+    /// What was found, one entry per problem (none when all is well).
+    pub problems: Vec<Problem>,
 }
 
 /// `man --dir`: where the pages went (completions and a man page on stdout print the

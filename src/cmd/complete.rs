@@ -31,10 +31,7 @@ pub(crate) fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
         result: args.result.as_deref(),
     };
     let (resource, _) = change_held(ctx, &args.holder, change)?;
-    let changed = format!(
-        "the lease on {resource} (epoch {}) was completed",
-        args.holder.epoch
-    );
+    let changed = args.holder.changed(&resource, "completed");
     let completed = Completed {
         resource: resource.to_string(),
         epoch: args.holder.epoch,

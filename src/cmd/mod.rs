@@ -424,6 +424,13 @@ pub(crate) struct HolderArgs {
     pub epoch: i64,
 }
 
+impl HolderArgs {
+    /// What the holder's change did, in words: `the lease on r.md (epoch 3) was released`.
+    pub(crate) fn changed(&self, resource: &Resource, what: &str) -> String {
+        format!("the lease on {resource} (epoch {}) was {what}", self.epoch)
+    }
+}
+
 /// Runs a holder's compare-and-set (renew, complete, release) in one IMMEDIATE
 /// transaction. Zero rows changed is a `lost` refusal that says why, never a success.
 pub(crate) fn change_held(
@@ -450,7 +457,13 @@ pub(crate) fn change_held_noting(
     let now = ctx.clock.now();
     let mut store = ctx.store()?;
     let tx = ctx.begin(&mut *store, &resource)?;
-    if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
+    let request = store::HolderRequest {
+        owner: &holder.owner,
+        epoch: holder.epoch,
+        now,
+        change,
+    };
+    if tx.update_held_lease(&resource, &request)? {
         let (kind, detail) = match change {
             store::HolderChange::Renew { deadline } => {
                 (EventKind::Renew, format!("deadline {deadline}"))

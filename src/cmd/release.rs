@@ -23,10 +23,7 @@ pub(crate) struct ReleaseArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
     let (resource, _) = change_held(ctx, &args.holder, HolderChange::Release)?;
-    let changed = format!(
-        "the lease on {resource} (epoch {}) was released",
-        args.holder.epoch
-    );
+    let changed = args.holder.changed(&resource, "released");
     let released = Released {
         resource: resource.to_string(),
         epoch: args.holder.epoch,

@@ -41,10 +41,9 @@ pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
         owner: args.holder.owner.clone(),
         deadline,
     };
-    let changed = format!(
-        "the lease on {resource} (epoch {}) was renewed until {}",
-        args.holder.epoch,
-        crate::clock::show(ctx.clock.kind(), deadline)
-    );
+    let until = crate::clock::show(ctx.clock.kind(), deadline);
+    let changed = args
+        .holder
+        .changed(&resource, &format!("renewed until {until}"));
     Ok(Report::new(deadline.to_string(), Outcome::Renewed(renewed)).changed(changed))
 }

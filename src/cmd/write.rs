@@ -23,7 +23,7 @@ use crate::lease::Lease;
 use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
 use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
-use crate::store::Txn;
+use crate::store::{Txn, WriteRecord};
 
 /// Replace RESOURCE's document with stdin (or --from FILE) if EPOCH is still current.
 ///
@@ -247,14 +247,9 @@ fn publish(
     staged: &mut Staged<'_>,
     how: Publish<'_>,
 ) -> Result<()> {
-    let Target {
-        ctx,
-        doc,
-        resource,
-        args,
-    } = *target;
+    let (ctx, doc, resource) = (target.ctx, target.doc, target.resource);
     let content = Content {
-        epoch: args.epoch,
+        epoch: target.args.epoch,
         sha256: staged.sha256.clone(),
         size: staged.size,
         written_at: how.now,
@@ -297,7 +292,12 @@ fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>
         ..
     } = *target;
     let fence = fence_after_write(how.record, args.epoch, args.unfenced);
-    tx.record_write(resource, fence, content, how.owner)?;
+    let write = WriteRecord {
+        fence,
+        content,
+        owner: how.owner,
+    };
+    tx.record_write(resource, &write)?;
     let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)
         .owner(how.owner)
         .epoch(Some(args.epoch))

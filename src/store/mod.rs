@@ -81,14 +81,7 @@ pub(crate) trait Txn {
 
     /// The holder's compare-and-set: owner, epoch and a live deadline must all match, or
     /// nothing changes and it returns false (the caller is refused).
-    fn update_held_lease(
-        &self,
-        resource: &Resource,
-        owner: &str,
-        epoch: i64,
-        now: i64,
-        change: HolderChange<'_>,
-    ) -> Result<bool>;
+    fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool>;
 
     /// The resource's sink record.
     fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>>;
@@ -100,13 +93,7 @@ pub(crate) trait Txn {
     fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()>;
 
     /// Records an accepted write: the fence and the content now on disk.
-    fn record_write(
-        &self,
-        resource: &Resource,
-        fence: i64,
-        content: &Content,
-        owner: Option<&str>,
-    ) -> Result<()>;
+    fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()>;
 
     /// Appends an event to the audit log, keeping about the newest `keep`.
     fn append(&self, event: &Event, keep: i64) -> Result<()>;
@@ -123,6 +110,25 @@ pub(crate) trait Txn {
 
     /// Every resource with a lease or a sink record, sorted by name.
     fn resources(&self) -> Result<Vec<String>>;
+}
+
+/// A holder's request to change its own lease: who asks (owner and epoch), when, and
+/// what.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HolderRequest<'a> {
+    pub owner: &'a str,
+    pub epoch: i64,
+    pub now: i64,
+    pub change: HolderChange<'a>,
+}
+
+/// An accepted write as the sink records it: the new fence, the content now on disk
+/// and who wrote it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteRecord<'a> {
+    pub fence: i64,
+    pub content: &'a Content,
+    pub owner: Option<&'a str>,
 }
 
 /// A holder's change to its own lease.

@@ -18,7 +18,7 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use super::{HolderChange, Store, Txn};
+use super::{HolderChange, HolderRequest, Store, Txn, WriteRecord};
 use crate::atomic;
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
@@ -453,14 +453,13 @@ impl Txn for SqliteTxn<'_> {
 
     /// The holder's compare-and-set (docs/protocol.md, leases): owner, epoch and a live
     /// deadline must all match, or zero rows change and the caller is refused.
-    fn update_held_lease(
-        &self,
-        resource: &Resource,
-        owner: &str,
-        epoch: i64,
-        now: i64,
-        change: HolderChange<'_>,
-    ) -> Result<bool> {
+    fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
+        let HolderRequest {
+            owner,
+            epoch,
+            now,
+            change,
+        } = *request;
         let (state, deadline, result) = match change {
             HolderChange::Renew { deadline } => ("held", Some(deadline), None),
             HolderChange::Complete { result } => ("completed", None, result),
@@ -517,13 +516,12 @@ impl Txn for SqliteTxn<'_> {
     }
 
     /// Records an accepted write: the fence and the content now on disk.
-    fn record_write(
-        &self,
-        resource: &Resource,
-        fence: i64,
-        content: &Content,
-        owner: Option<&str>,
-    ) -> Result<()> {
+    fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
+        let WriteRecord {
+            fence,
+            content,
+            owner,
+        } = *write;
         let file = content.file;
         self.tx
             .execute(
@@ -867,34 +865,32 @@ fn db_error(path: &Path, busy: Duration, e: rusqlite::Error) -> Error {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_early_busy_is_retried_until_the_attempt_succeeds() {
+    /// `retry_busy` with a 10 s timeout over attempts that answer `answers` in turn (the
+    /// last one again once they run out): what it returns, and how many tries it made.
+    fn retried(
+        answers: &[std::result::Result<u32, &'static str>],
+    ) -> (std::result::Result<u32, &'static str>, usize) {
         let mut tries = 0;
-        let done: std::result::Result<u32, &str> = retry_busy(
+        let done = retry_busy(
             Duration::from_secs(10),
             |e| *e == "busy",
             |_| {
                 tries += 1;
-                if tries < 4 { Err("busy") } else { Ok(7) }
+                answers[(tries - 1).min(answers.len() - 1)]
             },
         );
-        assert_eq!(done, Ok(7));
-        assert_eq!(tries, 4);
+        (done, tries)
+    }
+
+    #[test]
+    fn an_early_busy_is_retried_until_the_attempt_succeeds() {
+        let busy = Err("busy");
+        assert_eq!(retried(&[busy, busy, busy, Ok(7)]), (Ok(7), 4));
     }
 
     #[test]
     fn other_errors_are_not_retried() {
-        let mut tries = 0;
-        let done: std::result::Result<u32, &str> = retry_busy(
-            Duration::from_secs(10),
-            |e| *e == "busy",
-            |_| {
-                tries += 1;
-                Err("broken")
-            },
-        );
-        assert_eq!(done, Err("broken"));
-        assert_eq!(tries, 1);
+        assert_eq!(retried(&[Err("broken")]), (Err("broken"), 1));
     }
 
     #[test]
