@@ -94,25 +94,40 @@ pub(crate) struct Cli {
 
 /// Options every command takes. They have a heading of their own in `--help` and the
 /// man pages, and stay out of each command's short help (`-h`), which is about the
-/// command: [`cli`] makes each of them global and hidden from `-h`.
+/// command.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
     /// Publish root: resources are paths relative to it [default: the nearest folder
     /// from the current one up that holds .fencepost/, where names typed on the command
     /// line are relative to the current folder; else the current folder].
-    #[arg(short, long, env = "FENCEPOST_ROOT", value_name = "DIR")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_ROOT",
+        value_name = "DIR"
+    )]
     pub root: Option<PathBuf>,
 
     /// State file [default: the one the root's .fencepost/ names, else
     /// <root>/.fencepost/state.db].
-    #[arg(long, env = "FENCEPOST_DB", value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_DB",
+        value_name = "PATH"
+    )]
     pub db: Option<PathBuf>,
 
     /// Use logical tick N as the current time instead of the wall clock; durations are
     /// then ticks too. A state file stays on the clock it was first used with.
     #[arg(
         long,
+        global = true,
+        hide_short_help = true,
         env = "FENCEPOST_NOW",
         value_name = "N",
         allow_negative_numbers = true
@@ -122,6 +137,8 @@ pub(crate) struct Global {
     /// Print one JSON object on stdout (refusals and errors too).
     #[arg(
         long,
+        global = true,
+        hide_short_help = true,
         env = "FENCEPOST_JSON",
         value_parser = clap::builder::FalseyValueParser::new()
     )]
@@ -135,6 +152,8 @@ pub(crate) struct Global {
     #[arg(
         short,
         long,
+        global = true,
+        hide_short_help = true,
         env = "FENCEPOST_QUIET",
         value_parser = clap::builder::FalseyValueParser::new()
     )]
@@ -144,6 +163,8 @@ pub(crate) struct Global {
     /// seconds or with units (500ms, 1m), 0 for not at all. Real time, even with --now.
     #[arg(
         long,
+        global = true,
+        hide_short_help = true,
         env = "FENCEPOST_BUSY_TIMEOUT",
         default_value = "10s",
         value_name = "DURATION"
@@ -154,17 +175,13 @@ pub(crate) struct Global {
     /// older ones per check); `log --prune` drops all the excess at once.
     #[arg(
         long,
+        global = true,
+        hide_short_help = true,
         env = "FENCEPOST_LOG_KEEP",
         default_value_t = store::DEFAULT_LOG_KEEP,
         value_name = "N"
     )]
     pub log_keep: i64,
-}
-
-/// The command line's definition: [`Cli`], with every option of [`Global`] taken by
-/// every command (`global`) and kept out of the short help (`-h`).
-pub(crate) fn cli() -> clap::Command {
-    Cli::command().mut_args(|arg| arg.global(true).hide_short_help(true))
 }
 
 #[derive(Debug, Subcommand)]
@@ -219,7 +236,7 @@ where
 /// Parses the command line. `Err`: the exit code, once help, the version or a usage error
 /// has been printed.
 fn parse(args: &[OsString]) -> std::result::Result<(Cli, clap::ArgMatches), i32> {
-    let parsed = cli()
+    let parsed = Cli::command()
         .try_get_matches_from(args)
         .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
     match parsed {
@@ -250,7 +267,7 @@ fn parse(args: &[OsString]) -> std::result::Result<(Cli, clap::ArgMatches), i32>
                 });
             let command = own
                 .filter_map(|a| a.to_str())
-                .find(|a| cli().find_subcommand(a).is_some());
+                .find(|a| Cli::command().find_subcommand(a).is_some());
             let named = json!({ "resource": null, "epoch": null });
             report_error(&clap_usage_error(&e, command), json, false, object(&named));
             Err(2)

@@ -1,7 +1,7 @@
 //! `fencepost completions` and `fencepost man`: generated from the clap definitions, so
 //! they can never drift from the real options.
 
-use clap::{Args, ValueEnum};
+use clap::{Args, CommandFactory, ValueEnum};
 
 use super::Report;
 use crate::error::{Error, Result};
@@ -46,7 +46,7 @@ pub(crate) fn completions(args: &CompletionsArgs) -> Result<Report> {
         Shell::Fish => clap_complete::Shell::Fish,
     };
     let mut buf = Vec::new();
-    clap_complete::generate(shell, &mut crate::cli(), "fencepost", &mut buf);
+    clap_complete::generate(shell, &mut crate::Cli::command(), "fencepost", &mut buf);
     text(buf)
 }
 
@@ -86,7 +86,7 @@ fn man_command() -> clap::Command {
         }
         _ => arg,
     };
-    let mut cmd = crate::cli()
+    let mut cmd = crate::Cli::command()
         .mut_args(describe_all)
         .mut_subcommands(|sub| sub.mut_args(describe_all));
     cmd.build();
