@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fencepost benchmarks (issue 6). Run through bench/run.sh, which builds and installs
+"""fencepost benchmarks. Run through bench/run.sh, which builds and installs
 what this needs; this script runs every comparison side by side and writes the table.
 
 Ratios, not absolute times, are the result: the machines are shared and noisy. Every

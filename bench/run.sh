@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fencepost benchmarks (issue 6): every comparison side by side, one table.
+# fencepost benchmarks: every comparison side by side, one table.
 #
 #   bench/run.sh            full run (about 15 minutes), writes bench/RESULTS.md
 #   bench/run.sh --smoke    tiny sizes and few runs (CI), writes bench/RESULTS.smoke.md

@@ -40,18 +40,9 @@ const TEMP_RANDOM: usize = 12;
 /// Size of the buffer that streams content: memory stays flat whatever the size.
 const CHUNK: usize = 128 * 1024;
 
-/// Fires a failpoint: a no-op unless built with the `failpoints` feature (crash tests).
-#[macro_export]
-macro_rules! failpoint {
-    ($name:literal) => {
-        #[cfg(feature = "failpoints")]
-        $crate::failpoints::hit($name)?;
-    };
-}
-
 /// The document as it is now: `None` if absent. Symlinks, folders and special files are
 /// refused: the tool replaces regular files only.
-pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
+pub(crate) fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
     match doc.folder.stat(&doc.name)? {
         Some(entry) if entry.kind == Kind::File => Ok(Some(entry)),
         Some(entry) => {
@@ -74,7 +65,7 @@ pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
 
 /// Identity of a file: inode number and size. No device number: it changes when the
 /// same filesystem is mounted through another device (loop, dm, NVMe or USB ordering).
-pub fn file_id(entry: &Entry) -> FileId {
+pub(crate) fn file_id(entry: &Entry) -> FileId {
     FileId {
         ino: entry.ino,
         size: entry.size,
@@ -84,7 +75,7 @@ pub fn file_id(entry: &Entry) -> FileId {
 /// Bytes staged for a document: written, fsynced, hashed, locked by this process. While
 /// it is not renamed into place, dropping it removes the temp file.
 #[derive(Debug)]
-pub struct Staged<'d> {
+pub(crate) struct Staged<'d> {
     /// Kept open until the writer is done: the `flock` on it marks the writer alive, and
     /// its inode number (in the link names) cannot be reused meanwhile.
     file: File,
@@ -100,7 +91,7 @@ pub struct Staged<'d> {
 /// A new document gets the mode an ordinary file creation gets under the umask; a
 /// rewrite keeps the existing document's mode (and owner, where allowed), set once the
 /// bytes are written (a write by a non-root user clears set-user-ID and set-group-ID).
-pub fn stage<'d>(
+pub(crate) fn stage<'d>(
     doc: &'d DocPath,
     source: &mut dyn Read,
     existing: Option<&Entry>,
@@ -139,7 +130,7 @@ pub fn stage<'d>(
     };
     let temp_path = doc.folder.join(&staged.temp);
     let (sha256, size) = copy_hashed(source, &mut staged.file, &doc.path(), &temp_path)?;
-    crate::failpoint!("write.after_temp_write");
+    crate::failpoints::failpoint!("write.after_temp_write");
     if let Some(meta) = existing {
         keep_mode_and_owner(&staged.file, meta, &temp_path)?;
     }
@@ -147,7 +138,7 @@ pub fn stage<'d>(
         .file
         .sync_all()
         .map_err(Error::io("cannot fsync", temp_path.clone()))?;
-    crate::failpoint!("write.after_temp_fsync");
+    crate::failpoints::failpoint!("write.after_temp_fsync");
     let own = folder::entry_of(&staged.file).map_err(Error::io("cannot inspect", temp_path))?;
     staged.sha256 = sha256;
     staged.size = size;
@@ -322,7 +313,7 @@ impl Staged<'_> {
     /// Links `-pre-<ino>` to the current document (if any) and `-new-<ino>` to the staged
     /// file, so a crash from here to the commit can be undone, and keeps the staged bytes'
     /// hash in `-sum-<ino>`. Call under the state file's lock, after recovery.
-    pub fn link_for_recovery(&self, document_exists: bool) -> Result<()> {
+    pub(crate) fn link_for_recovery(&self, document_exists: bool) -> Result<()> {
         let folder = &self.doc.folder;
         let (pre, new, sum) = (
             self.link_name("pre"),
@@ -339,11 +330,11 @@ impl Staged<'_> {
                 .link(&self.doc.name, &pre)
                 .map_err(Error::io(crate::error::PRE_IMAGE_LINK, folder.join(&pre)))?;
         }
-        crate::failpoint!("write.after_pre_link");
+        crate::failpoints::failpoint!("write.after_pre_link");
         folder
             .link(&self.temp, &new)
             .map_err(Error::io("cannot link staged file", folder.join(&new)))?;
-        crate::failpoint!("write.after_new_link");
+        crate::failpoints::failpoint!("write.after_new_link");
         // The staged bytes' hash, kept beside `-new` (a symlink's target: no extra fsync;
         // the folder fsync after the rename makes it durable). After a crash the document
         // may be the `-new` file edited in place; then it is no longer ours to roll back.
@@ -358,20 +349,20 @@ impl Staged<'_> {
 
     /// Renames the staged file over the document and fsyncs the folder, so the new name
     /// is durable before the caller commits. The file stays open (and locked).
-    pub fn rename_into_place(&mut self) -> Result<()> {
+    pub(crate) fn rename_into_place(&mut self) -> Result<()> {
         let folder = &self.doc.folder;
         folder
             .rename(&self.temp, &self.doc.name)
             .map_err(Error::io("cannot rename into", self.doc.path()))?;
         self.renamed = true;
-        crate::failpoint!("write.after_rename");
+        crate::failpoints::failpoint!("write.after_rename");
         folder.sync()?;
-        crate::failpoint!("write.after_dir_fsync");
+        crate::failpoints::failpoint!("write.after_dir_fsync");
         Ok(())
     }
 
     /// The link set this write made, as recovery sees it.
-    pub fn links(&self) -> LinkSet {
+    pub(crate) fn links(&self) -> LinkSet {
         LinkSet {
             token: self.id.ino.to_string().into(),
         }
@@ -379,7 +370,7 @@ impl Staged<'_> {
 
     /// Removes this writer's own links once its write committed. Runs without the lock:
     /// no other writer uses these names, and recovery may have removed them already.
-    pub fn drop_links(&self) {
+    pub(crate) fn drop_links(&self) {
         drop_set(self.doc, &self.links());
     }
 }
@@ -395,7 +386,7 @@ impl Drop for Staged<'_> {
 /// The recovery links of one write: `.<name>.fencepost-{pre,new,sum}-<token>` (an empty
 /// token: the fixed names `-pre`, `-new`, `-sum` of older versions).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkSet {
+pub(crate) struct LinkSet {
     token: OsString,
 }
 
@@ -413,7 +404,7 @@ fn link_name(doc: &DocPath, what: &str, token: &OsStr) -> OsString {
 
 /// The link sets of writes that left links beside the document, found by listing its
 /// folder.
-pub fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
+pub(crate) fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
     let prefix = doc.sibling_name("");
     let mut tokens: Vec<OsString> = Vec::new();
     for name in doc.folder.names()? {
@@ -439,7 +430,7 @@ pub fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
 }
 
 /// What a crashed write may have left next to the document, for one link set.
-pub fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
+pub(crate) fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
     let id_of = |name: OsString| -> Result<Option<FileId>> {
         Ok(doc.folder.stat(&name)?.map(|entry| file_id(&entry)))
     };
@@ -452,7 +443,7 @@ pub fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
 
 /// Whether the writer of a link set is still running (or paused): it holds the `flock`
 /// of its staged file, which `-new-<ino>` names.
-pub fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
+pub(crate) fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
     doc.folder
         .open_file(&link_name(doc, "new", &set.token))
         .is_ok_and(|file| {
@@ -472,7 +463,7 @@ const SUM_LEN: usize = 32;
 /// in place after the crash changes them: the file is then someone's edit, not an
 /// uncommitted write to roll back. Without a `-sum` link (none is made before the `-new`
 /// link), it is taken as staged.
-pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
+pub(crate) fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
     match doc.folder.read_link(&link_name(doc, "sum", &set.token)) {
         Ok(sum) => sum
             .to_str()
@@ -483,14 +474,14 @@ pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
 
 /// Removes a link set (after a commit, or a rollback). Leftovers are harmless: the next
 /// recovery removes them.
-pub fn drop_set(doc: &DocPath, set: &LinkSet) {
+pub(crate) fn drop_set(doc: &DocPath, set: &LinkSet) {
     for what in ["sum", "new", "pre"] {
         let _ = doc.folder.remove(&link_name(doc, what, &set.token));
     }
 }
 
 /// Puts the pre-image back over a document whose write never committed.
-pub fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
+pub(crate) fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
     let pre = link_name(doc, "pre", &set.token);
     doc.folder
         .rename(&pre, &doc.name)
@@ -501,7 +492,7 @@ pub fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
 }
 
 /// Removes a first document whose write never committed.
-pub fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
+pub(crate) fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
     doc.folder
         .remove(&doc.name)
         .map_err(Error::io("cannot remove uncommitted", doc.path()))?;
@@ -513,12 +504,12 @@ pub fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
 /// Removes temp files of writers that are gone (their `flock` is free). A writer that is
 /// still running, or paused, still holds its lock, and its file is left alone.
 /// Returns how many were removed.
-pub fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
+pub(crate) fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
     sweep_temps(doc, true)
 }
 
 /// Counts temp files of writers that are gone, without removing them.
-pub fn abandoned_temps(doc: &DocPath) -> Result<usize> {
+pub(crate) fn abandoned_temps(doc: &DocPath) -> Result<usize> {
     sweep_temps(doc, false)
 }
 
@@ -540,7 +531,7 @@ fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
 }
 
 /// Fails early, before anything is written, when the folder cannot hold `size` bytes.
-pub fn ensure_space(dir: &Path, size: u64) -> Result<()> {
+pub(crate) fn ensure_space(dir: &Path, size: u64) -> Result<()> {
     match fs2::available_space(dir) {
         Ok(free) if free < size => Err(Error::Io {
             context: "not enough free space in",
@@ -555,21 +546,21 @@ pub fn ensure_space(dir: &Path, size: u64) -> Result<()> {
 }
 
 /// The folder a path names its file in: `.` for a bare file name.
-pub fn folder_of(path: &Path) -> &Path {
+pub(crate) fn folder_of(path: &Path) -> &Path {
     path.parent()
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
 }
 
 /// fsyncs a folder, making renames and links in it durable.
-pub fn fsync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(Error::io("cannot fsync folder", dir))
 }
 
 /// SHA-256 and size of the document, streamed (never through a symlink).
-pub fn hash_document(doc: &DocPath) -> Result<(String, u64)> {
+pub(crate) fn hash_document(doc: &DocPath) -> Result<(String, u64)> {
     doc.folder
         .open_file(&doc.name)
         .and_then(|mut file| hash_stream(&mut file))

@@ -1,27 +1,97 @@
-//! The audit log's events and how they are shown: the record the seed's dashboard lacked.
+//! The audit log's events and how they are shown: the record a scheduler's dashboard
+//! lacks when it says one worker finished and the document says another.
 //!
 //! Every change (claim, takeover, renew, complete, release, write, replay) is logged in
 //! the same transaction as the change; every refusal (held, lost, stale, conflict,
 //! unissued) in a transaction of its own. Pure data and rendering; the store keeps them.
 
-use serde_json::{Value, json};
-
+use serde::Serialize;
 use unicode_width::UnicodeWidthStr;
 
 use crate::clock::{ClockKind, show};
+use crate::error::RefusalKind;
 
-/// One logged event.
+/// What an event records: a change, or a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
+pub(crate) enum EventKind {
+    /// A claim of a resource with no live lease.
+    Claim,
+    /// A claim that replaced an expired holder.
+    Takeover,
+    Renew,
+    Complete,
+    Release,
+    /// An accepted write that replaced the document.
+    Write,
+    /// An accepted write of the bytes already written under this epoch.
+    Replay,
+    /// A write whose COMMIT returned an error; recovery decided what stands.
+    CommitFailed,
+    /// A refusal: held, lost, stale, conflict, unissued.
+    Refused(RefusalKind),
+    /// A kind this fencepost does not know (written by a newer one), kept as stored.
+    Other(String),
+}
+
+impl EventKind {
+    /// The word stored in the state file and shown by `log`.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            EventKind::Claim => "claim",
+            EventKind::Takeover => "takeover",
+            EventKind::Renew => "renew",
+            EventKind::Complete => "complete",
+            EventKind::Release => "release",
+            EventKind::Write => "write",
+            EventKind::Replay => "replay",
+            EventKind::CommitFailed => "commit-failed",
+            EventKind::Refused(kind) => kind.outcome(),
+            EventKind::Other(word) => word,
+        }
+    }
+
+    /// The kind a stored word names.
+    pub(crate) fn parse(word: &str) -> EventKind {
+        let refused = [
+            RefusalKind::Held,
+            RefusalKind::Lost,
+            RefusalKind::Stale,
+            RefusalKind::Conflict,
+            RefusalKind::Unissued,
+        ]
+        .into_iter()
+        .find(|kind| kind.outcome() == word);
+        match (word, refused) {
+            (_, Some(kind)) => EventKind::Refused(kind),
+            ("claim", _) => EventKind::Claim,
+            ("takeover", _) => EventKind::Takeover,
+            ("renew", _) => EventKind::Renew,
+            ("complete", _) => EventKind::Complete,
+            ("release", _) => EventKind::Release,
+            ("write", _) => EventKind::Write,
+            ("replay", _) => EventKind::Replay,
+            ("commit-failed", _) => EventKind::CommitFailed,
+            (other, None) => EventKind::Other(other.to_string()),
+        }
+    }
+}
+
+impl Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// One logged event (serialized, an event of `log --json` but for `refused`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Event {
     /// Sequence number in the state file (0 before it is stored).
     pub id: i64,
     /// Time on the state file's clock.
     pub at: i64,
     pub resource: String,
-    /// `claim`, `takeover`, `renew`, `complete`, `release`, `write`, `replay`,
-    /// `commit-failed` (a write whose COMMIT returned an error; recovery decided), or a
-    /// refusal: `held`, `lost`, `stale`, `conflict`, `unissued`.
-    pub kind: String,
+    #[serde(rename = "event")]
+    pub kind: EventKind,
     pub owner: Option<String>,
     pub epoch: Option<i64>,
     /// For a takeover, the holder it replaced; for a refusal, who or what refused it.
@@ -36,12 +106,12 @@ pub struct Event {
 
 impl Event {
     /// A new event from this process.
-    pub fn new(at: i64, resource: &str, kind: &str) -> Event {
+    pub(crate) fn new(at: i64, resource: &str, kind: EventKind) -> Event {
         Event {
             id: 0,
             at,
             resource: resource.to_string(),
-            kind: kind.to_string(),
+            kind,
             owner: None,
             epoch: None,
             prev_owner: None,
@@ -53,70 +123,52 @@ impl Event {
         }
     }
 
-    pub fn owner(mut self, owner: Option<&str>) -> Event {
+    pub(crate) fn owner(mut self, owner: Option<&str>) -> Event {
         self.owner = owner.map(str::to_string);
         self
     }
 
-    pub fn epoch(mut self, epoch: Option<i64>) -> Event {
+    pub(crate) fn epoch(mut self, epoch: Option<i64>) -> Event {
         self.epoch = epoch;
         self
     }
 
-    pub fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
+    pub(crate) fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
         self.prev_owner = owner.map(str::to_string);
         self.prev_epoch = epoch;
         self
     }
 
-    pub fn sha256(mut self, sha: Option<&str>) -> Event {
+    pub(crate) fn sha256(mut self, sha: Option<&str>) -> Event {
         self.sha256 = sha.map(str::to_string);
         self
     }
 
-    pub fn detail(mut self, detail: impl Into<String>) -> Event {
+    pub(crate) fn detail(mut self, detail: impl Into<String>) -> Event {
         self.detail = Some(detail.into());
         self
     }
 
     /// True for the refusals.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self.kind.as_str(),
-            "held" | "lost" | "stale" | "conflict" | "unissued"
-        )
-    }
-
-    pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "at": self.at,
-            "resource": self.resource,
-            "event": self.kind,
-            "owner": self.owner,
-            "epoch": self.epoch,
-            "prev_owner": self.prev_owner,
-            "prev_epoch": self.prev_epoch,
-            "sha256": self.sha256,
-            "pid": self.pid,
-            "host": self.host,
-            "detail": self.detail,
-            "refused": self.is_refusal(),
-        })
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(self.kind, EventKind::Refused(_))
     }
 
     /// A short description for tables and lanes: `write e2`, `STALE e1 (fence 2)`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let epoch = self.epoch.map(|e| format!(" e{e}")).unwrap_or_default();
+        let word = self.kind.as_str();
         let kind = if self.is_refusal() {
-            self.kind.to_uppercase()
+            word.to_uppercase()
         } else {
-            self.kind.clone()
+            word.to_string()
         };
-        let extra = match (self.kind.as_str(), &self.prev_owner, self.prev_epoch) {
-            ("takeover", Some(o), Some(e)) => format!(" (from {o} e{e})"),
-            ("stale", _, Some(e)) => format!(" (fence {e})"),
-            ("held" | "lost", Some(o), Some(e)) => format!(" (holder {o} e{e})"),
+        let extra = match (&self.kind, &self.prev_owner, self.prev_epoch) {
+            (EventKind::Takeover, Some(o), Some(e)) => format!(" (from {o} e{e})"),
+            (EventKind::Refused(RefusalKind::Stale), _, Some(e)) => format!(" (fence {e})"),
+            (EventKind::Refused(RefusalKind::Held | RefusalKind::Lost), Some(o), Some(e)) => {
+                format!(" (holder {o} e{e})")
+            }
             _ => String::new(),
         };
         format!("{kind}{epoch}{extra}")
@@ -124,7 +176,7 @@ impl Event {
 }
 
 /// The events as a table, one per line.
-pub fn table(events: &[Event], clock: ClockKind) -> String {
+pub(crate) fn table(events: &[Event], clock: ClockKind) -> String {
     if events.is_empty() {
         return "no events".to_string();
     }
@@ -133,7 +185,7 @@ pub fn table(events: &[Event], clock: ClockKind) -> String {
         rows.push([
             show(clock, e.at),
             e.resource.clone(),
-            e.kind.clone(),
+            e.kind.as_str().to_string(),
             e.owner.clone().unwrap_or_else(|| "-".into()),
             e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
             e.detail
@@ -167,7 +219,7 @@ const TIMELINE_WIDTH: usize = 100;
 /// per event, so a takeover and a refused late write stand out at a glance. With more
 /// owners than fit in [`TIMELINE_WIDTH`] columns (each run of a job under its own name),
 /// one row per event with the owner in a column of its own.
-pub fn timeline(events: &[Event], clock: ClockKind) -> String {
+pub(crate) fn timeline(events: &[Event], clock: ClockKind) -> String {
     let lanes = lanes(events, clock);
     if lanes.lines().all(|l| l.width() <= TIMELINE_WIDTH) {
         return lanes;
@@ -230,7 +282,7 @@ fn lanes(events: &[Event], clock: ClockKind) -> String {
 
 /// Left-aligned columns separated by two spaces (the plain-text tables of `status`
 /// and `log`), measured in terminal columns: `工人甲` takes six, not three.
-pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
+pub(crate) fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
     let cols = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|i| {
@@ -255,11 +307,13 @@ pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
         .join("\n")
 }
 
-/// This machine's name, for the log (Linux; `?` elsewhere).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "?".into())
+/// This machine's name, for the log (`?` if the system will not say, or it is not
+/// UTF-8).
+pub(crate) fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "?".into())
 }
 
 #[cfg(test)]
@@ -267,9 +321,54 @@ mod tests {
     use super::*;
 
     fn ev(at: i64, kind: &str, owner: &str, epoch: i64) -> Event {
-        Event::new(at, "doc.md", kind)
+        Event::new(at, "doc.md", EventKind::parse(kind))
             .owner(Some(owner))
             .epoch(Some(epoch))
+    }
+
+    #[test]
+    fn every_event_kind_is_stored_as_its_word_and_read_back_as_itself() {
+        let kinds = [
+            EventKind::Claim,
+            EventKind::Takeover,
+            EventKind::Renew,
+            EventKind::Complete,
+            EventKind::Release,
+            EventKind::Write,
+            EventKind::Replay,
+            EventKind::CommitFailed,
+            EventKind::Refused(RefusalKind::Held),
+            EventKind::Refused(RefusalKind::Lost),
+            EventKind::Refused(RefusalKind::Stale),
+            EventKind::Refused(RefusalKind::Conflict),
+            EventKind::Refused(RefusalKind::Unissued),
+        ];
+        let words: Vec<&str> = kinds.iter().map(EventKind::as_str).collect();
+        assert_eq!(
+            words,
+            [
+                "claim",
+                "takeover",
+                "renew",
+                "complete",
+                "release",
+                "write",
+                "replay",
+                "commit-failed",
+                "held",
+                "lost",
+                "stale",
+                "conflict",
+                "unissued"
+            ]
+        );
+        for kind in kinds {
+            assert_eq!(EventKind::parse(kind.as_str()), kind);
+        }
+        // A word a newer fencepost may write is shown as stored, never dropped.
+        let later = EventKind::parse("handover");
+        assert_eq!(later, EventKind::Other("handover".into()));
+        assert_eq!(later.as_str(), "handover");
     }
 
     #[test]

@@ -11,14 +11,14 @@ use crate::error::{Error, Result};
 
 /// Which clock a time value belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClockKind {
+pub(crate) enum ClockKind {
     Logical,
     Wall,
 }
 
 impl ClockKind {
     /// The name stored in the state file.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ClockKind::Logical => "logical",
             ClockKind::Wall => "wall",
@@ -26,7 +26,7 @@ impl ClockKind {
     }
 
     /// Parses the stored name.
-    pub fn parse(s: &str) -> Option<ClockKind> {
+    pub(crate) fn parse(s: &str) -> Option<ClockKind> {
         match s {
             "logical" => Some(ClockKind::Logical),
             "wall" => Some(ClockKind::Wall),
@@ -37,14 +37,14 @@ impl ClockKind {
 
 /// The clock of one command: a fixed logical tick or the wall clock.
 #[derive(Debug, Clone, Copy)]
-pub enum Clock {
+pub(crate) enum Clock {
     Logical(i64),
     Wall,
 }
 
 impl Clock {
     /// Builds the clock from the global `--now` option.
-    pub fn from_option(now: Option<i64>) -> Result<Clock> {
+    pub(crate) fn from_option(now: Option<i64>) -> Result<Clock> {
         match now {
             Some(n) if n < 0 => Err(Error::usage(format!(
                 "--now must be zero or positive, got {n}"
@@ -54,7 +54,7 @@ impl Clock {
         }
     }
 
-    pub fn kind(self) -> ClockKind {
+    pub(crate) fn kind(self) -> ClockKind {
         match self {
             Clock::Logical(_) => ClockKind::Logical,
             Clock::Wall => ClockKind::Wall,
@@ -62,7 +62,7 @@ impl Clock {
     }
 
     /// The current time on this clock.
-    pub fn now(self) -> i64 {
+    pub(crate) fn now(self) -> i64 {
         match self {
             Clock::Logical(n) => n,
             Clock::Wall => wall_millis(),
@@ -71,17 +71,16 @@ impl Clock {
 }
 
 /// Wall-clock milliseconds since the Unix epoch.
-pub fn wall_millis() -> i64 {
+pub(crate) fn wall_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A time on a `kind` clock as a person reads it: logical ticks as they are, wall-clock
 /// milliseconds as a UTC timestamp (`2026-11-30T06:09:33.374Z`). For plain output only;
 /// `--json` keeps the integer.
-pub fn show(kind: ClockKind, t: i64) -> String {
+pub(crate) fn show(kind: ClockKind, t: i64) -> String {
     if kind == ClockKind::Logical {
         return t.to_string();
     }
@@ -121,7 +120,7 @@ fn civil_date(days: i64) -> (i64, i64, i64) {
 /// Unix epoch), or a UTC timestamp as [`show`] prints it, `2026-11-30T05:58:10Z` with
 /// optional milliseconds. The second value is true for a timestamp, which only a
 /// wall-clock state file can use.
-pub fn parse_time(text: &str, what: &str) -> Result<(i64, bool)> {
+pub(crate) fn parse_time(text: &str, what: &str) -> Result<(i64, bool)> {
     let text = text.trim();
     if let Ok(n) = text.parse::<i64>() {
         return Ok((n, false));
@@ -182,7 +181,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 /// `0.0`) is the same zero: where zero means "do not wait" it is taken, where it would be
 /// meaningless (a lease that is over before it starts) it is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Zero {
+pub(crate) enum Zero {
     Allowed,
     Refused,
 }
@@ -203,7 +202,7 @@ const UNITS: [(&str, i128); 5] = [
 /// `2m30s`, `1h`, `1d`); the result is in milliseconds and must be a whole number of
 /// them. On the logical clock (`--now`) a duration is a whole number of ticks: units and
 /// fractions are refused, since a tick has no length in seconds.
-pub fn parse_duration(text: &str, kind: ClockKind, what: &str, zero: Zero) -> Result<i64> {
+pub(crate) fn parse_duration(text: &str, kind: ClockKind, what: &str, zero: Zero) -> Result<i64> {
     let text = text.trim();
     let value = match kind {
         ClockKind::Logical => logical_ticks(text, what)?,
@@ -380,19 +379,28 @@ mod tests {
 
     #[test]
     fn a_bare_number_is_seconds_and_units_scale_on_the_wall_clock() {
-        let ms = |t: &str| parse_duration(t, ClockKind::Wall, "--ttl", Zero::Refused).ok();
-        assert_eq!(ms("30"), Some(30_000));
-        assert_eq!(ms("1.5"), Some(1_500));
-        assert_eq!(ms("0.5s"), Some(500));
-        assert_eq!(ms("500ms"), Some(500));
-        assert_eq!(ms("2m"), Some(120_000));
-        assert_eq!(ms("2m30s"), Some(150_000));
-        assert_eq!(ms("1h30m"), Some(5_400_000));
-        assert_eq!(ms("1.5h"), Some(5_400_000));
-        assert_eq!(ms("1d"), Some(86_400_000));
-        assert_eq!(ms("1d2h3m4s5ms"), Some(93_784_005));
-        assert_eq!(ms(" 10s "), Some(10_000));
-        assert_eq!(ms("0.001"), Some(1));
+        let texts = [
+            "30",
+            "1.5",
+            "0.5s",
+            "500ms",
+            "2m",
+            "2m30s",
+            "1h30m",
+            "1.5h",
+            "1d",
+            "1d2h3m4s5ms",
+            " 10s ",
+            "0.001",
+        ];
+        let millis = [
+            30_000, 1_500, 500, 500, 120_000, 150_000, 5_400_000, 5_400_000, 86_400_000,
+            93_784_005, 10_000, 1,
+        ];
+        for (text, want) in texts.into_iter().zip(millis) {
+            let got = parse_duration(text, ClockKind::Wall, "--ttl", Zero::Refused).ok();
+            assert_eq!(got, Some(want), "{text:?}");
+        }
     }
 
     #[test]

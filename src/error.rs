@@ -8,14 +8,16 @@
 use std::io;
 use std::path::PathBuf;
 
-use serde_json::{Map, Value};
+use serde::Serialize;
+
+use crate::outcome::{Recovered, RefusalDetail, RunFailed, Verified};
 
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A defined refusal of the protocol; prints its outcome and exits with its code.
     #[error("{0}")]
-    Refused(Refusal),
+    Refused(Box<Refusal>),
 
     /// Bad usage or bad input: nothing was changed.
     #[error("{message}")]
@@ -50,7 +52,7 @@ pub enum Error {
     Diverged {
         message: String,
         report: String,
-        fields: Value,
+        found: Verified,
     },
 
     /// A command that works through every resource (`recover`) could not finish some:
@@ -61,7 +63,7 @@ pub enum Error {
         code: i32,
         message: String,
         report: String,
-        fields: Value,
+        done: Recovered,
     },
 
     /// `run`: the command failed; run exits with the command's own code.
@@ -69,17 +71,22 @@ pub enum Error {
     Child {
         code: i32,
         message: String,
-        fields: Value,
+        ran: RunFailed,
     },
 
-    /// A failure injected by a failpoint (test builds only).
+    /// A failure injected by a failpoint (builds with the `failpoints` feature only).
+    #[cfg(feature = "failpoints")]
     #[error("failpoint {0} fired")]
     Injected(String),
+
+    /// Something the code holds cannot happen did: a bug, never bad input (exit 1).
+    #[error("internal error: {0}")]
+    Internal(&'static str),
 }
 
 /// The kinds of refusal, each with its own exit code and outcome word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusalKind {
+pub(crate) enum RefusalKind {
     /// claim: someone else holds a live lease.
     Held,
     /// renew, complete, release: not your lease any more, or expired.
@@ -94,7 +101,7 @@ pub enum RefusalKind {
 
 impl RefusalKind {
     /// The word printed on stdout and in `outcome` of the JSON object.
-    pub fn outcome(self) -> &'static str {
+    pub(crate) fn outcome(self) -> &'static str {
         match self {
             RefusalKind::Held => "held",
             RefusalKind::Lost => "lost",
@@ -105,50 +112,65 @@ impl RefusalKind {
     }
 }
 
-/// A refusal: its kind, a one-line explanation and the facts behind it.
-#[derive(Debug)]
-pub struct Refusal {
-    pub kind: RefusalKind,
+/// A refusal: a one-line explanation and the facts behind it (its kind follows from
+/// them). Serialized, it is the refusal's `--json` object but for `outcome` and `error`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Refusal {
+    #[serde(skip)]
     pub message: String,
-    /// Fields for `--json` (resource, epoch, current holder, ...).
-    pub fields: Map<String, Value>,
+    pub resource: String,
+    /// The caller's epoch (null for a claim, which has none yet).
+    pub epoch: Option<i64>,
+    /// The caller's owner name (null for a write without `--owner` whose epoch's owner is
+    /// forgotten).
+    pub owner: Option<String>,
+    #[serde(flatten)]
+    pub detail: RefusalDetail,
     /// Already in the audit log (`run` logs a loss when it notices it).
+    #[serde(skip)]
     pub logged: bool,
 }
 
 impl Refusal {
-    /// A refusal whose `--json` fields are the members of `fields` (an object).
-    pub fn new(kind: RefusalKind, message: String, fields: Value) -> Refusal {
+    /// A refusal of `resource` to the caller (`owner`, `epoch`), for what `detail` says.
+    pub(crate) fn new(
+        message: String,
+        resource: &str,
+        epoch: Option<i64>,
+        owner: Option<&str>,
+        detail: RefusalDetail,
+    ) -> Refusal {
         Refusal {
-            kind,
             message,
-            fields: object(fields),
+            resource: resource.to_string(),
+            epoch,
+            owner: owner.map(str::to_string),
+            detail,
             logged: false,
         }
     }
-}
 
-/// The members of a JSON object (empty for any other value).
-pub fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
+    /// Its kind: the exit code and outcome word.
+    pub(crate) fn kind(&self) -> RefusalKind {
+        self.detail.kind()
     }
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.kind.outcome(), self.message)
+        write!(f, "{}: {}", self.kind().outcome(), self.message)
     }
 }
 
 impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
-            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => 1,
+            Error::Io { .. } | Error::Database { .. } | Error::Internal(_) => 1,
+            #[cfg(feature = "failpoints")]
+            Error::Injected(_) => 1,
             Error::Usage { .. } => 2,
-            Error::Refused(r) => match r.kind {
+            Error::Refused(r) => match r.kind() {
                 RefusalKind::Held => 3,
                 RefusalKind::Lost => 4,
                 RefusalKind::Stale => 5,
@@ -162,20 +184,22 @@ impl Error {
     }
 
     /// The outcome word for `--json` error objects.
-    pub fn outcome(&self) -> &'static str {
+    pub(crate) fn outcome(&self) -> &'static str {
         match self {
-            Error::Refused(r) => r.kind.outcome(),
+            Error::Refused(r) => r.kind().outcome(),
             Error::Usage { .. } => "usage",
             Error::Busy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
             Error::Child { .. } => "failed",
             Error::Partial { .. } => "incomplete",
-            Error::Io { .. } | Error::Database { .. } | Error::Injected(_) => "error",
+            Error::Io { .. } | Error::Database { .. } | Error::Internal(_) => "error",
+            #[cfg(feature = "failpoints")]
+            Error::Injected(_) => "error",
         }
     }
 
     /// A line telling the user how to fix it, when there is one.
-    pub fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
+    pub(crate) fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
         match self {
             Error::Usage { hint, .. } => hint.as_deref().map(Cow::Borrowed),
@@ -196,8 +220,13 @@ impl Error {
         }
     }
 
+    /// A refusal as the error a command returns.
+    pub(crate) fn refused(refusal: Refusal) -> Error {
+        Error::Refused(Box::new(refusal))
+    }
+
     /// Shorthand for a usage error without a hint.
-    pub fn usage(message: impl Into<String>) -> Error {
+    pub(crate) fn usage(message: impl Into<String>) -> Error {
         Error::Usage {
             message: message.into(),
             hint: None,
@@ -205,7 +234,7 @@ impl Error {
     }
 
     /// Shorthand for a usage error with a hint.
-    pub fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
+    pub(crate) fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
         Error::Usage {
             message: message.into(),
             hint: Some(hint.into()),
@@ -213,7 +242,10 @@ impl Error {
     }
 
     /// Wraps an I/O error with what was being done and to which path.
-    pub fn io(context: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
+    pub(crate) fn io(
+        context: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io {
             context,
@@ -223,7 +255,7 @@ impl Error {
     }
 }
 
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// SQLite's failures in plain words: its own text ("attempt to write a readonly
 /// database", "disk I/O error") names neither the file nor what to do.
@@ -268,4 +300,4 @@ fn database_hint(path: &std::path::Path, source: &rusqlite::Error) -> Option<Str
 }
 
 /// What a write was doing when linking the current document as its pre-image failed.
-pub const PRE_IMAGE_LINK: &str = "cannot link pre-image";
+pub(crate) const PRE_IMAGE_LINK: &str = "cannot link pre-image";

@@ -18,6 +18,7 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             LeaseState::Held => "held",
@@ -26,6 +27,7 @@ impl LeaseState {
         }
     }
 
+    #[must_use]
     pub fn parse(s: &str) -> Option<LeaseState> {
         match s {
             "held" => Some(LeaseState::Held),
@@ -48,11 +50,13 @@ pub struct Lease {
 
 impl Lease {
     /// True while the holder may still act: held and `now < deadline`.
+    #[must_use]
     pub fn is_live(&self, now: i64) -> bool {
         self.state == LeaseState::Held && now < self.deadline
     }
 
     /// The state as a person reads it: `held`, `expired`, `released`, `completed`.
+    #[must_use]
     pub fn view(&self, now: i64) -> &'static str {
         match self.state {
             LeaseState::Held if now < self.deadline => "held",
@@ -72,6 +76,11 @@ pub enum ClaimRefusal {
 }
 
 /// The epoch a claim at `now` gets, or why it is refused.
+///
+/// # Errors
+///
+/// [`ClaimRefusal::Held`] while the current lease is live; [`ClaimRefusal::EpochExhausted`]
+/// when the epoch counter would overflow.
 pub fn next_epoch(current: Option<&Lease>, now: i64) -> Result<i64, ClaimRefusal> {
     match current {
         None => Ok(1),
@@ -101,6 +110,7 @@ pub enum LostReason {
 }
 
 impl LostReason {
+    #[must_use]
     pub fn describe(&self) -> &'static str {
         match self {
             LostReason::NoLease => "no lease was ever claimed",
@@ -117,6 +127,10 @@ impl LostReason {
 /// The compare-and-set behind renew, complete and release: the lease must be live and
 /// carry exactly this owner and epoch. `complete` relies on this being the same test as
 /// `UPDATE lease ... WHERE owner=? AND epoch=? AND deadline > ?`.
+///
+/// # Errors
+///
+/// The [`LostReason`] the request does not hold the lease for.
 pub fn check_holder(
     current: Option<&Lease>,
     owner: &str,
@@ -146,6 +160,11 @@ pub fn check_holder(
 mod tests {
     use super::*;
 
+    /// `check_holder` on an existing lease.
+    fn holds(lease: &Lease, owner: &str, epoch: i64, now: i64) -> Result<(), LostReason> {
+        check_holder(Some(lease), owner, epoch, now)
+    }
+
     fn held(owner: &str, epoch: i64, deadline: i64) -> Lease {
         Lease {
             owner: owner.into(),
@@ -166,8 +185,8 @@ mod tests {
         let a = held("A", 1, 10);
         assert_eq!(next_epoch(Some(&a), 9), Err(ClaimRefusal::Held));
         assert_eq!(next_epoch(Some(&a), 10), Ok(2));
-        assert_eq!(check_holder(Some(&a), "A", 1, 9), Ok(()));
-        assert_eq!(check_holder(Some(&a), "A", 1, 10), Err(LostReason::Expired));
+        assert_eq!(holds(&a, "A", 1, 9), Ok(()));
+        assert_eq!(holds(&a, "A", 1, 10), Err(LostReason::Expired));
     }
 
     #[test]
@@ -178,34 +197,22 @@ mod tests {
                 ..held("A", 4, 100)
             };
             assert_eq!(next_epoch(Some(&lease), 1), Ok(5));
-            assert_eq!(
-                check_holder(Some(&lease), "A", 4, 1),
-                Err(LostReason::Finished(state))
-            );
+            assert_eq!(holds(&lease, "A", 4, 1), Err(LostReason::Finished(state)));
         }
     }
 
     #[test]
     fn same_name_with_old_epoch_is_refused() {
         let reclaimed = held("A", 2, 30);
-        assert_eq!(
-            check_holder(Some(&reclaimed), "A", 1, 20),
-            Err(LostReason::Superseded)
-        );
-        assert_eq!(
-            check_holder(Some(&reclaimed), "B", 2, 20),
-            Err(LostReason::WrongOwner)
-        );
+        assert_eq!(holds(&reclaimed, "A", 1, 20), Err(LostReason::Superseded));
+        assert_eq!(holds(&reclaimed, "B", 2, 20), Err(LostReason::WrongOwner));
         assert_eq!(check_holder(None, "A", 1, 0), Err(LostReason::NoLease));
     }
 
     #[test]
     fn an_epoch_above_the_lease_was_never_issued_not_superseded() {
         let lease = held("A", 1, 30);
-        assert_eq!(
-            check_holder(Some(&lease), "A", 2, 20),
-            Err(LostReason::NeverIssued)
-        );
+        assert_eq!(holds(&lease, "A", 2, 20), Err(LostReason::NeverIssued));
     }
 
     #[test]

@@ -6,7 +6,12 @@
 //! refused (`stale`) instead of overwriting the new holder's document.
 //!
 //! The binary is a thin shell over [`run`]: parsing, dispatch and error printing live
-//! here so they can be tested in-process.
+//! here so they can be tested in-process. [`run`] is all the binary needs; every other
+//! module is private but two: [`sink`] and [`lease`], the protocol's rules as pure
+//! functions over plain values (when is a write stale, what does recovery undo, who may
+//! claim or renew), public so a model checker in the test suite can explore them
+//! without a database or a file. The modules, as layers, are described in
+//! `docs/architecture.md`.
 
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -16,19 +21,20 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
 
-pub mod atomic;
-pub mod audit;
-pub mod clock;
-pub mod cmd;
-pub mod error;
-#[cfg(feature = "failpoints")]
-pub mod failpoints;
-pub mod folder;
+mod atomic;
+mod audit;
+mod clock;
+mod cmd;
+mod error;
+mod failpoints;
+mod folder;
 pub mod lease;
-pub mod resource;
-pub mod root;
+mod outcome;
+mod recovery;
+mod resource;
+mod root;
 pub mod sink;
-pub mod store;
+mod store;
 
 use clock::{Clock, ClockKind, Zero, parse_duration};
 use cmd::{Ctx, Report};
@@ -78,7 +84,7 @@ Exit codes:
     after_long_help = exit_codes!(),
     max_term_width = 100
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: Global,
 
@@ -91,7 +97,7 @@ pub struct Cli {
 /// command.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Global options")]
-pub struct Global {
+pub(crate) struct Global {
     /// Publish root: resources are paths relative to it [default: the nearest folder
     /// from the current one up that holds .fencepost/, where names typed on the command
     /// line are relative to the current folder; else the current folder].
@@ -179,7 +185,7 @@ pub struct Global {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     Claim(cmd::claim::ClaimArgs),
     Renew(cmd::renew::RenewArgs),
     Complete(cmd::complete::CompleteArgs),
@@ -201,25 +207,51 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    #[cfg(feature = "failpoints")]
-    let _scenario = fail::FailScenario::setup();
+    let _scenario = failpoints::setup();
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let parsed = Cli::command()
-        .try_get_matches_from(&args)
-        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
-    let (cli, matches) = match parsed {
+    let (cli, matches) = match parse(&args) {
         Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
+    // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
+    let typed = matches
+        .subcommand_matches("write")
+        .and_then(|m| m.value_source("resource"))
+        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
+    let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
+        dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
+            if let Error::Refused(refusal) = err
+                && !refusal.logged
+            {
+                cmd::log_refusal(&ctx, refusal);
+            }
+        })
+    });
+    match result {
+        Ok(report) => answer(&cli, report),
+        Err(err) => answer_error(&cli, &err),
+    }
+}
+
+/// Parses the command line. `Err`: the exit code, once help, the version or a usage error
+/// has been printed.
+fn parse(args: &[OsString]) -> std::result::Result<(Cli, clap::ArgMatches), i32> {
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    match parsed {
+        Ok(parsed) => Ok(parsed),
         Err(e)
             if !e.use_stderr()
                 || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
         {
             let code = if e.use_stderr() { 2 } else { 0 };
-            return match e.print() {
+            Err(match e.print() {
                 Err(failed) if !e.use_stderr() => {
                     stdout_failed(&failed, code, "nothing was changed")
                 }
                 _ => code,
-            };
+            })
         }
         Err(e) => {
             // Bad usage is bad input like any other: one `fencepost:` line (and a hint),
@@ -237,85 +269,70 @@ where
                 .filter_map(|a| a.to_str())
                 .find(|a| Cli::command().find_subcommand(a).is_some());
             let named = json!({ "resource": null, "epoch": null });
-            report_error(
-                &clap_usage_error(&e, command),
-                json,
-                false,
-                error::object(named),
-            );
-            return 2;
-        }
-    };
-    let json = cli.global.json;
-    let quiet = cli.global.quiet;
-    let quiet_success = quiet && !json && cli.command.is_confirmation();
-    // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
-    let typed = matches
-        .subcommand_matches("write")
-        .and_then(|m| m.value_source("resource"))
-        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
-    let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
-        dispatch(&ctx, &cli.command, json).inspect_err(|err| {
-            if let Error::Refused(refusal) = err
-                && !refusal.logged
-            {
-                cmd::log_refusal(&ctx, refusal);
-            }
-        })
-    });
-    match result {
-        Ok(report) => {
-            // A script or page printed as it is; `man --dir` prints a report like others.
-            let generated = match &cli.command {
-                Command::Completions(_) => true,
-                Command::Man(args) => args.dir.is_none(),
-                _ => false,
-            };
-            let left = match report.changed {
-                Some(changed) => changed,
-                None if cli.command.changes_nothing() => "nothing was changed".to_string(),
-                None => "`fencepost status` shows the state it left".to_string(),
-            };
-            let text = if json && !generated {
-                let mut map = report.json;
-                map.entry("outcome").or_insert(json!("ok"));
-                map.entry("resource").or_insert(Value::Null);
-                map.entry("epoch").or_insert(Value::Null);
-                Value::Object(map).to_string()
-            } else {
-                report.plain
-            };
-            if !text.is_empty()
-                && !quiet_success
-                && let Err(e) = emit(&text)
-            {
-                return stdout_failed(&e, 0, &left);
-            }
-            0
-        }
-        Err(err) => {
-            // run may give held and lost codes of the caller's choosing, and says in its
-            // JSON which side an exit came from.
-            let (code, mut extra) = match &cli.command {
-                Command::Run(args) => {
-                    let code = args.exit_code(&err);
-                    let from = if matches!(err, Error::Child { .. }) {
-                        "command"
-                    } else {
-                        "fencepost"
-                    };
-                    let extra = json!({ "exit_code": code, "exit_from": from });
-                    (code, error::object(extra))
-                }
-                _ => (err.exit_code(), serde_json::Map::new()),
-            };
-            let (resource, epoch) = cli.command.named();
-            extra.insert("resource".into(), resource);
-            extra.insert("epoch".into(), epoch);
-            report_error(&err, json, quiet, extra);
-            code
+            report_error(&clap_usage_error(&e, command), json, false, object(&named));
+            Err(2)
         }
     }
+}
+
+/// Prints a successful command's answer (plain, or its JSON object); returns the exit
+/// code.
+fn answer(cli: &Cli, report: Report) -> i32 {
+    let json = cli.global.json;
+    let quiet_success = cli.global.quiet && !json && cli.command.is_confirmation();
+    // A script or page printed as it is; `man --dir` prints a report like others.
+    let generated = match &cli.command {
+        Command::Completions(_) => true,
+        Command::Man(args) => args.dir.is_none(),
+        _ => false,
+    };
+    let left = match report.changed {
+        Some(changed) => changed,
+        None if cli.command.changes_nothing() => "nothing was changed".to_string(),
+        None => "`fencepost status` shows the state it left".to_string(),
+    };
+    let text = if json && !generated {
+        let mut map = object(&report.outcome);
+        map.entry("resource").or_insert(Value::Null);
+        map.entry("epoch").or_insert(Value::Null);
+        Value::Object(map).to_string()
+    } else {
+        report.plain
+    };
+    if !text.is_empty()
+        && !quiet_success
+        && let Err(e) = emit(&text)
+    {
+        return stdout_failed(&e, 0, &left);
+    }
+    0
+}
+
+/// Prints a failed command's answer; returns the exit code.
+fn answer_error(cli: &Cli, err: &Error) -> i32 {
+    // run may give held and lost codes of the caller's choosing, and says in its JSON
+    // which side an exit came from.
+    let (code, mut extra) = match &cli.command {
+        Command::Run(args) => {
+            let code = args.exit_code(err);
+            let from = if matches!(err, Error::Child { .. }) {
+                "command"
+            } else {
+                "fencepost"
+            };
+            let extra = outcome::Exit {
+                exit_code: code,
+                exit_from: from,
+            };
+            (code, object(&extra))
+        }
+        _ => (err.exit_code(), serde_json::Map::new()),
+    };
+    let (resource, epoch) = cli.command.named();
+    extra.insert("resource".into(), resource);
+    extra.insert("epoch".into(), epoch);
+    report_error(err, cli.global.json, cli.global.quiet, extra);
+    code
 }
 
 /// The answer could not be written to stdout. A closed pipe (`| head -0`) is the reader's
@@ -479,7 +496,7 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
 }
 
 /// Resolves the global options. `typed`: the resource was typed on the command line
-/// (not read from FENCEPOST_RESOURCE), so under a found root it starts in the current
+/// (not read from `FENCEPOST_RESOURCE`), so under a found root it starts in the current
 /// folder.
 fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     let clock = Clock::from_option(global.now)?;
@@ -538,6 +555,15 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     })
 }
 
+/// The members of the JSON object `value` serializes to (its keys sorted). The answers
+/// are plain structs of strings and numbers, which always serialize.
+fn object(value: &impl serde::Serialize) -> serde_json::Map<String, Value> {
+    match serde_json::to_value(value) {
+        Ok(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
 /// Prints a result line and flushes it, so a failed write is seen here.
 fn emit(text: &str) -> io::Result<()> {
     let mut out = io::stdout().lock();
@@ -555,10 +581,10 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
     let mut written = Ok(());
     if json {
         let mut map = match err {
-            Error::Refused(r) => r.fields.clone(),
-            Error::Diverged { fields, .. }
-            | Error::Child { fields, .. }
-            | Error::Partial { fields, .. } => fields.as_object().cloned().unwrap_or_default(),
+            Error::Refused(r) => object(r),
+            Error::Diverged { found, .. } => object(found),
+            Error::Child { ran, .. } => object(ran),
+            Error::Partial { done, .. } => object(done),
             _ => serde_json::Map::new(),
         };
         map.insert("outcome".into(), json!(err.outcome()));
@@ -569,7 +595,7 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
         written = emit(&Value::Object(map).to_string());
     } else if let Error::Refused(r) = err {
         if !quiet {
-            written = emit(r.kind.outcome());
+            written = emit(r.kind().outcome());
         }
     } else if let Error::Diverged { report, .. } | Error::Partial { report, .. } = err {
         written = emit(report);

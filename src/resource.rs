@@ -13,30 +13,30 @@ use crate::error::{Error, Result};
 use crate::folder::{Child, Folder, Kind};
 
 /// The folder under the root that holds the default state file.
-pub const STATE_DIR: &str = ".fencepost";
+pub(crate) const STATE_DIR: &str = ".fencepost";
 
 /// Marker inside file names that the tool reserves for its temp and link files.
-pub const RESERVED: &str = ".fencepost-";
+pub(crate) const RESERVED: &str = ".fencepost-";
 
 /// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXXXXXX`
-/// sibling names still fit in the usual 255-byte limit (NAME_MAX).
+/// sibling names still fit in the usual 255-byte limit (`NAME_MAX`).
 const MAX_NAME: usize = 200;
 
-/// Longest folder name accepted: NAME_MAX (folders get no sibling names).
+/// Longest folder name accepted: `NAME_MAX` (folders get no sibling names).
 const MAX_FOLDER: usize = 255;
 
 /// Longest resource accepted: with the shortest root (`/`) and the tool's sibling names
-/// beside the document, its path still fits in PATH_MAX (4096, with its NUL). The root's
+/// beside the document, its path still fits in `PATH_MAX` (4096, with its NUL). The root's
 /// own length is checked where the root is known.
 const MAX_RESOURCE: usize = 4096 - 1 - 64 - 1;
 
 /// A validated resource name: relative, normalised, `/`-separated, UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resource(String);
+pub(crate) struct Resource(String);
 
 impl Resource {
     /// Checks a resource name as given on the command line.
-    pub fn parse(raw: &OsStr) -> Result<Resource> {
+    pub(crate) fn parse(raw: &OsStr) -> Result<Resource> {
         let text = raw
             .to_str()
             .ok_or_else(|| Error::usage(format!("resource {raw:?} is not valid UTF-8")))?;
@@ -101,7 +101,7 @@ impl Resource {
         Ok(Resource(joined))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -115,7 +115,7 @@ impl std::fmt::Display for Resource {
 /// Where a resource's document lives: its folder, held open by a handle, and its file
 /// name. Every operation on the document goes through the handle (see `folder`).
 #[derive(Debug)]
-pub struct DocPath {
+pub(crate) struct DocPath {
     pub folder: Folder,
     pub name: OsString,
     /// Folders made by this locate (each with its parent), outermost first: removed again
@@ -125,7 +125,7 @@ pub struct DocPath {
 
 impl DocPath {
     /// The document's full path, for messages.
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.folder.join(&self.name)
     }
 
@@ -133,7 +133,7 @@ impl DocPath {
     /// folder this handle holds. Run under the lock before the recovery links are made and
     /// again just before the rename: a folder swapped for a symlink, or moved out of the
     /// root, meanwhile refuses the write (the handle would still reach the moved folder).
-    pub fn check_unmoved(&self, root: &Path, resource: &Resource) -> Result<()> {
+    pub(crate) fn check_unmoved(&self, root: &Path, resource: &Resource) -> Result<()> {
         let again = locate(root, resource, false)?;
         let same = match &again {
             Some(doc) => doc.folder.id()? == self.folder.id()?,
@@ -151,7 +151,7 @@ impl DocPath {
 
     /// Removes the folders this locate made, innermost first, where they are still empty:
     /// a write that failed leaves no folders behind.
-    pub fn remove_made_folders(&mut self) {
+    pub(crate) fn remove_made_folders(&mut self) {
         while let Some((parent, name)) = self.made.pop() {
             if parent.remove_child(&name) {
                 let _ = parent.sync();
@@ -161,7 +161,7 @@ impl DocPath {
 
     /// The file name of a sibling owned by the tool: `.<name>.fencepost-<what>` (with
     /// `what` = `tmp-`, the prefix of the staged temp files).
-    pub fn sibling_name(&self, what: &str) -> OsString {
+    pub(crate) fn sibling_name(&self, what: &str) -> OsString {
         let mut name = OsString::from(".");
         name.push(&self.name);
         name.push(RESERVED);
@@ -224,7 +224,10 @@ fn walk(root: &Path, resource: &Resource) -> Result<Walk> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(Walk {
                     dir,
-                    missing: folders[i..].iter().map(|f| f.to_string()).collect(),
+                    missing: folders[i..]
+                        .iter()
+                        .map(std::string::ToString::to_string)
+                        .collect(),
                     name: name.to_string(),
                 });
             }
@@ -289,7 +292,7 @@ fn another_root(dir: &Path, resource: &Resource) -> Result<()> {
 /// yet keep their spelling. The real name passes the same rules as a typed one: a
 /// symlink cannot lead to a name the rules would refuse (a reserved part, control
 /// characters, bytes that are not UTF-8).
-pub fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
+pub(crate) fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
     let walk = walk(root, resource)?;
     let mut parts: Vec<String> = Vec::new();
     let inside = walk.dir.strip_prefix(root).unwrap_or(Path::new(""));
@@ -327,7 +330,7 @@ pub fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
 /// on the way is refused. With `create`, missing folders are made (each new folder's
 /// parent fsynced, so a committed document never loses its folder); without it, a missing
 /// folder gives `Ok(None)` (no document).
-pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
+pub(crate) fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
     let parts: Vec<&str> = resource.as_str().split('/').collect();
     let (name, folders) = parts.split_last().unwrap_or((&"", &[]));
     let mut dir = Folder::open(root)?;

@@ -24,9 +24,9 @@ use crate::error::{Error, Result};
 use crate::resource::{Resource, STATE_DIR};
 
 /// The file in `.fencepost/` that names a state file kept outside that folder.
-pub const MARKER: &str = "state-file";
+pub(crate) const MARKER: &str = "state-file";
 
-/// Longest path the kernel accepts (PATH_MAX, counting its terminating NUL).
+/// Longest path the kernel accepts (`PATH_MAX`, counting its terminating NUL).
 const PATH_MAX: usize = 4096;
 
 /// Room left beside a document's path for the tool's own sibling names
@@ -38,7 +38,7 @@ const COMPANIONS: [&str; 4] = ["", "-wal", "-shm", "-journal"];
 
 /// How the root of a command was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum How {
+pub(crate) enum How {
     /// `--root` or `FENCEPOST_ROOT`: names are relative to it.
     Given,
     /// The nearest ancestor of the current folder holding `.fencepost/`.
@@ -49,7 +49,7 @@ pub enum How {
 
 /// The root a command works on and its state file.
 #[derive(Debug, Clone)]
-pub struct Place {
+pub(crate) struct Place {
     /// The publish root, canonical.
     pub root: PathBuf,
     /// The state file, as it will be opened.
@@ -62,29 +62,28 @@ pub struct Place {
 /// Chooses the root and the state file: `given` (`--root`) wins, else discovery from the
 /// current folder; `db` (`--db`) wins over the state file the root names, but must be
 /// that file when the root names one.
-pub fn resolve(given: Option<&Path>, db: Option<&Path>) -> Result<Place> {
-    let (root, how, here) = match given {
-        Some(dir) => (usable_root(dir)?, How::Given, None),
-        None => {
-            let cwd = std::env::current_dir()
-                .and_then(fs::canonicalize)
-                .map_err(|e| {
-                    Error::usage_hint(
-                        format!("the current folder is not usable: {e}"),
-                        "pass --root DIR (FENCEPOST_ROOT)",
-                    )
-                })?;
-            match discover(&cwd) {
-                Some(root) => {
-                    let here = cwd
-                        .strip_prefix(&root)
-                        .unwrap_or(Path::new(""))
-                        .to_path_buf();
-                    let here = (!here.as_os_str().is_empty()).then_some(here);
-                    (root, How::Found, here)
-                }
-                None => (cwd, How::Current, None),
+pub(crate) fn resolve(given: Option<&Path>, db: Option<&Path>) -> Result<Place> {
+    let (root, how, here) = if let Some(dir) = given {
+        (usable_root(dir)?, How::Given, None)
+    } else {
+        let cwd = std::env::current_dir()
+            .and_then(fs::canonicalize)
+            .map_err(|e| {
+                Error::usage_hint(
+                    format!("the current folder is not usable: {e}"),
+                    "pass --root DIR (FENCEPOST_ROOT)",
+                )
+            })?;
+        match discover(&cwd) {
+            Some(root) => {
+                let here = cwd
+                    .strip_prefix(&root)
+                    .unwrap_or(Path::new(""))
+                    .to_path_buf();
+                let here = (!here.as_os_str().is_empty()).then_some(here);
+                (root, How::Found, here)
             }
+            None => (cwd, How::Current, None),
         }
     };
     let kept = kept_db(&root)?;
@@ -132,12 +131,12 @@ fn usable_root(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Where the default state file is for a root.
-pub fn default_db(root: &Path) -> PathBuf {
+pub(crate) fn default_db(root: &Path) -> PathBuf {
     root.join(STATE_DIR).join("state.db")
 }
 
 /// True when `dir` holds a `.fencepost` entry: it is a publish root.
-pub fn is_root(dir: &Path) -> bool {
+pub(crate) fn is_root(dir: &Path) -> bool {
     fs::symlink_metadata(dir.join(STATE_DIR)).is_ok()
 }
 
@@ -152,7 +151,7 @@ fn discover(cwd: &Path) -> Option<PathBuf> {
 
 /// The nearest root strictly above `root`, on any filesystem: a root there would already
 /// fence this one's documents.
-pub fn enclosing(root: &Path) -> Option<PathBuf> {
+pub(crate) fn enclosing(root: &Path) -> Option<PathBuf> {
     root.ancestors()
         .skip(1)
         .find(|dir| is_root(dir))
@@ -201,7 +200,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// The absolute path `path` resolves to, following symlinks even when the file they lead
 /// to does not exist yet (SQLite creates a state file where its symlink points). Folders
 /// that do not exist keep their spelling.
-pub fn real_path(path: &Path) -> PathBuf {
+pub(crate) fn real_path(path: &Path) -> PathBuf {
     let mut path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     for _ in 0..40 {
         if let Ok(real) = fs::canonicalize(&path) {
@@ -221,7 +220,7 @@ pub fn real_path(path: &Path) -> PathBuf {
 /// Turns a name typed on the command line into a name under the root: a found root's
 /// names start in the current folder (`here`), and leading `..` steps go up from it, never
 /// above the root.
-pub fn under(root: &Path, here: Option<&Path>, typed: &OsStr) -> Result<OsString> {
+pub(crate) fn under(root: &Path, here: Option<&Path>, typed: &OsStr) -> Result<OsString> {
     let Some(here) = here else {
         return Ok(typed.to_os_string());
     };
@@ -262,7 +261,7 @@ pub fn under(root: &Path, here: Option<&Path>, typed: &OsStr) -> Result<OsString
 
 /// Refuses a resource whose path under `root`, with the tool's sibling names beside its
 /// document, would not fit in a path the kernel takes.
-pub fn fits(root: &Path, resource: &Resource) -> Result<()> {
+pub(crate) fn fits(root: &Path, resource: &Resource) -> Result<()> {
     let len = root.as_os_str().len() + 1 + resource.as_str().len() + SIBLING_ROOM;
     if len >= PATH_MAX {
         return Err(Error::usage(format!(
@@ -276,7 +275,7 @@ pub fn fits(root: &Path, resource: &Resource) -> Result<()> {
 }
 
 /// A name for a message: whole when short, else its start and its length.
-pub fn shown(name: &str) -> String {
+pub(crate) fn shown(name: &str) -> String {
     if name.len() <= 120 {
         return name.to_string();
     }
@@ -291,7 +290,7 @@ pub fn shown(name: &str) -> String {
 /// documents are that root's, and the hint names them as that root does. Only the plain
 /// folders at the start of the path are looked at; the walk that resolves symlinks
 /// refuses the rest.
-pub fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
+pub(crate) fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
     let parts: Vec<&str> = resource.as_str().split('/').collect();
     let mut dir = root.to_path_buf();
     for (i, folder) in parts[..parts.len() - 1].iter().enumerate() {
@@ -322,7 +321,7 @@ pub fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
 /// Makes `place.root` a publish root before its state file is first created: refuses one
 /// inside another root, and gives it `.fencepost/` (with a marker naming the state file
 /// when that lives elsewhere). `resource` is what is being claimed, for the hint.
-pub fn establish(place: &Place, resource: &Resource) -> Result<()> {
+pub(crate) fn establish(place: &Place, resource: &Resource) -> Result<()> {
     let state_dir = place.root.join(STATE_DIR);
     let made = if is_root(&place.root) {
         false
@@ -414,7 +413,7 @@ fn refuse_enclosed(place: &Place, resource: &Resource) -> Result<()> {
 /// How a state file names its root: relative to the state file's folder when the root
 /// contains it (`..` for the default `<root>/.fencepost/state.db`, so moving the whole
 /// tree keeps working), else the root's absolute real path.
-pub fn pin(root: &Path, db: &Path) -> Vec<u8> {
+pub(crate) fn pin(root: &Path, db: &Path) -> Vec<u8> {
     match db_dir(db).strip_prefix(root) {
         Ok(inside) => {
             let ups = vec![".."; inside.components().count()];
@@ -429,7 +428,7 @@ pub fn pin(root: &Path, db: &Path) -> Vec<u8> {
 }
 
 /// The root a pin names, for messages.
-pub fn pinned_root(db: &Path, pin: &[u8]) -> PathBuf {
+pub(crate) fn pinned_root(db: &Path, pin: &[u8]) -> PathBuf {
     let pinned = Path::new(OsStr::from_bytes(pin));
     if pinned.is_absolute() {
         return pinned.to_path_buf();
@@ -454,7 +453,7 @@ fn db_dir(db: &Path) -> PathBuf {
 /// folder they live in (device and inode) with their names, and their paths, to compare
 /// a document's device and inode with.
 #[derive(Debug, Clone, Default)]
-pub struct StateFiles {
+pub(crate) struct StateFiles {
     names: Vec<((u64, u64), OsString)>,
     paths: Vec<PathBuf>,
 }
@@ -462,7 +461,7 @@ pub struct StateFiles {
 impl StateFiles {
     /// The files of the state file `db`: under its real name in its real folder, and
     /// under the name it was given, in the folder that name is in.
-    pub fn of(db: &Path) -> StateFiles {
+    pub(crate) fn of(db: &Path) -> StateFiles {
         let mut files = StateFiles::default();
         let real = real_path(db);
         let typed_dir = crate::atomic::folder_of(db);
@@ -495,7 +494,7 @@ impl StateFiles {
     /// True when the file `name` in the folder `dir` (device, inode), which is `doc`
     /// (device, inode; `None` if it does not exist), is the state file or one of its
     /// companions.
-    pub fn holds(&self, dir: (u64, u64), name: &OsStr, doc: Option<(u64, u64)>) -> bool {
+    pub(crate) fn holds(&self, dir: (u64, u64), name: &OsStr, doc: Option<(u64, u64)>) -> bool {
         if self.names.iter().any(|(d, n)| *d == dir && n == name) {
             return true;
         }
@@ -508,7 +507,7 @@ impl StateFiles {
 
     /// True when `path` (real folders, then names not made yet) is where the state file
     /// or a companion is or will be.
-    pub fn at(&self, path: &Path) -> bool {
+    pub(crate) fn at(&self, path: &Path) -> bool {
         self.paths.iter().any(|p| p == path)
     }
 }

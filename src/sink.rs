@@ -56,6 +56,7 @@ pub enum WriteDecision {
 
 /// The fencing rule. `issued` is the highest epoch `claim` has issued for the resource
 /// (`None` if never claimed); `sha256` is the hash of the bytes offered.
+#[must_use]
 pub fn decide(
     record: Option<&SinkRecord>,
     issued: Option<i64>,
@@ -88,8 +89,10 @@ pub fn decide(
     }
 }
 
-/// The fence after an accepted write: fenced writes raise it, `--unfenced` ones (the
-/// seed's unprotected receiver) leave it where it was.
+/// The fence after an accepted write: fenced writes raise it, `--unfenced` ones (a sink
+/// without fencing, kept to reproduce the failure of docs/protocol.md) leave it where it
+/// was.
+#[must_use]
 pub fn fence_after_write(record: Option<&SinkRecord>, epoch: i64, unfenced: bool) -> i64 {
     let old = record.map_or(0, |r| r.fence);
     if unfenced { old } else { old.max(epoch) }
@@ -124,6 +127,7 @@ pub enum Recovery {
 /// file, the commit happened; if the document is the `-new` file but the record does not
 /// name it, the rename happened without a commit and must be undone. Anything else (a
 /// document edited or replaced by someone else) is left alone for `status` to report.
+#[must_use]
 pub fn recovery(recorded: Option<FileId>, found: Leftovers) -> Recovery {
     let Some(new) = found.new else {
         return if found.pre {
@@ -149,6 +153,15 @@ mod tests {
     const H1: &str = "aa";
     const H2: &str = "bb";
 
+    /// Refused: epoch 2 was accepted already.
+    const STALE_AT_2: WriteDecision = WriteDecision::Stale { fence: 2 };
+
+    /// `decide` for a fenced write of `sha256` under `epoch`, `issued` being the highest
+    /// epoch claimed.
+    fn fenced(record: Option<&SinkRecord>, issued: i64, epoch: i64, sha256: &str) -> WriteDecision {
+        decide(record, Some(issued), epoch, sha256, false)
+    }
+
     fn record(fence: i64, content_epoch: Option<i64>) -> SinkRecord {
         SinkRecord {
             fence,
@@ -165,49 +178,32 @@ mod tests {
     #[test]
     fn lower_epoch_is_stale() {
         let r = record(2, Some(2));
-        assert_eq!(
-            decide(Some(&r), Some(2), 1, H2, false),
-            WriteDecision::Stale { fence: 2 }
-        );
+        assert_eq!(fenced(Some(&r), 2, 1, H2), STALE_AT_2);
     }
 
     #[test]
     fn same_epoch_same_bytes_is_replay_and_different_bytes_conflict() {
         let r = record(2, Some(2));
-        assert_eq!(
-            decide(Some(&r), Some(2), 2, H1, false),
-            WriteDecision::Replay
-        );
-        assert_eq!(
-            decide(Some(&r), Some(2), 2, H2, false),
-            WriteDecision::Conflict {
-                recorded_sha256: H1.into()
-            }
-        );
+        assert_eq!(fenced(Some(&r), 2, 2, H1), WriteDecision::Replay);
+        let conflict = WriteDecision::Conflict {
+            recorded_sha256: H1.into(),
+        };
+        assert_eq!(fenced(Some(&r), 2, 2, H2), conflict);
     }
 
     #[test]
     fn higher_issued_epoch_is_written() {
         let r = record(1, Some(1));
-        assert_eq!(
-            decide(Some(&r), Some(2), 2, H2, false),
-            WriteDecision::Write
-        );
-        assert_eq!(decide(None, Some(1), 1, H2, false), WriteDecision::Write);
+        assert_eq!(fenced(Some(&r), 2, 2, H2), WriteDecision::Write);
+        assert_eq!(fenced(None, 1, 1, H2), WriteDecision::Write);
     }
 
     #[test]
     fn fence_registered_by_takeover_accepts_its_own_first_write() {
         // B's claim raised the fence to 2 without content: B's write is new, A's is stale.
         let r = record(2, Some(1));
-        assert_eq!(
-            decide(Some(&r), Some(2), 2, H2, false),
-            WriteDecision::Write
-        );
-        assert_eq!(
-            decide(Some(&r), Some(2), 1, H2, false),
-            WriteDecision::Stale { fence: 2 }
-        );
+        assert_eq!(fenced(Some(&r), 2, 2, H2), WriteDecision::Write);
+        assert_eq!(fenced(Some(&r), 2, 1, H2), STALE_AT_2);
     }
 
     #[test]
@@ -217,7 +213,7 @@ mod tests {
             WriteDecision::Unissued { issued: None }
         );
         assert_eq!(
-            decide(None, Some(3), 99, H1, false),
+            fenced(None, 3, 99, H1),
             WriteDecision::Unissued { issued: Some(3) }
         );
     }
@@ -231,16 +227,17 @@ mod tests {
         assert_eq!(fence_after_write(None, 3, false), 3);
     }
 
+    /// What recovery finds: the `-new` link, whether `-pre` exists, the document.
+    fn leftovers(new: Option<FileId>, pre: bool, doc: Option<FileId>) -> Leftovers {
+        Leftovers { new, pre, doc }
+    }
+
     const OLD: FileId = FileId { ino: 10, size: 3 };
     const NEW: FileId = FileId { ino: 11, size: 4 };
 
     #[test]
     fn renamed_but_uncommitted_write_is_rolled_back() {
-        let found = Leftovers {
-            new: Some(NEW),
-            pre: true,
-            doc: Some(NEW),
-        };
+        let found = leftovers(Some(NEW), true, Some(NEW));
         assert_eq!(recovery(Some(OLD), found), Recovery::RestorePre);
         let first = Leftovers {
             pre: false,
@@ -251,49 +248,29 @@ mod tests {
 
     #[test]
     fn committed_write_keeps_its_document() {
-        let found = Leftovers {
-            new: Some(NEW),
-            pre: true,
-            doc: Some(NEW),
-        };
+        let found = leftovers(Some(NEW), true, Some(NEW));
         assert_eq!(recovery(Some(NEW), found), Recovery::DropLinks);
     }
 
     #[test]
     fn write_that_never_renamed_only_drops_links() {
-        let found = Leftovers {
-            new: Some(NEW),
-            pre: true,
-            doc: Some(OLD),
-        };
+        let found = leftovers(Some(NEW), true, Some(OLD));
         assert_eq!(recovery(Some(OLD), found), Recovery::DropLinks);
-        let only_pre = Leftovers {
-            new: None,
-            pre: true,
-            doc: Some(OLD),
-        };
+        let only_pre = leftovers(None, true, Some(OLD));
         assert_eq!(recovery(Some(OLD), only_pre), Recovery::DropLinks);
     }
 
     #[test]
     fn document_replaced_by_hand_is_never_rolled_back() {
         let hand = FileId { ino: 99, size: 7 };
-        let found = Leftovers {
-            new: Some(NEW),
-            pre: true,
-            doc: Some(hand),
-        };
+        let found = leftovers(Some(NEW), true, Some(hand));
         assert_eq!(recovery(Some(NEW), found), Recovery::DropLinks);
         assert_eq!(recovery(Some(OLD), found), Recovery::DropLinks);
     }
 
     #[test]
     fn nothing_in_flight_does_nothing() {
-        let found = Leftovers {
-            new: None,
-            pre: false,
-            doc: Some(OLD),
-        };
+        let found = leftovers(None, false, Some(OLD));
         assert_eq!(recovery(Some(OLD), found), Recovery::Nothing);
     }
 }

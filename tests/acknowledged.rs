@@ -9,8 +9,8 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::crash::{RES, spawn_paused, spawn_paused_also, status_row, version};
 use crate::harness::Env;
+use crate::support::{RES, spawn_paused, spawn_paused_also, status_row, version};
 
 /// Publishes `content` as `owner` with a fresh claim at tick `now` (TTL 10).
 fn publish(env: &Env, owner: &str, now: i64, content: &[u8]) -> i64 {
@@ -103,7 +103,7 @@ fn a_late_clean_up_leaves_a_newer_committed_write_alone() {
     assert_eq!(env.read(RES).as_deref(), Some(v2.as_slice()));
     env.fp(&["verify"]).now(42).expect(0);
     assert_eq!(
-        crate::crash::tool_files(&env),
+        crate::support::tool_files(&env),
         Vec::<String>::new(),
         "no link or temp file is left"
     );

@@ -1,353 +1,18 @@
-//! Crash safety (issue 4, docs/crash-safety.md): every failpoint of `write` and `claim`
-//! hit as a returned error, as a real crash (`abort`) and as a SIGKILL while the process
-//! is blocked at that step; then `status` before recovery, the next command, and the
+//! Crash safety (docs/crash-safety.md): every failpoint of `write` and `claim` hit as a
+//! returned error, as a real crash (`abort`) and as a SIGKILL while the process is
+//! blocked at that step; then `status` before recovery, the next command, and the
 //! invariants. Also: temp files of a live (paused) writer versus an abandoned one, hand
 //! edits after a crash, refused writes, and a state file held locked by another process.
-//!
-//! The helpers are shared with `strace.rs` and `torture.rs`.
+//! "Promise N" is the Nth promise of docs/crash-safety.md. The helpers it shares with
+//! other modules are in `support`.
 
-#![allow(dead_code)]
-
-use std::io::{BufRead, BufReader, Write as _};
-use std::os::unix::fs::PermissionsExt as _;
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use sha2::{Digest, Sha256};
-use tempfile::TempDir;
-
-use crate::harness::{Env, bin};
-
-pub const RES: &str = "doc.md";
-
-/// Contents of different sizes, so a torn or mixed document cannot pass for a version.
-pub fn version(tag: &str, size: usize) -> Vec<u8> {
-    let line = format!("{tag}: the quick brown fox jumps over the lazy dog\n");
-    line.bytes().cycle().take(size.max(line.len())).collect()
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// A `fencepost` command for `env`, as the harness runs it, but not yet started.
-pub fn command(env: &Env, args: &[&str], now: Option<i64>) -> Command {
-    let mut cmd = Command::new(bin());
-    cmd.env_clear()
-        .current_dir(env.root())
-        .arg("--root")
-        .arg(env.root());
-    if let Some(now) = now {
-        cmd.arg("--now").arg(now.to_string());
-    }
-    cmd.args(args);
-    cmd
-}
-
-/// One resource's row of `status --json`.
-pub fn status_row(env: &Env, res: &str, now: Option<i64>) -> Value {
-    let mut run = env.fp(&["--json", "status", res]);
-    if let Some(now) = now {
-        run = run.now(now);
-    }
-    let j = run.expect(0).json();
-    j["resources"]
-        .as_array()
-        .and_then(|rows| rows.iter().find(|r| r["resource"] == res))
-        .cloned()
-        .unwrap_or_else(|| panic!("status has no row for {res}: {j}"))
-}
-
-/// Files the tool owns next to documents: temp files and recovery links.
-pub fn tool_files(env: &Env) -> Vec<String> {
-    env.files()
-        .into_iter()
-        .filter(|f| f.contains(".fencepost-"))
-        .collect()
-}
-
-pub fn temp_files(env: &Env) -> Vec<String> {
-    env.files()
-        .into_iter()
-        .filter(|f| f.contains(".fencepost-tmp-"))
-        .collect()
-}
-
-pub fn link_files(env: &Env) -> Vec<String> {
-    env.files()
-        .into_iter()
-        .filter(|f| f.contains(".fencepost-pre-") || f.contains(".fencepost-new-"))
-        .collect()
-}
-
-/// Invariant 3: the document is `want` (bytes and the epoch they were written under),
-/// and the record's epoch and SHA-256 describe exactly those bytes; or, for `None`, no
-/// document and no recorded content.
-pub fn assert_consistent(
-    env: &Env,
-    res: &str,
-    now: Option<i64>,
-    want: Option<(&[u8], i64)>,
-    what: &str,
-) {
-    let row = status_row(env, res, now);
-    let doc = env.read(res);
-    match want {
-        Some((bytes, epoch)) => {
-            assert!(
-                doc.as_deref() == Some(bytes),
-                "{what}: document is not the expected version ({} bytes, wanted {}); row {row}",
-                doc.as_ref().map_or(0, Vec::len),
-                bytes.len()
-            );
-            assert_eq!(row["document"]["state"], "matches", "{what}: {row}");
-            assert_eq!(row["sink"]["content_epoch"], epoch, "{what}: {row}");
-            assert_eq!(row["sink"]["sha256"], sha256_hex(bytes), "{what}: {row}");
-            assert_eq!(
-                row["document"]["sha256"],
-                sha256_hex(bytes),
-                "{what}: {row}"
-            );
-        }
-        None => {
-            assert_eq!(doc, None, "{what}: a document exists");
-            assert_eq!(row["document"]["state"], "absent", "{what}: {row}");
-            assert!(
-                row["sink"].is_null() || row["sink"]["content_epoch"].is_null(),
-                "{what}: {row}"
-            );
-        }
-    }
-}
-
-/// Runs `mkfifo`.
-pub fn mkfifo(path: &Path) {
-    let ok = Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .expect("run mkfifo")
-        .success();
-    assert!(ok, "mkfifo {}", path.display());
-}
-
-/// Sends a signal with kill(1) (the tests use no libc).
-pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill")
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
-}
-
-/// A `fencepost` process blocked at a failpoint (`return(wait:PATH)`).
-pub struct Paused {
-    /// `None` once finished; a `Paused` dropped early (a failing test) SIGKILLs it.
-    child: Option<Child>,
-    pub pid: u32,
-    point: String,
-    resume: PathBuf,
-    _fifos: TempDir,
-}
-
-/// Starts `fencepost ARGS` with `stdin` and waits until it is blocked at `point`.
-pub fn spawn_paused(
-    env: &Env,
-    args: &[&str],
-    now: Option<i64>,
-    stdin: &[u8],
-    point: &str,
-) -> Paused {
-    spawn_paused_via(&[], env, args, now, stdin, point)
-}
-
-/// The same, started through `wrapper` (e.g. setpriv, to run as another user), which
-/// must exec fencepost in its own process.
-pub fn spawn_paused_via(
-    wrapper: &[&str],
-    env: &Env,
-    args: &[&str],
-    now: Option<i64>,
-    stdin: &[u8],
-    point: &str,
-) -> Paused {
-    spawn_paused_also(wrapper, env, args, now, stdin, point, "")
-}
-
-/// [`spawn_paused_via`] with more failpoints set (`also`, in the `FAILPOINTS` syntax,
-/// e.g. `write.after_rename=return(abort)`), to hit once the process is resumed.
-pub fn spawn_paused_also(
-    wrapper: &[&str],
-    env: &Env,
-    args: &[&str],
-    now: Option<i64>,
-    stdin: &[u8],
-    point: &str,
-    also: &str,
-) -> Paused {
-    let fifos = tempfile::Builder::new()
-        .prefix("fencepost-fifo-")
-        .tempdir()
-        .expect("fifo dir");
-    let base = fifos.path().join("fp");
-    let ready = PathBuf::from(format!("{}.ready", base.display()));
-    let resume = PathBuf::from(format!("{}.resume", base.display()));
-    mkfifo(&resume);
-    let mut cmd = command(env, args, now);
-    if let Some((program, rest)) = wrapper.split_first() {
-        // Another user must be able to signal and wait through the FIFOs.
-        let open = |path: &Path, mode| {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod")
-        };
-        open(fifos.path(), 0o777);
-        open(&resume, 0o666);
-        let inner = cmd;
-        cmd = Command::new(program);
-        cmd.args(rest)
-            .arg(inner.get_program())
-            .args(inner.get_args())
-            .env_clear()
-            .current_dir(env.root());
-    }
-    let mut child = cmd
-        .env(
-            "FAILPOINTS",
-            format!("{point}=return(wait:{});{also}", base.display()),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn fencepost");
-    {
-        let mut input = child.stdin.take().expect("stdin");
-        input.write_all(stdin).expect("write stdin");
-    }
-    let started = Instant::now();
-    let pid = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready)
-            && let Some(line) = text.strip_suffix('\n')
-        {
-            break line.trim().parse::<u32>().expect("pid in the ready file");
-        }
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "fencepost {args:?} exited ({status}) before reaching {point}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "fencepost {args:?} never reached {point}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    assert_eq!(
-        pid,
-        child.id(),
-        "the ready file names the process we started"
-    );
-    Paused {
-        child: Some(child),
-        pid,
-        point: point.to_string(),
-        resume,
-        _fifos: fifos,
-    }
-}
-
-impl Paused {
-    /// SIGKILLs the process where it is blocked.
-    pub fn kill(mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        let status = child.wait().expect("wait");
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "killed at {}: {status}",
-            self.point
-        );
-    }
-
-    /// Lets it go on from the failpoint and waits for it to finish.
-    pub fn resume(mut self) -> Output {
-        drop(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&self.resume)
-                .expect("open the resume fifo"),
-        );
-        let child = self.child.take().expect("running");
-        child.wait_with_output().expect("wait")
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Another process (python3's sqlite3) with the state file open, having run `sql`
-/// (e.g. `BEGIN IMMEDIATE` to hold the write lock), until [`DbHolder::finish`] or
-/// [`DbHolder::kill`].
-pub struct DbHolder {
-    child: Child,
-}
-
-impl DbHolder {
-    pub fn start(env: &Env, sql: &str) -> DbHolder {
-        let script = "import sqlite3, sys\n\
-                      c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)\n\
-                      c.execute(sys.argv[2]).fetchall()\n\
-                      print('ready', flush=True)\n\
-                      sys.stdin.read()\n";
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(script)
-            .arg(env.path(".fencepost/state.db"))
-            .arg(sql)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 is needed to hold the state file open");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read");
-        assert_eq!(line.trim(), "ready", "the python3 holder did not start");
-        DbHolder { child }
-    }
-
-    /// Lets it close the connection and exit.
-    pub fn finish(mut self) {
-        drop(self.child.stdin.take());
-        assert!(self.child.wait().expect("wait").success());
-    }
-
-    /// SIGKILLs it: its connection is never closed.
-    pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
-    }
-}
-
-pub fn killed_by(status: ExitStatus) -> Option<i32> {
-    status.signal()
-}
+use crate::harness::Env;
+use crate::support::{
+    DbHolder, RES, Scenario, assert_consistent, link_files, new, newer, old, setup, sha256_hex,
+    signal, spawn_paused, status_row, temp_files, tool_files, version,
+};
 
 /// How the process meets the failpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,15 +52,6 @@ fn stage_of(point: &str) -> Stage {
         other => panic!("unknown write failpoint {other}"),
     }
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scenario {
-    /// The document does not exist yet (no pre-image).
-    First,
-    /// The document holds epoch 1's bytes; epoch 2 rewrites it.
-    Rewrite,
-}
-
 /// The command run after the crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -406,36 +62,6 @@ enum Next {
     /// `fencepost recover` (all resources).
     Recover,
 }
-
-pub fn old() -> Vec<u8> {
-    version("old", 3000)
-}
-pub fn new() -> Vec<u8> {
-    version("new", 5000)
-}
-pub fn newer() -> Vec<u8> {
-    version("newer", 700)
-}
-
-/// Sets up the scenario; returns the crashing writer's epoch and what stands before it.
-pub fn setup(env: &Env, scenario: Scenario) -> (i64, Option<(Vec<u8>, i64)>) {
-    match scenario {
-        Scenario::First => {
-            assert_eq!(env.claim(RES, "A", 100, 0), 1);
-            (1, None)
-        }
-        Scenario::Rewrite => {
-            assert_eq!(env.claim(RES, "A", 10, 0), 1);
-            env.fp(&["write", RES, "--epoch", "1"])
-                .now(1)
-                .stdin(old())
-                .expect_stdout(0, "written");
-            assert_eq!(env.claim(RES, "B", 100, 10), 2);
-            (2, Some((old(), 1)))
-        }
-    }
-}
-
 /// Makes `fencepost ARGS` stop at `point` in `mode`.
 fn crash(env: &Env, args: &[&str], now: i64, stdin: &[u8], point: &str, mode: Mode, what: &str) {
     match mode {
@@ -684,7 +310,7 @@ fn claim_txn_after_commit() {
     claim_point("txn.after_commit");
 }
 
-/// Invariant 5: a writer still alive (here blocked between staging and locking, then also
+/// Promise 5: a writer still alive (here blocked between staging and locking, then also
 /// SIGSTOPped) keeps its temp file through other processes' `write` and `recover`; once
 /// it goes on, it cleans up after itself. An abandoned temp file (writer SIGKILLed) is
 /// removed by `recover`, or by the next `write` of that document.
@@ -817,7 +443,7 @@ fn assert_drifted(env: &Env, hand: &[u8], recorded: (&[u8], i64), what: &str) {
     );
 }
 
-/// Invariant 7: a document replaced behind the tool's back after a write died between
+/// Promise 7: a document replaced behind the tool's back after a write died between
 /// its rename and its commit is reported drifted, and neither recovery nor a refused
 /// write restores the pre-image over it or adopts it into the record.
 #[test]
@@ -850,7 +476,7 @@ fn hand_replaced_document_after_uncommitted_crash_is_drifted_never_restored_over
     assert_consistent(&env, RES, Some(202), Some((&newer(), 3)), "after a write");
 }
 
-/// Invariant 7 for an edit made in place (same inode) to a document left `interrupted` by a
+/// Promise 7 for an edit made in place (same inode) to a document left `interrupted` by a
 /// write that died between its rename and its commit: the edited file is no longer the
 /// staged content, so recovery keeps it and `status` calls it drifted (untracked for a
 /// first write), rather than rolling the edit back with the crashed write.
@@ -901,7 +527,7 @@ fn hand_edit_in_place_of_interrupted_document_is_kept() {
     }
 }
 
-/// Invariant 7 after a committed write that died before removing its links: the document
+/// Promise 7 after a committed write that died before removing its links: the document
 /// is edited in place (same inode as the recorded file and the `-new` link).
 #[test]
 fn hand_edit_in_place_after_committed_crash_is_drifted_never_restored_over() {
@@ -917,7 +543,7 @@ fn hand_edit_in_place_after_committed_crash_is_drifted_never_restored_over() {
     assert_drifted(&env, &hand, (&new(), 2), "after recover");
 }
 
-/// Invariant 7 when the write died before its rename: an in-place edit also changes the
+/// Promise 7 when the write died before its rename: an in-place edit also changes the
 /// `-pre` link (same inode), and a replacement is a new file; recovery keeps both.
 #[test]
 fn hand_edit_after_crash_before_rename_is_drifted_never_restored_over() {
@@ -965,7 +591,7 @@ fn hand_made_document_after_uncommitted_first_write_is_kept() {
     assert_eq!(env.files(), vec![RES.to_string()]);
 }
 
-/// Invariant 6: stale, conflict and unissued writes change neither the document nor the
+/// Promise 6: stale, conflict and unissued writes change neither the document nor the
 /// record, and leave no file behind (the conflict is found only after staging).
 #[test]
 fn refused_writes_leave_nothing() {
@@ -992,7 +618,7 @@ fn refused_writes_leave_nothing() {
     }
 }
 
-/// Invariant 8: with the state file's write lock held by another process past the busy
+/// Promise 8: with the state file's write lock held by another process past the busy
 /// timeout, `write` exits 7, the document is untouched and no temp file remains.
 #[test]
 fn write_blocked_by_a_held_lock_exits_7_and_changes_nothing() {

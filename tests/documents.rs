@@ -6,8 +6,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use serde_json::Value;
 
-use crate::crash::sha256_hex;
 use crate::harness::Env;
+use crate::support::sha256_hex;
 
 fn mode(env: &Env, rel: &str) -> u32 {
     std::fs::metadata(env.path(rel))
@@ -590,7 +590,7 @@ fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
     assert!(!wal.exists(), "the last writer left its WAL");
     // nobody may not create the WAL index beside the state file, so status reads the
     // file as immutable; it pauses there, holding its lock.
-    let reader = crate::crash::spawn_paused_via(
+    let reader = crate::support::spawn_paused_via(
         &AS_NOBODY,
         &env,
         &["--json", "status"],
@@ -619,7 +619,7 @@ fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
     env.claim("third.md", "C", 10, 3);
     assert!(!wal.exists(), "the WAL outlived every reader");
     assert_eq!(
-        crate::crash::status_row(&env, "other.md", Some(3))["lease"]["owner"],
+        crate::support::status_row(&env, "other.md", Some(3))["lease"]["owner"],
         "B"
     );
 }

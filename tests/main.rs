@@ -2,6 +2,7 @@
 //! `fencepost` binary as separate processes through the `harness` builder.
 
 mod harness;
+mod support;
 
 mod acknowledged;
 mod conventions;
@@ -17,6 +18,7 @@ mod readme;
 mod reports;
 mod reproduce;
 mod roots;
+mod shapes;
 mod sink;
 mod strace;
 mod torture;

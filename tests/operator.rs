@@ -1,4 +1,4 @@
-//! Operator tools (issue 5): the `run` wrapper (complete, release, kill on a lost lease,
+//! Operator tools: the `run` wrapper (complete, release, kill on a lost lease,
 //! signal forwarding), the audit log and its timeline, `verify`, completions and man
 //! page, `-q`, and the one-line error convention.
 //!
@@ -1111,7 +1111,7 @@ echo "after:$y""#;
 // ---------------------------------------------------------------------------------------
 // log
 
-/// The seed's main scenario on the logical clock, with the fence on: A claims at 0 with
+/// The main scenario of docs/protocol.md on the logical clock, with the fence on: A claims at 0 with
 /// TTL 10, B takes over at 10, writes and completes, A's late write at 11 is stale and
 /// its completion lost.
 fn seed_scenario(env: &Env) {

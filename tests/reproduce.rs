@@ -1,4 +1,4 @@
-//! The source's experiment, reproduced by `fixtures/reproduce.sh` (bash scenario scripts
+//! The experiment of docs/protocol.md ("The results the reproduction shows"), reproduced by `fixtures/reproduce.sh` (bash scenario scripts
 //! driving this build's binary as separate processes) and checked against the archived
 //! record `fixtures/expected.json`, so a change in behaviour fails the suite.
 
@@ -100,17 +100,17 @@ fn reproduction_builds_its_own_failpoints_build_and_matches_the_archive() {
     assert!(cargo.contains("--locked"), "cargo {cargo}");
     assert!(cargo.contains("/failpoints"), "cargo {cargo}");
     for wanted in [
-        // Table 1, the source's two rows and the paused-inside-write variant.
+        // Table 1, the two rows of docs/protocol.md and the paused-inside-write variant.
         "| sink policy ",
         "| no fencing (`write --unfenced`) ",
         "| atomic fencing ",
         "A's write `stale` (exit 5); its completion `lost` (exit 4)",
-        // Table 2, the source's ordering table with the takeover-fencing column beside it.
+        // Table 2, the lazy-fence ordering table with the takeover-fencing column beside it.
         "| A, epoch 1 (B has only claimed) ",
         "takeover fencing (default)",
         // Table 3, rollback by error and by crash.
         "| crash: `return(abort)` ",
-        "All 8 rows agree with the source's results",
+        "All 8 rows agree with docs/protocol.md",
         "--check: this run matches",
     ] {
         assert!(

@@ -1,5 +1,5 @@
 //! The sink (`write`): written, replay, conflict, stale, unissued, resource scoping,
-//! takeover fencing versus `--lazy-fence`, `--unfenced`, and the seed's main scenario.
+//! takeover fencing versus `--lazy-fence`, `--unfenced`, and the main scenario of docs/protocol.md.
 
 use std::os::unix::fs::MetadataExt;
 
@@ -269,8 +269,8 @@ fn takeover_fences_old_holder_even_on_first_write() {
 
 #[test]
 fn lazy_fence_accepts_old_epoch_until_new_holder_writes() {
-    // The seed's third table: B has claimed epoch 2 but the sink learns it only from
-    // B's first write.
+    // The lazy-fence table of docs/protocol.md: B has claimed epoch 2 but the sink
+    // learns it only from B's first write.
     let env = Env::new();
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     let j = env
@@ -314,7 +314,7 @@ fn lazy_fence_accepts_old_epoch_until_new_holder_writes() {
 
 #[test]
 fn unfenced_write_accepts_old_epoch_reproducing_the_bug() {
-    // The seed's "no fencing" row: the table says B, the document says A.
+    // The "no fencing" row of docs/protocol.md: the table says B, the document says A.
     let env = Env::new();
     env.claim("doc.md", "A", 10, 0);
     env.claim("doc.md", "B", 10, 10);
@@ -492,103 +492,82 @@ fn plain_output_shows_wall_clock_times_in_utc_and_json_keeps_milliseconds() {
     assert!(renewed > deadline);
 }
 
+/// One command after another on `d.md`, each with its tick, stdin, exit code and
+/// `outcome`.
+const JSON_CASES: &[(&[&str], i64, &str, i32, &str)] = &[
+    (
+        &["claim", "d.md", "--owner", "A", "--ttl", "10"],
+        0,
+        "",
+        0,
+        "claimed",
+    ),
+    (
+        &["claim", "d.md", "--owner", "B", "--ttl", "10"],
+        1,
+        "",
+        3,
+        "held",
+    ),
+    (
+        &[
+            "renew", "d.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+        ],
+        2,
+        "",
+        0,
+        "renewed",
+    ),
+    (&["write", "d.md", "--epoch", "1"], 3, "one", 0, "written"),
+    (&["write", "d.md", "--epoch", "1"], 3, "one", 0, "replay"),
+    (&["write", "d.md", "--epoch", "1"], 3, "two", 6, "conflict"),
+    (&["write", "d.md", "--epoch", "7"], 3, "two", 8, "unissued"),
+    (&["status", "d.md"], 3, "", 0, "status"),
+    (
+        &["complete", "d.md", "--owner", "A", "--epoch", "1"],
+        4,
+        "",
+        0,
+        "completed",
+    ),
+    (
+        &["complete", "d.md", "--owner", "A", "--epoch", "1"],
+        4,
+        "",
+        4,
+        "lost",
+    ),
+    (
+        &["claim", "d.md", "--owner", "B", "--ttl", "10"],
+        5,
+        "",
+        0,
+        "claimed",
+    ),
+    (&["write", "d.md", "--epoch", "1"], 5, "three", 5, "stale"),
+    (
+        &["release", "d.md", "--owner", "B", "--epoch", "2"],
+        6,
+        "",
+        0,
+        "released",
+    ),
+    (
+        &["release", "d.md", "--owner", "B", "--epoch", "2"],
+        6,
+        "",
+        4,
+        "lost",
+    ),
+    (&["status"], 6, "", 0, "status"),
+];
+
 #[test]
 fn every_command_prints_one_json_object_with_outcome_resource_epoch() {
     let env = Env::new();
-    let cases: Vec<(Vec<&str>, i64, &str, i32, &str)> = vec![
-        (
-            vec!["claim", "d.md", "--owner", "A", "--ttl", "10"],
-            0,
-            "",
-            0,
-            "claimed",
-        ),
-        (
-            vec!["claim", "d.md", "--owner", "B", "--ttl", "10"],
-            1,
-            "",
-            3,
-            "held",
-        ),
-        (
-            vec![
-                "renew", "d.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
-            ],
-            2,
-            "",
-            0,
-            "renewed",
-        ),
-        (
-            vec!["write", "d.md", "--epoch", "1"],
-            3,
-            "one",
-            0,
-            "written",
-        ),
-        (vec!["write", "d.md", "--epoch", "1"], 3, "one", 0, "replay"),
-        (
-            vec!["write", "d.md", "--epoch", "1"],
-            3,
-            "two",
-            6,
-            "conflict",
-        ),
-        (
-            vec!["write", "d.md", "--epoch", "7"],
-            3,
-            "two",
-            8,
-            "unissued",
-        ),
-        (vec!["status", "d.md"], 3, "", 0, "status"),
-        (
-            vec!["complete", "d.md", "--owner", "A", "--epoch", "1"],
-            4,
-            "",
-            0,
-            "completed",
-        ),
-        (
-            vec!["complete", "d.md", "--owner", "A", "--epoch", "1"],
-            4,
-            "",
-            4,
-            "lost",
-        ),
-        (
-            vec!["claim", "d.md", "--owner", "B", "--ttl", "10"],
-            5,
-            "",
-            0,
-            "claimed",
-        ),
-        (
-            vec!["write", "d.md", "--epoch", "1"],
-            5,
-            "three",
-            5,
-            "stale",
-        ),
-        (
-            vec!["release", "d.md", "--owner", "B", "--epoch", "2"],
-            6,
-            "",
-            0,
-            "released",
-        ),
-        (
-            vec!["release", "d.md", "--owner", "B", "--epoch", "2"],
-            6,
-            "",
-            4,
-            "lost",
-        ),
-        (vec!["status"], 6, "", 0, "status"),
-    ];
-    for (args, now, stdin, code, outcome) in cases {
+    for &(args, now, stdin, code, outcome) in JSON_CASES {
         let mut a = vec!["--json"];
-        a.extend(&args);
+        a.extend(args);
         let j = env
             .fp(&a)
             .now(now)

@@ -1,4 +1,4 @@
-//! Fault injection with strace (issue 4, invariant 4; docs/crash-safety.md): the order of
+//! Fault injection with strace (promise 4 of docs/crash-safety.md): the order of
 //! the syscalls that make a write durable, an EIO injected into each fsync of a write,
 //! and a SIGKILL delivered at each rename, link and unlink.
 //!
@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::crash::{
+use crate::harness::{Env, bin};
+use crate::support::{
     DbHolder, RES, Scenario, assert_consistent, new, setup, status_row, tool_files,
 };
-use crate::harness::{Env, bin};
 
 /// The strace binary, or a panic that says how to get it.
 fn strace() -> PathBuf {
@@ -258,7 +258,7 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// Invariant 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
+/// Promise 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
 /// fsync(WAL) = COMMIT → links removed. Nothing reaches the WAL before the folder fsync,
 /// and the state file's folder (the WAL's directory entry) is fsynced by fencepost before
 /// the COMMIT, because SQLite ignores errors of its own directory fsync.
@@ -356,7 +356,7 @@ fn syncs(env: &Env, calls: &[Call]) -> Syncs {
     }
 }
 
-/// Invariant 4, failures: an EIO from each fsync of a write, in turn. Up to the COMMIT
+/// Promise 4, failures: an EIO from each fsync of a write, in turn. Up to the COMMIT
 /// fsync the command fails (exit 1, no outcome), and the old document and record stand;
 /// after it, the state is the new one and consistent. A write never reports success
 /// with a state it has not committed, and leaves no files behind.
@@ -492,6 +492,34 @@ fn failed_commit_fsync_is_not_resurrected_by_wal_recovery() {
     }
 }
 
+/// The calls of a clean write to kill a write at: each fsync, link, symlink, rename and
+/// unlink, as (name, its number among calls of that name, its index, its strace line).
+fn kill_targets(calls: &[Call]) -> Vec<(String, usize, usize, String)> {
+    let mut count = std::collections::HashMap::<String, usize>::new();
+    let mut targets = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        if [
+            "fsync",
+            "link",
+            "linkat",
+            "symlink",
+            "symlinkat",
+            "rename",
+            "renameat",
+            "renameat2",
+            "unlink",
+            "unlinkat",
+        ]
+        .contains(&c.name.as_str())
+        {
+            let n = count.entry(c.name.clone()).or_default();
+            *n += 1;
+            targets.push((c.name.clone(), *n, i, c.line.clone()));
+        }
+    }
+    targets
+}
+
 /// A SIGKILL delivered at each fsync, link, symlink, rename and unlink of a write (strace
 /// `inject=SYSCALL:signal=SIGKILL:when=N`, delivered on entry). Before the WAL frames
 /// are written, recovery restores the old state; after the COMMIT fsync, the new state
@@ -511,28 +539,7 @@ fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
         );
         assert_eq!(clean.code, Some(0), "{}", clean.stderr);
         let s = steps(&clean_env, &clean.calls);
-        let mut count = std::collections::HashMap::<String, usize>::new();
-        let mut targets = Vec::new();
-        for (i, c) in clean.calls.iter().enumerate() {
-            if [
-                "fsync",
-                "link",
-                "linkat",
-                "symlink",
-                "symlinkat",
-                "rename",
-                "renameat",
-                "renameat2",
-                "unlink",
-                "unlinkat",
-            ]
-            .contains(&c.name.as_str())
-            {
-                let n = count.entry(c.name.clone()).or_default();
-                *n += 1;
-                targets.push((c.name.clone(), *n, i, c.line.clone()));
-            }
-        }
+        let targets = kill_targets(&clean.calls);
         assert!(
             targets.iter().any(|t| t.0.starts_with("rename")),
             "no rename in {targets:?}"

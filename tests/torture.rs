@@ -1,4 +1,4 @@
-//! A bounded kill -9 torture test (issue 4; docs/crash-safety.md).
+//! A bounded kill -9 torture test of the promises of docs/crash-safety.md.
 //!
 //! Several worker threads drive real `fencepost` processes (claim, write, complete) on a
 //! few resources with the wall clock and short leases. Each process may be SIGKILLed at a
@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::crash::{command, sha256_hex, signal, status_row, tool_files};
 use crate::harness::Env;
+use crate::support::{command, sha256_hex, signal, status_row, tool_files};
 
 const RESOURCES: [&str; 3] = ["r0.txt", "r1.txt", "deep/r2.txt"];
 const WORKERS: usize = 6;
@@ -350,7 +350,7 @@ fn last_gasp(env: &Env, shared: &Shared, rng: &mut Rng, owner: &str) {
 fn round(env: &Env, shared: &Shared, rngs: &mut [Rng], until: Instant, ctx: &str) {
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        // Invariant 1, all along: whatever instant a reader looks, a document is one
+        // Promise 1, all along: whatever instant a reader looks, a document is one
         // complete version.
         let reader = s.spawn(|| {
             while !done.load(Ordering::Relaxed) {
@@ -427,7 +427,7 @@ fn check(env: &Env, shared: &Shared, summary: &str) {
             assert_eq!(row["document"]["state"], "absent", "{summary}: {row}");
             continue;
         };
-        // Invariant 1: one complete version, one that was offered for this resource.
+        // Promise 1: one complete version, one that was offered for this resource.
         let epoch =
             check_version(res, &doc).unwrap_or_else(|why| panic!("{summary}: {res}: {why}"));
         let sha = sha256_hex(&doc);
@@ -436,14 +436,14 @@ fn check(env: &Env, shared: &Shared, summary: &str) {
             Some(&(res.to_string(), epoch)),
             "{summary}: {res} holds bytes nobody offered"
         );
-        // Invariant 3: the record describes exactly these bytes.
+        // Promise 3: the record describes exactly these bytes.
         assert_eq!(row["document"]["state"], "matches", "{summary}: {row}");
         assert_eq!(row["sink"]["content_epoch"], epoch, "{summary}: {row}");
         assert_eq!(row["sink"]["sha256"], sha, "{summary}: {row}");
         let fence = row["sink"]["fence"].as_i64().expect("fence");
         let issued = row["lease"]["epoch"].as_i64().expect("lease epoch");
         assert!(epoch <= fence && fence <= issued, "{summary}: {row}");
-        // Invariant 2: every acknowledged write is there, or was superseded by a higher
+        // Promise 2: every acknowledged write is there, or was superseded by a higher
         // epoch.
         for ack in mine {
             assert!(

@@ -6,8 +6,8 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use crate::crash::{spawn_paused, spawn_paused_also, version};
 use crate::harness::Env;
+use crate::support::{spawn_paused, spawn_paused_also, version};
 
 /// The document the swap tests publish, in a folder that gets swapped.
 const DOC: &str = "reports/doc.md";
@@ -136,7 +136,7 @@ fn a_folder_swapped_during_recovery_never_lets_a_byte_out_of_the_root() {
         let content = env.path("v1.txt");
         std::fs::write(&content, "v1 by B\n").expect("content");
         let content = content.to_str().expect("utf-8 path");
-        let mut crashed = crate::crash::command(
+        let mut crashed = crate::support::command(
             &env,
             &["write", DOC, "--epoch", "2", "--from", content],
             Some(21),
@@ -217,7 +217,7 @@ fn a_failed_write_leaves_no_folder_behind() {
     std::fs::write(env.path("v0.txt"), "v0\n").expect("content");
     let from = env.path("v0.txt");
     let from = from.to_str().expect("utf-8 path");
-    let mut cmd = crate::crash::command(
+    let mut cmd = crate::support::command(
         &env,
         &["write", res, "--epoch", &e, "--from", from],
         Some(1),

@@ -4,13 +4,16 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde_json::json;
 
-use super::{Ctx, Report, check_owner, lease_json};
-use crate::audit::Event;
+use super::{Ctx, Report, check_owner};
+use crate::audit::{Event, EventKind};
 use crate::clock::{Clock, Zero, parse_duration};
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::error::{Error, Refusal, Result};
+use crate::failpoints::failpoint;
 use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
+use crate::outcome::{Claimed, LeaseView, Outcome, RefusalDetail};
+use crate::resource::Resource;
+use crate::store::Txn;
 
 /// Claim RESOURCE for OWNER and print the new epoch (and nothing else).
 ///
@@ -23,19 +26,19 @@ use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ClaimArgs {
+pub(crate) struct ClaimArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
     /// Do not register the new epoch with the sink; old holders' writes are refused
-    /// only after this holder's first write (the source design's behaviour).
+    /// only after this holder's first write (a sink that learns epochs from writes only).
     #[arg(long)]
     pub lazy_fence: bool,
 }
 
 /// What a claim asks for; shared by `claim` and `run`.
 #[derive(Debug, Clone, Args)]
-pub struct LeaseRequest {
+pub(crate) struct LeaseRequest {
     /// The document's path under the root, e.g. reports/daily.md (from the current folder
     /// when the root was found from it, without --root).
     pub resource: OsString,
@@ -55,38 +58,28 @@ pub struct LeaseRequest {
     pub wait: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
+    let claimed = take(ctx, claim)?;
+    let changed = format!(
+        "the lease on {} is held by {} as epoch {} until {}",
+        claimed.resource,
+        claimed.owner,
+        claimed.epoch,
+        crate::clock::show(ctx.clock.kind(), claimed.deadline),
+    );
+    Ok(Report::new(claimed.epoch.to_string(), Outcome::Claimed(claimed)).changed(changed))
+}
+
+/// Takes the lease (waiting for it with `--wait`): the claim of `claim` and `run`.
+pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let args = &claim.request;
-    let resource = ctx.resource(&args.resource)?;
-    check_owner(&args.owner)?;
-    // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
-    // document that is a symlink, a folder or a special file can never be written: refuse
-    // the claim now, before any lease is recorded.
-    super::refuse_state_path(ctx, &resource)?;
-    if let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
-        super::refuse_state_file(ctx, &doc, &resource)?;
-        crate::atomic::inspect_document(&doc)?;
-    }
-    let kind = ctx.clock.kind();
-    let ttl = parse_duration(&args.ttl, kind, "--ttl", Zero::Refused)?;
-    let wait = match &args.wait {
-        None => None,
-        Some(_) if matches!(ctx.clock, Clock::Logical(_)) => {
-            return Err(Error::usage_hint(
-                "--wait needs the wall clock: with --now, time does not pass",
-                "drop --now, or retry the claim with a later --now",
-            ));
-        }
-        Some(text) => Some(Duration::from_millis(
-            parse_duration(text, kind, "--wait", Zero::Allowed)?.unsigned_abs(),
-        )),
-    };
+    let (resource, ttl, wait) = check_request(ctx, args)?;
     let started = Instant::now();
     let mut pause = Duration::from_millis(10);
     let mut store = ctx.create_store(&resource)?;
     loop {
         let now = ctx.clock.now();
-        let tx = ctx.begin(&mut store, &resource)?;
+        let tx = ctx.begin(&mut *store, &resource)?;
         let current = tx.lease(&resource)?;
         let epoch = match next_epoch(current.as_ref(), now) {
             Ok(epoch) => epoch,
@@ -129,50 +122,87 @@ pub fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
             state: LeaseState::Held,
             result: None,
         };
-        tx.put_lease(&resource, &lease, now)?;
-        if !claim.lazy_fence {
-            tx.raise_fence(&resource, epoch)?;
-        }
-        let prev = current.as_ref();
-        let kind = match prev {
-            Some(l) if l.state == LeaseState::Held => "takeover",
-            _ => "claim",
-        };
-        let fence = if claim.lazy_fence { ", lazy fence" } else { "" };
-        let event = Event::new(now, resource.as_str(), kind)
-            .owner(Some(&args.owner))
-            .epoch(Some(epoch))
-            .previous(prev.map(|l| l.owner.as_str()), prev.map(|l| l.epoch))
-            .detail(format!("deadline {deadline}{fence}"));
-        ctx.log(&tx, &event)?;
-        crate::failpoint!("claim.before_commit");
-        tx.commit()?;
-        let changed = format!(
-            "the lease on {resource} is held by {} as epoch {epoch} until {}",
-            args.owner,
-            crate::clock::show(ctx.clock.kind(), deadline),
-        );
-        return Ok(Report::new(
-            epoch.to_string(),
-            json!({
-                "outcome": "claimed",
-                "resource": resource.as_str(),
-                "epoch": epoch,
-                "owner": args.owner,
-                "deadline": deadline,
-                "fenced_at_sink": !claim.lazy_fence,
-                "previous": lease_json(current.as_ref(), now),
-            }),
-        )
-        .changed(changed));
+        return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now);
     }
+}
+
+/// Checks a claim before the state file is opened (bad input never creates one): the
+/// resource, the owner name, that the document could ever be written, and the
+/// durations. Returns the resource, the TTL and how long `--wait` may wait.
+fn check_request(ctx: &Ctx, args: &LeaseRequest) -> Result<(Resource, i64, Option<Duration>)> {
+    let resource = ctx.resource(&args.resource)?;
+    check_owner(&args.owner)?;
+    // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
+    // document that is a symlink, a folder or a special file can never be written: refuse
+    // the claim now, before any lease is recorded.
+    super::refuse_state_path(ctx, &resource)?;
+    if let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
+        super::refuse_state_file(ctx, &doc, &resource)?;
+        crate::atomic::inspect_document(&doc)?;
+    }
+    let kind = ctx.clock.kind();
+    let ttl = parse_duration(&args.ttl, kind, "--ttl", Zero::Refused)?;
+    let wait = match &args.wait {
+        None => None,
+        Some(_) if matches!(ctx.clock, Clock::Logical(_)) => {
+            return Err(Error::usage_hint(
+                "--wait needs the wall clock: with --now, time does not pass",
+                "drop --now, or retry the claim with a later --now",
+            ));
+        }
+        Some(text) => Some(Duration::from_millis(
+            parse_duration(text, kind, "--wait", Zero::Allowed)?.unsigned_abs(),
+        )),
+    };
+    Ok((resource, ttl, wait))
+}
+
+/// Records the granted `lease` under the lock of `tx` (raising the sink's fence unless
+/// `--lazy-fence`), logs the claim or takeover of `previous`, and commits.
+fn grant(
+    ctx: &Ctx,
+    tx: Box<dyn Txn + '_>,
+    claim: &ClaimArgs,
+    resource: &Resource,
+    lease: &Lease,
+    previous: Option<&Lease>,
+    now: i64,
+) -> Result<Claimed> {
+    tx.put_lease(resource, lease, now)?;
+    if !claim.lazy_fence {
+        tx.raise_fence(resource, lease.epoch)?;
+    }
+    let kind = match previous {
+        Some(l) if l.state == LeaseState::Held => EventKind::Takeover,
+        _ => EventKind::Claim,
+    };
+    let fence = if claim.lazy_fence { ", lazy fence" } else { "" };
+    let event = Event::new(now, resource.as_str(), kind)
+        .owner(Some(&lease.owner))
+        .epoch(Some(lease.epoch))
+        .previous(
+            previous.map(|l| l.owner.as_str()),
+            previous.map(|l| l.epoch),
+        )
+        .detail(format!("deadline {}{fence}", lease.deadline));
+    ctx.log(&*tx, &event)?;
+    failpoint!("claim.before_commit");
+    tx.commit()?;
+    Ok(Claimed {
+        resource: resource.to_string(),
+        epoch: lease.epoch,
+        owner: lease.owner.clone(),
+        deadline: lease.deadline,
+        fenced_at_sink: !claim.lazy_fence,
+        previous: LeaseView::at(previous, now),
+    })
 }
 
 /// The `held` refusal. Its `epoch` is the caller's, which it has none of yet (null); the
 /// holder's is `holder_epoch`. `waited`: how long `--wait` waited before giving up.
 fn held(
     ctx: &Ctx,
-    resource: &crate::resource::Resource,
+    resource: &Resource,
     claimant: &str,
     holder: Option<&Lease>,
     now: i64,
@@ -181,25 +211,23 @@ fn held(
     let (who, epoch, deadline) =
         holder.map_or(("?", 0, 0), |l| (l.owner.as_str(), l.epoch, l.deadline));
     let waited_ms = waited.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
-    let fields = json!({
-        "resource": resource.as_str(),
-        "epoch": null,
-        "owner": claimant,
-        "holder": who,
-        "holder_epoch": epoch,
-        "deadline": deadline,
-        "waited_ms": waited_ms,
-        "lease": lease_json(holder, now),
-    });
     let gave_up = waited.map_or_else(String::new, |w| {
         format!("; gave up after waiting {:.1}s", w.as_secs_f64())
     });
-    Error::Refused(Refusal::new(
-        RefusalKind::Held,
+    Error::refused(Refusal::new(
         format!(
             "{resource} is held by {who} (epoch {epoch}) until {}{gave_up}",
             crate::clock::show(ctx.clock.kind(), deadline)
         ),
-        fields,
+        resource.as_str(),
+        None,
+        Some(claimant),
+        RefusalDetail::Held {
+            holder: who.to_string(),
+            holder_epoch: epoch,
+            deadline,
+            waited_ms,
+            lease: LeaseView::at(holder, now),
+        },
     ))
 }

@@ -1,10 +1,10 @@
 //! `fencepost complete`: record the result and finish the lease (compare-and-set).
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::error::Result;
+use crate::outcome::{Completed, Outcome};
 use crate::store::HolderChange;
 
 /// Record the job's result and finish the lease; the next claim gets epoch + 1.
@@ -17,7 +17,7 @@ use crate::store::HolderChange;
 ///   fencepost complete reports/daily.md --owner worker-b --epoch "$epoch" --result ok
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct CompleteArgs {
+pub(crate) struct CompleteArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 
@@ -26,23 +26,18 @@ pub struct CompleteArgs {
     pub result: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
     let change = HolderChange::Complete {
         result: args.result.as_deref(),
     };
     let (resource, _) = change_held(ctx, &args.holder, change)?;
-    Ok(Report::new(
-        "completed",
-        json!({
-            "outcome": "completed",
-            "resource": resource.as_str(),
-            "epoch": args.holder.epoch,
-            "owner": args.holder.owner,
-            "result": args.result,
-        }),
-    )
-    .changed(format!(
-        "the lease on {resource} (epoch {}) was completed",
-        args.holder.epoch
-    )))
+    let changed = args.holder.changed(&resource, "completed");
+    let completed = Completed {
+        resource: resource.to_string(),
+        epoch: args.holder.epoch,
+        owner: args.holder.owner.clone(),
+        result: args.result.clone(),
+        exit: None,
+    };
+    Ok(Report::new("completed", Outcome::Completed(completed)).changed(changed))
 }

@@ -5,10 +5,11 @@ use clap::{Args, CommandFactory, ValueEnum};
 
 use super::Report;
 use crate::error::{Error, Result};
+use crate::outcome::{Generated, Outcome};
 
 /// The shells completions can be generated for.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Shell {
+pub(crate) enum Shell {
     Bash,
     Zsh,
     Fish,
@@ -20,7 +21,7 @@ pub enum Shell {
 ///   fencepost completions bash > /etc/bash_completion.d/fencepost
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     pub shell: Shell,
 }
 
@@ -30,7 +31,7 @@ pub struct CompletionsArgs {
 ///   fencepost man --dir /usr/local/share/man/man1
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write fencepost.1 and a fencepost-COMMAND.1 page for each command (which
     /// fencepost.1 refers to) into this folder, created if needed, instead of printing
     /// fencepost.1.
@@ -38,7 +39,7 @@ pub struct ManArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
-pub fn completions(args: &CompletionsArgs) -> Result<Report> {
+pub(crate) fn completions(args: &CompletionsArgs) -> Result<Report> {
     let shell = match args.shell {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
@@ -49,7 +50,7 @@ pub fn completions(args: &CompletionsArgs) -> Result<Report> {
     text(buf)
 }
 
-pub fn man(args: &ManArgs) -> Result<Report> {
+pub(crate) fn man(args: &ManArgs) -> Result<Report> {
     if let Some(dir) = &args.dir {
         if dir.exists() && !dir.is_dir() {
             return Err(Error::usage(format!(
@@ -62,7 +63,9 @@ pub fn man(args: &ManArgs) -> Result<Report> {
             .map_err(Error::io("cannot write man pages to", dir))?;
         return Ok(Report::new(
             format!("wrote man pages to {}", dir.display()),
-            serde_json::json!({ "outcome": "generated", "dir": dir.to_string_lossy() }),
+            Outcome::Generated(Generated {
+                dir: Some(dir.to_string_lossy().into_owned()),
+            }),
         )
         .changed(format!("the man pages were written to {}", dir.display())));
     }
@@ -105,6 +108,6 @@ fn text(buf: Vec<u8>) -> Result<Report> {
     let text = String::from_utf8_lossy(&buf).trim_end().to_string();
     Ok(Report::new(
         text,
-        serde_json::json!({ "outcome": "generated" }),
+        Outcome::Generated(Generated { dir: None }),
     ))
 }

@@ -3,13 +3,12 @@
 use std::ffi::OsString;
 
 use clap::Args;
-use serde_json::{Value, json};
 
 use super::{Ctx, Report};
 use crate::audit;
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::outcome::{Log, LoggedEvent, Outcome, Pruned};
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
 ///
@@ -26,7 +25,7 @@ use crate::store::Store;
 ///   fencepost log reports/daily.md --timeline
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,
 
@@ -50,18 +49,22 @@ pub struct LogArgs {
     pub prune: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
-        let mut store = Store::open(&ctx.db, ctx.busy, false)?
+        let mut store = crate::store::open(&ctx.db, ctx.busy, false)?
             .ok_or_else(|| ctx.no_state_file("nothing to prune"))?;
         let tx = store.immediate()?;
-        ctx.check_root(&tx)?;
+        ctx.check_root(&*tx)?;
         let dropped = tx.prune(ctx.log_keep, None)?;
         tx.commit()?;
+        let pruned = Pruned {
+            dropped,
+            keep: ctx.log_keep,
+        };
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
-            json!({ "outcome": "pruned", "dropped": dropped, "keep": ctx.log_keep }),
+            Outcome::Pruned(pruned),
         )
         .changed(format!("{dropped} event(s) were pruned from the audit log")));
     }
@@ -86,7 +89,7 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     // --now.
     let mut store = ctx.read_store("no log to show")?;
     let tx = store.snapshot()?;
-    ctx.check_root(&tx)?;
+    ctx.check_root(&*tx)?;
     if args.last.is_some() {
         // "The last 10 minutes" means nothing on a state file that counts ticks.
         tx.check_clock(ctx.clock.kind())?;
@@ -104,17 +107,22 @@ pub fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         && events.is_empty()
         && tx.events(Some(resource), None)?.is_empty()
     {
-        ctx.refuse_unseen(&tx, resource, "no log to show")?;
+        ctx.refuse_unseen(&*tx, resource, "no log to show")?;
     }
     let plain = if args.timeline {
         audit::timeline(&events, clock)
     } else {
         audit::table(&events, clock)
     };
-    let list: Vec<Value> = events.iter().map(audit::Event::to_json).collect();
-    let mut out = json!({ "outcome": "log", "events": list });
-    if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
-        map.insert("resource".into(), json!(resource.as_str()));
-    }
-    Ok(Report::new(plain, out))
+    let log = Log {
+        events: events
+            .into_iter()
+            .map(|event| LoggedEvent {
+                refused: event.is_refusal(),
+                event,
+            })
+            .collect(),
+        resource: only.map(|r| r.to_string()),
+    };
+    Ok(Report::new(plain, Outcome::Log(log)))
 }

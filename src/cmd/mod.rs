@@ -6,31 +6,31 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
-
-use crate::audit::Event;
+use crate::audit::{Event, EventKind};
 use crate::clock::Clock;
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::error::{Error, Refusal, Result};
 use crate::lease::{Lease, LostReason};
+use crate::outcome::{LeaseView, Outcome, RefusalDetail};
+use crate::recovery;
 use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
-use crate::store::{Store, Txn};
+use crate::store::{self, Store, Txn};
 
-pub mod claim;
-pub mod complete;
-pub mod completions;
-pub mod log;
-pub mod recover;
-pub mod release;
-pub mod renew;
-pub mod run;
-pub mod status;
-pub mod verify;
-pub mod write;
+pub(crate) mod claim;
+pub(crate) mod complete;
+pub(crate) mod completions;
+pub(crate) mod log;
+pub(crate) mod recover;
+pub(crate) mod release;
+pub(crate) mod renew;
+pub(crate) mod run;
+pub(crate) mod status;
+pub(crate) mod verify;
+pub(crate) mod write;
 
 /// The global options, resolved.
 #[derive(Debug, Clone)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     /// The publish root, canonical.
     pub root: PathBuf,
     /// The state file.
@@ -49,28 +49,28 @@ pub struct Ctx {
 }
 
 /// What a successful command prints: a plain line for people and shell capture, and
-/// the fields of its `--json` object.
+/// its typed answer, from which `--json` is derived.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     pub plain: String,
-    pub json: Map<String, Value>,
+    pub outcome: Outcome,
     /// What the command changed, in words, for when its answer cannot be delivered (a
     /// full disk under stdout): `the lease on r.md is held by A as epoch 3 until ...`.
     pub changed: Option<String>,
 }
 
 impl Report {
-    /// A report whose `--json` fields are the members of `json` (an object).
-    pub fn new(plain: impl Into<String>, json: Value) -> Report {
+    /// A report of `outcome`, shown to people as `plain`.
+    pub(crate) fn new(plain: impl Into<String>, outcome: Outcome) -> Report {
         Report {
             plain: plain.into(),
-            json: crate::error::object(json),
+            outcome,
             changed: None,
         }
     }
 
     /// Says what the command changed (see [`Report::changed`]).
-    pub fn changed(mut self, what: impl Into<String>) -> Report {
+    pub(crate) fn changed(mut self, what: impl Into<String>) -> Report {
         self.changed = Some(what.into());
         self
     }
@@ -80,14 +80,14 @@ impl Ctx {
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
-    pub fn store(&self) -> Result<Store> {
-        Store::open(&self.db, self.busy, false)?
+    pub(crate) fn store(&self) -> Result<Box<dyn Store>> {
+        store::open(&self.db, self.busy, false)?
             .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
     }
 
     /// Opens the state file for `claim`, making the root and its state file on the first
     /// claim (refused inside another root).
-    pub fn create_store(&self, resource: &Resource) -> Result<Store> {
+    pub(crate) fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
         let place = root::Place {
             root: self.root.clone(),
             db: self.db.clone(),
@@ -95,17 +95,19 @@ impl Ctx {
             here: self.here.clone(),
         };
         root::establish(&place, resource)?;
-        Store::open(&self.db, self.busy, true)?.ok_or_else(|| self.no_state_file("it vanished"))
+        store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
+            "a state file opened to be created was not there",
+        ))
     }
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
     /// says what there is nothing of: "nothing to verify").
-    pub fn read_store(&self, what: &str) -> Result<Store> {
-        Store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
+    pub(crate) fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
+        store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
     }
 
     /// "No state file here", with a hint that says where one may be.
-    pub fn no_state_file(&self, what: &str) -> Error {
+    pub(crate) fn no_state_file(&self, what: &str) -> Error {
         let message = format!("no state file at {}: {what}", self.db.display());
         let hint = match (root::enclosing(&self.root), self.how) {
             (Some(outer), _) => format!(
@@ -129,7 +131,12 @@ impl Ctx {
 
     /// Refuses `resource` when the state file has no lease and no record for it (a typo
     /// must not read as "all is well").
-    pub fn refuse_unseen(&self, tx: &Txn<'_>, resource: &Resource, what: &str) -> Result<()> {
+    pub(crate) fn refuse_unseen(
+        &self,
+        tx: &dyn Txn,
+        resource: &Resource,
+        what: &str,
+    ) -> Result<()> {
         if tx.lease(resource)?.is_some() || tx.sink(resource)?.is_some() {
             return Ok(());
         }
@@ -152,19 +159,34 @@ impl Ctx {
     /// Opens the state file, takes the write lock, checks the clock and the root, and
     /// recovers the resource's document from any crashed write: the first steps of
     /// every change.
-    pub fn begin<'s>(&self, store: &'s mut Store, resource: &Resource) -> Result<Txn<'s>> {
+    pub(crate) fn begin<'s>(
+        &self,
+        store: &'s mut dyn Store,
+        resource: &Resource,
+    ) -> Result<Box<dyn Txn + 's>> {
         // Resolved before the lock: it walks the state file's path.
         let pin = self.root_pin();
         let tx = store.immediate()?;
-        crate::failpoint!("txn.after_begin");
-        self.bind(&tx, &pin)?;
-        recover::recover_in(&tx, &self.root, resource)?;
+        crate::failpoints::failpoint!("txn.after_begin");
+        self.bind(&*tx, &pin)?;
+        self.recover(&*tx, resource)?;
         Ok(tx)
+    }
+
+    /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
+    /// the sink's record.
+    pub(crate) fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
+        recovery::recover(&self.root, resource, || {
+            Ok(tx
+                .sink(resource)?
+                .and_then(|r| r.content)
+                .and_then(|c| c.file))
+        })
     }
 
     /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on
     /// its first change, and refuses it to any other.
-    pub fn bind(&self, tx: &Txn<'_>, pin: &[u8]) -> Result<()> {
+    pub(crate) fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.bind_clock(self.clock.kind())?;
         match tx.meta_bytes(ROOT_KEY)? {
             None => tx.set_meta_bytes(ROOT_KEY, pin),
@@ -174,7 +196,7 @@ impl Ctx {
 
     /// Refuses a state file that belongs to another root (without binding a fresh one):
     /// the check of commands that only read.
-    pub fn check_root(&self, tx: &Txn<'_>) -> Result<()> {
+    pub(crate) fn check_root(&self, tx: &dyn Txn) -> Result<()> {
         match tx.meta_bytes(ROOT_KEY)? {
             None => Ok(()),
             Some(bound) => self.same_root(&bound, &self.root_pin()),
@@ -183,13 +205,13 @@ impl Ctx {
 
     /// Records this root (`pin`) as the state file's root, whatever it was (`recover
     /// --root-moved`).
-    pub fn rebind_root(&self, tx: &Txn<'_>, pin: &[u8]) -> Result<()> {
+    pub(crate) fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.set_meta_bytes(ROOT_KEY, pin)
     }
 
     /// How a state file names this root (see `root::pin`). Resolving it walks the state
     /// file's path: do it before taking the lock.
-    pub fn root_pin(&self) -> Vec<u8> {
+    pub(crate) fn root_pin(&self) -> Vec<u8> {
         root::pin(&self.root, &self.db)
     }
 
@@ -212,7 +234,7 @@ impl Ctx {
     /// Parses a resource argument and names it by its real path under the root (see
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
-    pub fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+    pub(crate) fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         let spelled = self.spelled(raw)?;
         root::refuse_nested(&self.root, &spelled)?;
         let real = resource::canonical(&self.root, &spelled)?;
@@ -223,7 +245,7 @@ impl Ctx {
     /// A resource argument as spelled, under the root (typed names under a found root
     /// start in the current folder), checked by the name rules and the length limits;
     /// symlinks are not resolved.
-    pub fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+    pub(crate) fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         let text = root::under(&self.root, self.here.as_deref(), raw)?;
         let resource = Resource::parse(&text)?;
         root::fits(&self.root, &resource)?;
@@ -232,19 +254,19 @@ impl Ctx {
 
     /// A name read back from the state file, checked as a typed one would be (it may
     /// predate today's rules, or have been put there by hand).
-    pub fn stored(&self, name: &str) -> Result<Resource> {
+    pub(crate) fn stored(&self, name: &str) -> Result<Resource> {
         let resource = Resource::parse(std::ffi::OsStr::new(name))?;
         root::fits(&self.root, &resource)?;
         Ok(resource)
     }
 
     /// [`Ctx::resource`] for an optional argument ("this one, or all").
-    pub fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
+    pub(crate) fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
         raw.map(|raw| self.resource(raw)).transpose()
     }
 
     /// Appends an event to the audit log inside `tx`.
-    pub fn log(&self, tx: &Txn<'_>, event: &Event) -> Result<()> {
+    pub(crate) fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
         tx.append(event, self.log_keep)
     }
 }
@@ -252,32 +274,24 @@ impl Ctx {
 /// Records a refusal in the audit log, in a transaction of its own. Best effort: the
 /// refusal is the command's answer whether or not it could be logged (e.g. when the
 /// state file is busy).
-pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
-    let field = |k: &str| refusal.fields.get(k);
-    let text = |k: &str| field(k).and_then(Value::as_str);
-    let int = |k: &str| field(k).and_then(Value::as_i64);
-    let Some(resource) = text("resource") else {
-        return;
-    };
-    let lease = field("lease");
-    let prev_owner = text("holder")
-        .or_else(|| text("issued_to"))
-        .or_else(|| lease.and_then(|l| l.get("owner")).and_then(Value::as_str));
-    let prev_epoch = int("fence")
-        .or_else(|| int("issued"))
-        .or_else(|| lease.and_then(|l| l.get("epoch")).and_then(Value::as_i64));
-    let event = Event::new(ctx.clock.now(), resource, refusal.kind.outcome())
-        .owner(text("owner"))
-        .epoch(int("epoch"))
-        .previous(prev_owner, prev_epoch)
-        .detail(refusal.message.clone());
-    let logged = Store::open(&ctx.db, ctx.busy, false).and_then(|store| {
+pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
+    let (prev_owner, prev_epoch) = refusal.detail.previous();
+    let event = Event::new(
+        ctx.clock.now(),
+        &refusal.resource,
+        EventKind::Refused(refusal.kind()),
+    )
+    .owner(refusal.owner.as_deref())
+    .epoch(refusal.epoch)
+    .previous(prev_owner, prev_epoch)
+    .detail(refusal.message.clone());
+    let logged = store::open(&ctx.db, ctx.busy, false).and_then(|store| {
         let Some(mut store) = store else {
             return Ok(());
         };
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;
-        ctx.log(&tx, &event)?;
+        ctx.log(&*tx, &event)?;
         tx.commit()
     });
     // A busy state file is the likely cause, and its refusal already has its line; other
@@ -315,7 +329,7 @@ fn first_misleading(text: &str) -> Option<String> {
 }
 
 /// Refuses an owner name that is empty or has control or invisible characters.
-pub fn check_owner(owner: &str) -> Result<()> {
+pub(crate) fn check_owner(owner: &str) -> Result<()> {
     if owner.is_empty() {
         return Err(Error::usage("owner name is empty"));
     }
@@ -330,7 +344,7 @@ pub fn check_owner(owner: &str) -> Result<()> {
 /// Refuses a `--result` text with control or invisible characters: it is printed by
 /// `status` and `log`, one event per line, and must not break lines, reach a terminal as
 /// escapes, or show as other text.
-pub fn check_result(result: Option<&str>) -> Result<()> {
+pub(crate) fn check_result(result: Option<&str>) -> Result<()> {
     match result.and_then(|text| Some((text, first_misleading(text)?))) {
         Some((text, c)) => Err(Error::usage(format!(
             "--result {text:?} contains a control or invisible character ({c}: newlines, \
@@ -341,7 +355,7 @@ pub fn check_result(result: Option<&str>) -> Result<()> {
 }
 
 /// Refuses an epoch that is not positive.
-pub fn check_epoch(epoch: i64) -> Result<()> {
+pub(crate) fn check_epoch(epoch: i64) -> Result<()> {
     if epoch <= 0 {
         return Err(Error::usage(format!(
             "--epoch must be positive, got {epoch}"
@@ -350,22 +364,8 @@ pub fn check_epoch(epoch: i64) -> Result<()> {
     Ok(())
 }
 
-/// The lease as JSON, or null.
-pub fn lease_json(lease: Option<&Lease>, now: i64) -> Value {
-    match lease {
-        None => Value::Null,
-        Some(l) => json!({
-            "owner": l.owner,
-            "epoch": l.epoch,
-            "deadline": l.deadline,
-            "state": l.view(now),
-            "result": l.result,
-        }),
-    }
-}
-
 /// The `lost` refusal of renew, complete and release, with the current holder.
-pub fn lost(
+pub(crate) fn lost(
     resource: &Resource,
     owner: &str,
     epoch: i64,
@@ -382,13 +382,6 @@ pub fn lost(
         ),
         None => String::new(),
     };
-    let fields = json!({
-        "resource": resource.as_str(),
-        "owner": owner,
-        "epoch": epoch,
-        "reason": reason.describe(),
-        "lease": lease_json(current, now),
-    });
     // Only a lease that was this caller's can be lost; a wrong name or an epoch never
     // issued never held it.
     let holds = match reason {
@@ -397,13 +390,18 @@ pub fn lost(
     };
     // The reason in brackets, not after a colon: the line already starts `lost: `, and a
     // resource may itself be called anything.
-    Error::Refused(Refusal::new(
-        RefusalKind::Lost,
+    Error::refused(Refusal::new(
         format!(
             "{owner} epoch {epoch} {holds} the lease on {resource} ({}{holder})",
             reason.describe()
         ),
-        fields,
+        resource.as_str(),
+        Some(epoch),
+        Some(owner),
+        RefusalDetail::Lost {
+            reason: reason.describe(),
+            lease: LeaseView::at(current, now),
+        },
     ))
 }
 
@@ -412,7 +410,7 @@ const ROOT_KEY: &str = "root";
 
 /// The identity a holder presents to renew, complete or release its lease.
 #[derive(Debug, clap::Args)]
-pub struct HolderArgs {
+pub(crate) struct HolderArgs {
     /// The document's path under the root, e.g. reports/daily.md (from the current folder
     /// when the root was found from it, without --root).
     pub resource: std::ffi::OsString,
@@ -426,42 +424,55 @@ pub struct HolderArgs {
     pub epoch: i64,
 }
 
+impl HolderArgs {
+    /// What the holder's change did, in words: `the lease on r.md (epoch 3) was released`.
+    pub(crate) fn changed(&self, resource: &Resource, what: &str) -> String {
+        format!("the lease on {resource} (epoch {}) was {what}", self.epoch)
+    }
+}
+
 /// Runs a holder's compare-and-set (renew, complete, release) in one IMMEDIATE
 /// transaction. Zero rows changed is a `lost` refusal that says why, never a success.
-pub fn change_held(
+pub(crate) fn change_held(
     ctx: &Ctx,
     holder: &HolderArgs,
-    change: crate::store::HolderChange<'_>,
+    change: store::HolderChange<'_>,
 ) -> Result<(Resource, i64)> {
     change_held_noting(ctx, holder, change, None)
 }
 
 /// [`change_held`], with a note for the audit log's detail (why `run` released).
-pub fn change_held_noting(
+pub(crate) fn change_held_noting(
     ctx: &Ctx,
     holder: &HolderArgs,
-    change: crate::store::HolderChange<'_>,
+    change: store::HolderChange<'_>,
     note: Option<&str>,
 ) -> Result<(Resource, i64)> {
     let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
     check_epoch(holder.epoch)?;
-    if let crate::store::HolderChange::Complete { result } = change {
+    if let store::HolderChange::Complete { result } = change {
         check_result(result)?;
     }
     let now = ctx.clock.now();
     let mut store = ctx.store()?;
-    let tx = ctx.begin(&mut store, &resource)?;
-    if tx.update_held_lease(&resource, &holder.owner, holder.epoch, now, change)? {
+    let tx = ctx.begin(&mut *store, &resource)?;
+    let request = store::HolderRequest {
+        owner: &holder.owner,
+        epoch: holder.epoch,
+        now,
+        change,
+    };
+    if tx.update_held_lease(&resource, &request)? {
         let (kind, detail) = match change {
-            crate::store::HolderChange::Renew { deadline } => {
-                ("renew", format!("deadline {deadline}"))
+            store::HolderChange::Renew { deadline } => {
+                (EventKind::Renew, format!("deadline {deadline}"))
             }
-            crate::store::HolderChange::Complete { result } => (
-                "complete",
+            store::HolderChange::Complete { result } => (
+                EventKind::Complete,
                 result.map(|r| format!("result {r}")).unwrap_or_default(),
             ),
-            crate::store::HolderChange::Release => ("release", String::new()),
+            store::HolderChange::Release => (EventKind::Release, String::new()),
         };
         let mut event = Event::new(now, resource.as_str(), kind)
             .owner(Some(&holder.owner))
@@ -474,7 +485,7 @@ pub fn change_held_noting(
         if !detail.is_empty() {
             event = event.detail(detail);
         }
-        ctx.log(&tx, &event)?;
+        ctx.log(&*tx, &event)?;
         tx.commit()?;
         return Ok((resource, now));
     }
@@ -498,7 +509,7 @@ pub fn change_held_noting(
 /// does not exist). No lease and no write for it: writing it would lose every lease and
 /// fence, and opening it with a plain file descriptor would drop SQLite's POSIX locks in
 /// this process when closed.
-pub fn refuse_state_identity(
+pub(crate) fn refuse_state_identity(
     ctx: &Ctx,
     resource: &Resource,
     dir: (u64, u64),
@@ -512,7 +523,11 @@ pub fn refuse_state_identity(
 }
 
 /// [`refuse_state_identity`] for a located document.
-pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
+pub(crate) fn refuse_state_file(
+    ctx: &Ctx,
+    doc: &resource::DocPath,
+    resource: &Resource,
+) -> Result<()> {
     match doc_identity(doc)? {
         Some((dir, id)) => refuse_state_identity(ctx, resource, dir, &doc.name, id),
         None => Ok(()),
@@ -521,7 +536,7 @@ pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource
 
 /// Refuses a resource whose path under the root is where the state file or one of its
 /// companions is or will be: the check for a document whose folder does not exist yet.
-pub fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
+pub(crate) fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
     if ctx.state_files.at(&ctx.root.join(resource.as_str())) {
         return Err(state_file_refusal(ctx, resource));
     }
@@ -537,7 +552,7 @@ fn state_file_refusal(ctx: &Ctx, resource: &Resource) -> Error {
 
 /// True when a located document is the state file or one of its companions (`status`
 /// and `verify` never hash it).
-pub fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
+pub(crate) fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
     Ok(match doc_identity(doc)? {
         Some((dir, id)) => ctx.state_files.holds(dir, &doc.name, id),
         None => false,

@@ -1,10 +1,10 @@
 //! `fencepost release`: give a live lease up at once.
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::error::Result;
+use crate::outcome::{Outcome, Released};
 use crate::store::HolderChange;
 
 /// Give up a live lease now, so the next worker need not wait for the deadline.
@@ -16,24 +16,18 @@ use crate::store::HolderChange;
 ///   fencepost release reports/daily.md --owner worker-b --epoch "$epoch"
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 }
 
-pub fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
     let (resource, _) = change_held(ctx, &args.holder, HolderChange::Release)?;
-    Ok(Report::new(
-        "released",
-        json!({
-            "outcome": "released",
-            "resource": resource.as_str(),
-            "epoch": args.holder.epoch,
-            "owner": args.holder.owner,
-        }),
-    )
-    .changed(format!(
-        "the lease on {resource} (epoch {}) was released",
-        args.holder.epoch
-    )))
+    let changed = args.holder.changed(&resource, "released");
+    let released = Released {
+        resource: resource.to_string(),
+        epoch: args.holder.epoch,
+        owner: args.holder.owner.clone(),
+    };
+    Ok(Report::new("released", Outcome::Released(released)).changed(changed))
 }

@@ -1,11 +1,11 @@
 //! `fencepost renew`: extend a live lease's deadline.
 
 use clap::Args;
-use serde_json::json;
 
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::clock::{Zero, parse_duration};
 use crate::error::{Error, Result};
+use crate::outcome::{Outcome, Renewed};
 use crate::store::HolderChange;
 
 /// Extend a live lease to now + TTL and print the new deadline.
@@ -18,7 +18,7 @@ use crate::store::HolderChange;
 ///   fencepost renew reports/daily.md --owner worker-b --epoch "$epoch" --ttl 30s
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct RenewArgs {
+pub(crate) struct RenewArgs {
     #[command(flatten)]
     pub holder: HolderArgs,
 
@@ -28,26 +28,22 @@ pub struct RenewArgs {
     pub ttl: String,
 }
 
-pub fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
     let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?;
     let now = ctx.clock.now();
     let deadline = now
         .checked_add(ttl)
         .ok_or_else(|| Error::usage(format!("--ttl {} overflows the clock", args.ttl)))?;
     let (resource, _) = change_held(ctx, &args.holder, HolderChange::Renew { deadline })?;
-    Ok(Report::new(
-        deadline.to_string(),
-        json!({
-            "outcome": "renewed",
-            "resource": resource.as_str(),
-            "epoch": args.holder.epoch,
-            "owner": args.holder.owner,
-            "deadline": deadline,
-        }),
-    )
-    .changed(format!(
-        "the lease on {resource} (epoch {}) was renewed until {}",
-        args.holder.epoch,
-        crate::clock::show(ctx.clock.kind(), deadline)
-    )))
+    let renewed = Renewed {
+        resource: resource.to_string(),
+        epoch: args.holder.epoch,
+        owner: args.holder.owner.clone(),
+        deadline,
+    };
+    let until = crate::clock::show(ctx.clock.kind(), deadline);
+    let changed = args
+        .holder
+        .changed(&resource, &format!("renewed until {until}"));
+    Ok(Report::new(deadline.to_string(), Outcome::Renewed(renewed)).changed(changed))
 }

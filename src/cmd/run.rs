@@ -3,7 +3,6 @@
 //! The kill on a lost lease only stops wasted work: what keeps the document safe is the
 //! sink's fence, which refuses the old epoch whether or not the child is still alive.
 
-use std::cell::Cell;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Command, ExitStatus, Stdio};
@@ -13,9 +12,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg};
-use nix::unistd::{Pid, getpgrp, isatty, tcgetpgrp, tcsetpgrp};
-use serde_json::json;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -23,7 +21,11 @@ use super::claim::{self, ClaimArgs, LeaseRequest};
 use super::{Ctx, HolderArgs, Report, change_held, change_held_noting};
 use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
 use crate::store::HolderChange;
+use job::{Foreground, JOB_CONTROL_POLL, stopped};
+
+mod job;
 
 /// Claim RESOURCE, run CMD while renewing the lease, then complete (or release) it.
 ///
@@ -62,7 +64,7 @@ use crate::store::HolderChange;
 ///     sh -c 'render-report > out.tmp && fencepost write "$FENCEPOST_RESOURCE" --from out.tmp'
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
@@ -98,17 +100,17 @@ pub struct RunArgs {
 impl RunArgs {
     /// run's exit code for `err`: the command's own when it failed, the chosen held and
     /// lost codes, else the table's.
-    pub fn exit_code(&self, err: &Error) -> i32 {
+    pub(crate) fn exit_code(&self, err: &Error) -> i32 {
         let chosen = match err {
-            Error::Refused(r) if r.kind == RefusalKind::Held => self.held_exit_code,
-            Error::Refused(r) if r.kind == RefusalKind::Lost => self.lost_exit_code,
+            Error::Refused(r) if r.kind() == RefusalKind::Held => self.held_exit_code,
+            Error::Refused(r) if r.kind() == RefusalKind::Lost => self.lost_exit_code,
             _ => None,
         };
         chosen.map_or_else(|| err.exit_code(), i32::from)
     }
 }
 
-pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
     super::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
@@ -126,7 +128,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         .command
         .split_first()
         .ok_or_else(|| Error::usage("no CMD given"))?;
-    let claimed = claim::run(
+    let claimed = claim::take(
         ctx,
         &ClaimArgs {
             request: args.request.clone(),
@@ -134,26 +136,67 @@ pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         },
     )?;
     let lease = Held {
-        resource: claimed.json["resource"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        resource: claimed.resource,
         holder: HolderArgs {
             resource: args.request.resource.clone(),
-            owner: args.request.owner.clone(),
-            epoch: claimed.json["epoch"].as_i64().unwrap_or(0),
+            owner: claimed.owner,
+            epoch: claimed.epoch,
         },
         ttl: Duration::from_millis(ttl_ms),
+        grace,
     };
+    let running = start(ctx, &lease, program, rest, json)?;
+    let ended = supervise(ctx, &lease, &running);
+    running.wind_down();
+    match ended? {
+        Ended::Exited(status) => finish(ctx, args, &lease, program, status),
+        Ended::Lost(lost) => Err(lost),
+    }
+}
 
+/// The command running under the lease, and what run keeps around it until it ends.
+struct Running {
+    /// The command's process group (its pid).
+    group: Pid,
+    /// The command's exit status, once it has exited.
+    exited: mpsc::Receiver<std::io::Result<ExitStatus>>,
+    /// Stops the thread that forwards signals to the group.
+    signals: signal_hook::iterator::Handle,
+    guard: Option<Guard>,
+    relay: Option<Relay>,
+    /// Taken back when dropped: on every way out, before anything is printed.
+    terminal: Option<Foreground>,
+}
+
+/// How the command's run under the lease ended.
+#[derive(Debug)]
+enum Ended {
+    /// The command exited (or was killed) on its own.
+    Exited(ExitStatus),
+    /// The lease was lost: the loss is logged and the command's group stopped; this is
+    /// the `lost` refusal.
+    Lost(Error),
+}
+
+/// Starts the command under the lease: signals are watched before it exists and the
+/// guard started, then the command is spawned in a process group of its own, its output
+/// relayed (with `--json`) and the terminal lent to it. A command that cannot be started
+/// releases the lease and fails with the shell's 127.
+fn start(
+    ctx: &Ctx,
+    lease: &Held,
+    program: &OsString,
+    rest: &[OsString],
+    json: bool,
+) -> Result<Running> {
     // Watch signals before the child exists: one arriving in between is held and then
     // forwarded, instead of killing run and orphaning an unwatched child.
     let mut signals =
         Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(Error::io("cannot watch", "signals"))?;
-    let signal_handle = signals.handle();
+    let handle = signals.handle();
     // Started before the command, so that run dying at any later moment stops it.
-    let guard = Guard::start(grace);
-    let mut child = match spawn(ctx, &lease, program, rest, json) {
+    let guard = Guard::start(lease.grace);
+    let mut child = match spawn(ctx, lease, program, rest, json) {
         Ok(child) => child,
         Err(e) => {
             drop(guard);
@@ -166,7 +209,6 @@ pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
     let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let guard = guard.map(|g| g.watch(group));
     let relay = child.stdout.take().and_then(Relay::start);
-    // Taken back when dropped: on every way out below, before anything is printed.
     let terminal = Foreground::hand_to(group);
 
     // Forward the signals a user or supervisor sends us to the child's group, and wake
@@ -179,23 +221,34 @@ pub fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
             }
         }
     });
-    let (tx, rx) = mpsc::channel::<std::io::Result<ExitStatus>>();
+    let (tx, exited) = mpsc::channel::<std::io::Result<ExitStatus>>();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
+    Ok(Running {
+        group,
+        exited,
+        signals: handle,
+        guard,
+        relay,
+        terminal,
+    })
+}
 
-    let outcome = supervise(ctx, &lease, group, grace, &rx, terminal.as_ref());
-    signal_handle.close();
-    drop(terminal);
-    // The command has exited (or was stopped): nothing is left for the guard to do, and
-    // its output has all arrived.
-    if let Some(guard) = guard {
-        guard.dismiss();
+impl Running {
+    /// The command has exited (or was stopped): stop forwarding signals, take the
+    /// terminal back, dismiss the guard (nothing is left for it to do) and pass on the
+    /// last of the command's output.
+    fn wind_down(self) {
+        self.signals.close();
+        drop(self.terminal);
+        if let Some(guard) = self.guard {
+            guard.dismiss();
+        }
+        if let Some(relay) = self.relay {
+            relay.finish();
+        }
     }
-    if let Some(relay) = relay {
-        relay.finish();
-    }
-    finish(ctx, args, &lease, program, outcome?)
 }
 
 /// The lease `run` holds for its command.
@@ -205,6 +258,8 @@ struct Held {
     /// Owner and epoch, as renew, complete and release take them.
     holder: HolderArgs,
     ttl: Duration,
+    /// After SIGTERM on a lost lease, how long the command gets before SIGKILL.
+    grace: Duration,
 }
 
 impl Held {
@@ -220,13 +275,15 @@ impl Held {
         Error::Child {
             code,
             message,
-            fields: json!({
-                "resource": self.resource,
-                "epoch": self.holder.epoch,
-                "owner": self.holder.owner,
-                "exit_code": code,
-                "exit_from": "command",
-            }),
+            ran: RunFailed {
+                resource: self.resource.clone(),
+                epoch: self.holder.epoch,
+                owner: self.holder.owner.clone(),
+                exit: Exit {
+                    exit_code: code,
+                    exit_from: "command",
+                },
+            },
         }
     }
 }
@@ -262,16 +319,10 @@ fn spawn(
 
 /// Waits for the command, renewing the lease every TTL/3. If the lease is lost (a renewal
 /// refused, or none possible before the deadline), the loss is logged at once, the
-/// command's group is stopped (SIGTERM, then SIGKILL after `grace`) and the `lost`
-/// refusal returned.
-fn supervise(
-    ctx: &Ctx,
-    lease: &Held,
-    group: Pid,
-    grace: Duration,
-    rx: &mpsc::Receiver<std::io::Result<ExitStatus>>,
-    terminal: Option<&Foreground>,
-) -> Result<ExitStatus> {
+/// command's group is stopped (SIGTERM, then SIGKILL after the grace period), and it
+/// ends as [`Ended::Lost`].
+fn supervise(ctx: &Ctx, lease: &Held, job: &Running) -> Result<Ended> {
+    let (group, terminal) = (job.group, job.terminal.as_ref());
     let mut deadline = Instant::now() + lease.ttl;
     let interval = (lease.ttl / 3).max(Duration::from_millis(1));
     let mut next_renew = Instant::now() + interval;
@@ -281,10 +332,17 @@ fn supervise(
         if terminal.is_some() {
             wake = wake.min(Instant::now() + JOB_CONTROL_POLL);
         }
-        match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok(status) => return status.map_err(Error::io("cannot wait for", "the command")),
+        match job
+            .exited
+            .recv_timeout(wake.saturating_duration_since(Instant::now()))
+        {
+            Ok(status) => {
+                return status
+                    .map(Ended::Exited)
+                    .map_err(Error::io("cannot wait for", "the command"));
+            }
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(Error::usage("internal: lost track of the command"));
+                return Err(Error::Internal("lost track of the command"));
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -303,9 +361,8 @@ fn supervise(
             ..ctx.clone()
         };
         let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
-        let renewed = if left.is_zero() {
-            Err(Error::usage("deadline passed"))
-        } else {
+        // None: the deadline passed before a renewal could even be tried.
+        let renewed = (!left.is_zero()).then(|| {
             change_held(
                 &renew_ctx,
                 &lease.holder,
@@ -313,57 +370,71 @@ fn supervise(
                     deadline: crate::clock::wall_millis().saturating_add(ttl_ms),
                 },
             )
-        };
+        });
         match renewed {
-            Ok(_) => {
+            Some(Ok(_)) => {
                 deadline = Instant::now() + lease.ttl;
                 next_renew = Instant::now() + interval;
             }
-            Err(e) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
+            None => {
+                let why = format!("{OUT_OF_TIME}: deadline passed");
+                return Ok(lost_while_running(ctx, lease, &why, job));
+            }
+            Some(Err(e)) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
                 let why = match &e {
                     Error::Refused(r) => lost_reason(r),
-                    other => format!("it ran out before it could be renewed: {other}"),
+                    other => format!("{OUT_OF_TIME}: {other}"),
                 };
-                let mut refusal = Refusal::new(
-                    RefusalKind::Lost,
-                    format!(
-                        "the lease on {} (epoch {}) was lost while the command ran ({why}); \
-                         the command is stopped",
-                        lease.resource, lease.holder.epoch
-                    ),
-                    json!({
-                        "resource": lease.resource,
-                        "epoch": lease.holder.epoch,
-                        "owner": lease.holder.owner,
-                    }),
-                );
-                // Logged when noticed, not once the command has finished stopping.
-                super::log_refusal(ctx, &refusal);
-                refusal.logged = true;
-                stop_group(group, grace, rx);
-                return Err(Error::Refused(refusal));
+                return Ok(lost_while_running(ctx, lease, &why, job));
             }
             // A transient failure (busy, I/O): try again soon, while the lease still runs.
-            Err(_) => next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1)),
+            Some(Err(_)) => {
+                next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1));
+            }
         }
     }
+}
+
+/// Why a lease that ran out unrenewed was lost.
+const OUT_OF_TIME: &str = "it ran out before it could be renewed";
+
+/// The lease was lost while the command ran (`why`): log it at once, stop the command's
+/// group, and return the `lost` refusal.
+fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ended {
+    let mut refusal = Refusal::new(
+        format!(
+            "the lease on {} (epoch {}) was lost while the command ran ({why}); \
+             the command is stopped",
+            lease.resource, lease.holder.epoch
+        ),
+        &lease.resource,
+        Some(lease.holder.epoch),
+        Some(&lease.holder.owner),
+        RefusalDetail::LostWhileRunning {},
+    );
+    // Logged when noticed, not once the command has finished stopping.
+    super::log_refusal(ctx, &refusal);
+    refusal.logged = true;
+    stop_group(job.group, lease.grace, &job.exited);
+    Ended::Lost(Error::refused(refusal))
 }
 
 /// Why a renewal was refused, in words that fit inside run's own `lost` line: the
 /// reason and the lease as it now is, without the refusal's own `lost:` framing.
 fn lost_reason(refusal: &Refusal) -> String {
-    let field = |key: &str| refusal.fields.get(key);
-    let Some(reason) = field("reason").and_then(serde_json::Value::as_str) else {
-        return refusal.message.clone();
-    };
-    match field("lease") {
-        Some(lease) if lease.is_object() => format!(
+    match &refusal.detail {
+        RefusalDetail::Lost {
+            reason,
+            lease: Some(lease),
+        } => format!(
             "{reason}; current: owner {} epoch {}, {}",
-            lease["owner"].as_str().unwrap_or("?"),
-            lease["epoch"],
-            lease["state"].as_str().unwrap_or("?"),
+            lease.owner, lease.epoch, lease.state
         ),
-        _ => reason.to_string(),
+        RefusalDetail::Lost {
+            reason,
+            lease: None,
+        } => (*reason).to_string(),
+        _ => refusal.message.clone(),
     }
 }
 
@@ -387,21 +458,21 @@ fn finish(
                 result: Some(&result),
             },
         )?;
-        return Ok(Report::new(
-            String::new(),
-            json!({
-                "outcome": "completed",
-                "resource": resource,
-                "epoch": epoch,
-                "owner": args.request.owner,
-                "exit_code": 0,
-                "exit_from": "command",
-                "result": result,
+        let completed = Completed {
+            resource: resource.clone(),
+            epoch,
+            owner: lease.holder.owner.clone(),
+            result: Some(result),
+            exit: Some(Exit {
+                exit_code: 0,
+                exit_from: "command",
             }),
-        )
-        .changed(format!(
-            "the command exited 0 and the lease on {resource} (epoch {epoch}) was completed"
-        )));
+        };
+        return Ok(
+            Report::new(String::new(), Outcome::Completed(completed)).changed(format!(
+                "the command exited 0 and the lease on {resource} (epoch {epoch}) was completed"
+            )),
+        );
     }
     let program = program.to_string_lossy();
     let how = match killed_by(status) {
@@ -575,167 +646,4 @@ fn killed_by(status: ExitStatus) -> Option<String> {
     use std::os::unix::process::ExitStatusExt;
     let n = status.signal()?;
     Some(Signal::try_from(n).map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_string()))
-}
-
-/// The terminal on run's stdin, lent to the child's process group while it runs.
-///
-/// The child runs in a group of its own, so without this a child reading the terminal is
-/// stopped by SIGTTIN (and Ctrl-C reaches run, not the child). Dropping the value gives
-/// the terminal back to run's own group.
-struct Foreground {
-    /// run's own process group.
-    own: Pid,
-    /// The command's process group.
-    group: Pid,
-    /// Whether the command has the terminal now (not after a Ctrl-Z and `bg`).
-    lent: Cell<bool>,
-}
-
-impl Foreground {
-    /// Makes `group` the terminal's foreground process group, if stdin is a terminal
-    /// whose foreground group is run's own; otherwise leaves the terminal alone.
-    fn hand_to(group: Pid) -> Option<Foreground> {
-        let stdin = std::io::stdin();
-        if !isatty(&stdin).unwrap_or(false) {
-            return None;
-        }
-        let own = getpgrp();
-        if tcgetpgrp(&stdin).ok()? != own {
-            return None;
-        }
-        set_foreground(group).ok()?;
-        // The child may have read the terminal before it was its own, and been stopped
-        // by SIGTTIN for it: let it go on.
-        let _ = killpg(group, Signal::SIGCONT);
-        Some(Foreground {
-            own,
-            group,
-            lent: Cell::new(true),
-        })
-    }
-
-    /// Gives the terminal back to run's group if the command still has it; never takes
-    /// it from anyone else (the shell, after `bg`).
-    fn take_back(&self) {
-        let stdin = std::io::stdin();
-        if self.lent.replace(false) && tcgetpgrp(&stdin).is_ok_and(|fg| fg == self.group) {
-            let _ = set_foreground(self.own);
-        }
-    }
-}
-
-impl Foreground {
-    /// The command was stopped (Ctrl-Z, or reading the terminal from the background):
-    /// do what a job's leader does. Take the terminal back if the command has it, and
-    /// stop run's whole job (run and whatever shares its group, e.g. a `| tee`), so the
-    /// shell regains the terminal and sees a stopped job. When resumed (`fg` or `bg`),
-    /// lend the terminal again if run is in the foreground, and continue the command.
-    fn suspend(&self) {
-        self.take_back();
-        let _ = killpg(self.own, Signal::SIGTSTP);
-        // Here once a SIGCONT has resumed run.
-        let stdin = std::io::stdin();
-        if tcgetpgrp(&stdin).is_ok_and(|fg| fg == self.own) && set_foreground(self.group).is_ok() {
-            self.lent.set(true);
-        }
-        let _ = killpg(self.group, Signal::SIGCONT);
-    }
-}
-
-/// How often run checks whether the command it lent the terminal to was stopped.
-const JOB_CONTROL_POLL: Duration = Duration::from_millis(100);
-
-/// True if the command's job is stopped: its leader is, or the leader waits in the kernel
-/// for a child that a stop signal caught between vfork and exec.
-///
-/// A shell that runs a program through `vfork` waits in state `D` (never `T`) until the
-/// child execs, and a Ctrl-Z can stop that child before it does: the whole job is then
-/// stopped, though the leader never shows it. Only such a child counts (same group, still
-/// marked forked-but-not-exec'd), so a leader that is merely busy on a disk next to some
-/// other stopped child is not taken for a stopped job.
-fn stopped(group: Pid) -> bool {
-    let leader = group.as_raw();
-    match proc_stat(leader) {
-        Some(stat) if stat.state == 'T' => true,
-        Some(stat) if stat.state == 'D' => children(leader).into_iter().any(|child| {
-            proc_stat(child).is_some_and(|c| {
-                c.state == 'T' && c.group == leader && c.flags & PF_FORKNOEXEC != 0
-            })
-        }),
-        _ => false,
-    }
-}
-
-/// The kernel's task flag for a process that has forked but not yet exec'd.
-const PF_FORKNOEXEC: u64 = 0x40;
-
-/// What `stopped` needs from `/proc/PID/stat`.
-struct ProcStat {
-    state: char,
-    parent: i32,
-    group: i32,
-    flags: u64,
-}
-
-/// Reads `/proc/PID/stat`; its fields follow the parenthesised command name: state,
-/// parent, group, session, terminal, terminal's group, flags.
-fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').take(7).collect();
-    let [state, parent, group, _, _, _, flags] = fields.as_slice() else {
-        return None;
-    };
-    Some(ProcStat {
-        state: state.chars().next()?,
-        parent: parent.parse().ok()?,
-        group: group.parse().ok()?,
-        flags: flags.parse().ok()?,
-    })
-}
-
-/// The children of `pid`, from `/proc/PID/task/TID/children`; on a kernel built without
-/// those files, found by their parent pid among all processes.
-fn children(pid: i32) -> Vec<i32> {
-    let listed: Option<Vec<i32>> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()
-        .and_then(|tasks| {
-            tasks
-                .flatten()
-                .map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-                .collect::<Option<Vec<String>>>()
-        })
-        .map(|lists| {
-            lists
-                .iter()
-                .flat_map(|list| list.split_whitespace().filter_map(|c| c.parse().ok()))
-                .collect()
-        });
-    if let Some(children) = listed {
-        return children;
-    }
-    let Ok(all) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    all.flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
-        .filter(|&child| proc_stat(child).is_some_and(|c| c.parent == pid))
-        .collect()
-}
-
-impl Drop for Foreground {
-    fn drop(&mut self) {
-        self.take_back();
-    }
-}
-
-/// `tcsetpgrp` on stdin with SIGTTOU blocked in this thread only: from a background group
-/// (run's own, once the child has the terminal) the call would otherwise stop run. Blocked
-/// here and restored right after, so no child ever inherits the blocked signal.
-fn set_foreground(group: Pid) -> nix::Result<()> {
-    let mut ttou = SigSet::empty();
-    ttou.add(Signal::SIGTTOU);
-    let before = ttou.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
-    let set = tcsetpgrp(std::io::stdin(), group);
-    before.thread_set_mask()?;
-    set
 }

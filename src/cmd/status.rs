@@ -2,14 +2,15 @@
 //! disk, so "the dashboard says B but the file says A" is visible at a glance.
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 
 use clap::Args;
-use serde_json::{Value, json};
 
-use super::{Ctx, Report, lease_json};
+use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::outcome::{DocumentView, LeaseView, Outcome, SinkView, Status, StatusRow};
 use crate::resource::{Resource, locate};
 use crate::sink::{Recovery, SinkRecord};
 use crate::store::Store;
@@ -39,7 +40,7 @@ use crate::store::Store;
 ///   fencepost status --json | jq '.resources[] | select(.document.state != "matches")'
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Only this resource (default: all).
     pub resource: Option<OsString>,
 }
@@ -53,15 +54,10 @@ struct Row {
     doc: DocState,
 }
 
-struct DocState {
-    state: &'static str,
-    sha256: Option<String>,
-    size: Option<u64>,
-    /// Why the document could not be looked at (`invalid`, `error`).
-    problem: Option<String>,
-}
+/// The document on disk as `status` shows it.
+type DocState = DocumentView;
 
-impl DocState {
+impl DocumentView {
     fn of(state: &'static str) -> DocState {
         DocState {
             state,
@@ -79,7 +75,7 @@ impl DocState {
     }
 }
 
-pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     // A resource whose path cannot be resolved (a symlink leading out of the root) is
     // still answered for, by its spelling: status always reports, here `unreachable`.
     let only = match args.resource.as_deref() {
@@ -91,27 +87,32 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     };
     let now = ctx.clock.now();
     let rows = collect(ctx, ctx.read_store("nothing to show")?, only.as_ref())?;
-    let json_rows: Vec<Value> = rows.iter().map(|r| row_json(r, now)).collect();
-    let mut out = json!({ "outcome": "status", "now": now, "resources": json_rows });
-    if let (Some(resource), Some(map)) = (&only, out.as_object_mut()) {
-        map.insert("resource".into(), json!(resource.as_str()));
-        // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
-        let epoch = rows.first().and_then(|r| r.lease.as_ref()).map(|l| l.epoch);
-        map.insert("epoch".into(), json!(epoch));
-    }
-    Ok(Report::new(table(&rows, now, ctx.clock.kind()), out))
+    // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
+    let epoch = only
+        .as_ref()
+        .and(rows.first())
+        .and_then(|r| r.lease.as_ref())
+        .map(|l| l.epoch);
+    let plain = table(&rows, now, ctx.clock.kind());
+    let status = Status {
+        now,
+        resources: rows.into_iter().map(|r| row_view(r, now)).collect(),
+        resource: only.map(|r| r.to_string()),
+        epoch,
+    };
+    Ok(Report::new(plain, Outcome::Status(status)))
 }
 
 /// Every row of the state file (or the one asked for). A row whose stored name no longer
 /// passes the name rules, or whose document cannot be checked, is shown with its problem;
 /// it never hides the others.
-fn collect(ctx: &Ctx, mut store: Store, only: Option<&Resource>) -> Result<Vec<Row>> {
+fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Result<Vec<Row>> {
     let tx = store.snapshot()?;
     tx.check_clock(ctx.clock.kind())?;
-    ctx.check_root(&tx)?;
+    ctx.check_root(&*tx)?;
     let names = match only {
         Some(r) => {
-            ctx.refuse_unseen(&tx, r, "nothing to show")?;
+            ctx.refuse_unseen(&*tx, r, "nothing to show")?;
             vec![r.to_string()]
         }
         None => tx.resources()?,
@@ -165,9 +166,8 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
     if super::is_state_file(ctx, &doc)? {
         return Ok(none("state-file"));
     }
-    let meta = match atomic::inspect_document(&doc) {
-        Ok(meta) => meta,
-        Err(_) => return Ok(none("not-a-file")),
+    let Ok(meta) = atomic::inspect_document(&doc) else {
+        return Ok(none("not-a-file"));
     };
     let Some(_) = meta else {
         return Ok(none(if recorded.is_some() {
@@ -177,7 +177,7 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
         }));
     };
     let (sha256, size) = atomic::hash_document(&doc)?;
-    let pending = super::recover::pending(&doc, recorded.and_then(|c| c.file))?;
+    let pending = crate::recovery::pending(&doc, recorded.and_then(|c| c.file))?;
     let state = if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
         "interrupted"
     } else if pending.in_progress {
@@ -196,31 +196,23 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
     })
 }
 
-fn row_json(row: &Row, now: i64) -> Value {
-    let sink = row.sink.as_ref().map(|s| {
-        let c = s.content.as_ref();
-        json!({
-            "fence": s.fence,
-            "content_epoch": c.map(|c| c.epoch),
-            "sha256": c.map(|c| c.sha256.clone()),
-            "size": c.map(|c| c.size),
-            "written_at": c.map(|c| c.written_at),
-        })
+fn row_view(row: Row, now: i64) -> StatusRow {
+    let sink = row.sink.map(|s| {
+        let c = s.content;
+        SinkView {
+            fence: s.fence,
+            content_epoch: c.as_ref().map(|c| c.epoch),
+            size: c.as_ref().map(|c| c.size),
+            written_at: c.as_ref().map(|c| c.written_at),
+            sha256: c.map(|c| c.sha256),
+        }
     });
-    let mut document = json!({
-        "state": row.doc.state,
-        "sha256": row.doc.sha256,
-        "size": row.doc.size,
-    });
-    if let (Some(problem), Some(map)) = (&row.doc.problem, document.as_object_mut()) {
-        map.insert("problem".into(), json!(problem));
+    StatusRow {
+        lease: LeaseView::at(row.lease.as_ref(), now),
+        resource: row.resource,
+        sink,
+        document: row.doc,
     }
-    json!({
-        "resource": row.resource,
-        "lease": lease_json(row.lease.as_ref(), now),
-        "sink": sink,
-        "document": document,
-    })
 }
 
 fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
@@ -251,11 +243,12 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
     let mut text = crate::audit::align(&cells);
     for row in rows {
         if let Some(problem) = &row.doc.problem {
-            text.push_str(&format!(
+            let _ = write!(
+                text,
                 "\n{}: {}: {problem}",
                 printable(&row.resource),
                 row.doc.state
-            ));
+            );
         }
     }
     text
@@ -263,7 +256,7 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
 
 /// A stored name as one line of a table: quoted, with escapes, when it has control
 /// characters; shortened when very long.
-pub fn printable(name: &str) -> String {
+pub(crate) fn printable(name: &str) -> String {
     if name.chars().any(char::is_control) {
         crate::root::shown(&format!("{name:?}"))
     } else {

@@ -4,13 +4,13 @@
 use std::ffi::OsString;
 
 use clap::Args;
-use serde_json::{Value, json};
 
 use super::status::printable;
 use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
+use crate::outcome::{Outcome, Problem, Verified};
 use crate::resource::{Resource, locate};
 use crate::sink::{Content, Recovery};
 
@@ -30,28 +30,21 @@ use crate::sink::{Content, Recovery};
 ///   fencepost --root /srv/publish verify || mail -s "fencepost: divergence" ops < /dev/null
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// Only this resource (default: every resource in the state file).
     pub resource: Option<OsString>,
 }
 
-/// One inconsistency.
-struct Problem {
-    resource: String,
-    kind: &'static str,
-    message: String,
-}
-
-pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
-    let resource = only.as_ref().map(|r| r.to_string());
+    let resource = only.as_ref().map(ToString::to_string);
     // No state file is not "all is well": `verify || alert` must alert.
     let mut store = ctx.read_store("nothing to verify")?;
     let tx = store.snapshot()?;
-    ctx.check_root(&tx)?;
+    ctx.check_root(&*tx)?;
     let names = match only {
         Some(r) => {
-            ctx.refuse_unseen(&tx, &r, "nothing to verify")?;
+            ctx.refuse_unseen(&*tx, &r, "nothing to verify")?;
             vec![r.to_string()]
         }
         None => tx.resources()?,
@@ -63,9 +56,9 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         let mut found = |kind, message: String| {
             problems.push(Problem {
                 resource: name.clone(),
-                kind,
+                problem: kind,
                 message,
-            })
+            });
         };
         // A row that cannot be read back, or a document that cannot be checked, is a
         // problem of its own; it never hides the others' problems.
@@ -85,29 +78,34 @@ pub fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             Err(e) => found("error", e.to_string()),
         }
     }
-    let list: Vec<Value> = problems
-        .iter()
-        .map(|p| json!({ "resource": p.resource, "problem": p.kind, "message": p.message }))
-        .collect();
+    let checked = names.len();
     if problems.is_empty() {
+        let verified = Verified {
+            resource,
+            checked,
+            problems,
+        };
         return Ok(Report::new(
-            format!("ok: {} resource(s) consistent", names.len()),
-            json!({ "outcome": "ok", "resource": resource, "checked": names.len(), "problems": list }),
+            format!("ok: {checked} resource(s) consistent"),
+            Outcome::Ok(verified),
         ));
     }
     let lines: Vec<String> = problems
         .iter()
-        .map(|p| format!("{}: {}: {}", printable(&p.resource), p.kind, p.message))
+        .map(|p| format!("{}: {}: {}", printable(&p.resource), p.problem, p.message))
         .collect();
     Err(Error::Diverged {
         message: format!(
-            "{} inconsistenc{} in {} resource(s) checked",
+            "{} inconsistenc{} in {checked} resource(s) checked",
             problems.len(),
             if problems.len() == 1 { "y" } else { "ies" },
-            names.len()
         ),
         report: lines.join("\n"),
-        fields: json!({ "resource": resource, "checked": names.len(), "problems": list }),
+        found: Verified {
+            resource,
+            checked,
+            problems,
+        },
     })
 }
 
@@ -158,7 +156,7 @@ fn check(
     if super::is_state_file(ctx, &doc)? {
         return Ok(()); // never a document: write refuses it, and it must not be hashed
     }
-    let pending = super::recover::pending(&doc, content.and_then(|c| c.file))?;
+    let pending = crate::recovery::pending(&doc, content.and_then(|c| c.file))?;
     match pending.action {
         Recovery::RestorePre | Recovery::RemoveDoc => found(
             "interrupted",

@@ -13,16 +13,17 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
-use serde_json::json;
 
 use super::{Ctx, Report, check_epoch, check_owner};
 use crate::atomic::{self, Staged};
-use crate::audit::Event;
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::audit::{Event, EventKind};
+use crate::error::{Error, Refusal, Result};
+use crate::failpoints::failpoint;
 use crate::lease::Lease;
+use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
 use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
-use crate::store::Txn;
+use crate::store::{Txn, WriteRecord};
 
 /// Replace RESOURCE's document with stdin (or --from FILE) if EPOCH is still current.
 ///
@@ -41,7 +42,7 @@ use crate::store::Txn;
 ///   render-report > out.tmp && fencepost write reports/daily.md --epoch "$epoch" --from out.tmp
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct WriteArgs {
+pub(crate) struct WriteArgs {
     /// The document's path under the root, e.g. reports/daily.md (from the current folder
     /// when the root was found from it, without --root).
     #[arg(env = "FENCEPOST_RESOURCE")]
@@ -72,101 +73,103 @@ pub struct WriteArgs {
     pub unfenced: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
+pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let resource = ctx.resource(&args.resource)?;
     check_epoch(args.epoch)?;
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
     }
-    let source: Box<dyn Read> = match &args.from {
-        Some(path) => Box::new(open_source(path)?),
-        None => {
-            let stdin = io::stdin();
-            if stdin.is_terminal() {
-                return Err(Error::usage_hint(
-                    "write reads the document from stdin, which is a terminal",
-                    "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
-                ));
-            }
-            Box::new(Piped {
-                stdin: stdin.lock(),
-                read: 0,
-                widened: false,
-            })
-        }
-    };
+    let source = content_source(args)?;
     let mut store = ctx.store()?;
-
-    // Early answer for requests that cannot succeed, before reading a byte or creating a
-    // folder. Advisory only: the decision that counts is taken again under the lock.
-    {
-        let tx = store.snapshot()?;
-        tx.check_clock(ctx.clock.kind())?;
-        ctx.check_root(&tx)?;
-        let (lease, record) = (tx.lease(&resource)?, tx.sink(&resource)?);
-        check_issued_owner(&resource, args, lease.as_ref())?;
-        if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
-            record.as_ref(),
-            lease.map(|l| l.epoch),
-            args.epoch,
-            "",
-            args.unfenced,
-        ) {
-            let owner = writer(&tx, &resource, args)?;
-            return Err(refusal(&resource, args, owner.as_deref(), d));
-        }
-    }
-
+    refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
 
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
-    let written = stage_and_publish(ctx, &mut store, &doc, &resource, args, &mut source);
+    let target = Target {
+        ctx,
+        doc: &doc,
+        resource: &resource,
+        args,
+    };
+    let written = stage_and_publish(&target, &mut *store, &mut source);
     if written.is_err() {
         // Nothing was published: folders made for this write go again.
         doc.remove_made_folders();
     }
-    let (outcome, sha256, size, record, owner) = written?;
-    let changed = match outcome {
-        "written" => format!("{resource} was written under epoch {}", args.epoch),
-        _ => "nothing was changed (a replay)".to_string(),
+    let outcome = written?;
+    let (plain, changed) = match outcome {
+        Outcome::Written(_) => (
+            "written",
+            format!("{resource} was written under epoch {}", args.epoch),
+        ),
+        _ => ("replay", "nothing was changed (a replay)".to_string()),
     };
-    Ok(Report::new(
-        outcome,
-        json!({
-            "outcome": outcome,
-            "resource": resource.as_str(),
-            "epoch": args.epoch,
-            "owner": owner,
-            "sha256": sha256,
-            "size": size,
-            "unfenced": args.unfenced,
-            "previous_fence": record.map(|r| r.fence),
-        }),
-    )
-    .changed(changed))
+    Ok(Report::new(plain, outcome).changed(changed))
 }
 
-/// What an accepted write reports: its outcome word, the bytes' hash and size, the
-/// record before it, and the writer's name.
-type Written = (
-    &'static str,
-    String,
-    u64,
-    Option<SinkRecord>,
-    Option<String>,
-);
+/// The content to publish: `--from FILE`, or stdin (never a terminal).
+fn content_source(args: &WriteArgs) -> Result<Box<dyn Read>> {
+    if let Some(path) = &args.from {
+        return Ok(Box::new(open_source(path)?));
+    }
+    let stdin = io::stdin();
+    if stdin.is_terminal() {
+        return Err(Error::usage_hint(
+            "write reads the document from stdin, which is a terminal",
+            "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
+        ));
+    }
+    Ok(Box::new(Piped {
+        stdin: stdin.lock(),
+        read: 0,
+        widened: false,
+    }))
+}
+
+/// The early answer for requests that cannot succeed (a stale or unissued epoch, an
+/// owner the epoch was not issued to), read from a snapshot before a byte is read or a
+/// folder made. Advisory only: the decision that counts is taken again under the lock.
+fn refuse_early(ctx: &Ctx, tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<()> {
+    tx.check_clock(ctx.clock.kind())?;
+    ctx.check_root(tx)?;
+    let (lease, record) = (tx.lease(resource)?, tx.sink(resource)?);
+    check_issued_owner(resource, args, lease.as_ref())?;
+    if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
+        record.as_ref(),
+        lease.map(|l| l.epoch),
+        args.epoch,
+        "",
+        args.unfenced,
+    ) {
+        let owner = writer(tx, resource, args)?;
+        return Err(refusal(resource, args, owner.as_deref(), d));
+    }
+    Ok(())
+}
+
+/// The write being made: the document it replaces, its resource and the request.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    ctx: &'a Ctx,
+    doc: &'a DocPath,
+    resource: &'a Resource,
+    args: &'a WriteArgs,
+}
 
 /// Stages the content beside the document, then decides and publishes under the lock.
 fn stage_and_publish(
-    ctx: &Ctx,
-    store: &mut crate::store::Store,
-    doc: &DocPath,
-    resource: &Resource,
-    args: &WriteArgs,
+    target: &Target<'_>,
+    store: &mut dyn crate::store::Store,
     source: &mut dyn Read,
-) -> Result<Written> {
+) -> Result<Outcome> {
+    let Target {
+        ctx,
+        doc,
+        resource,
+        args,
+    } = *target;
     super::refuse_state_file(ctx, doc, resource)?;
     let existing = atomic::inspect_document(doc)?;
     // The WAL exists from the moment the store was opened above, and this open connection
@@ -177,16 +180,16 @@ fn stage_and_publish(
     {
         atomic::ensure_space(doc.folder.path(), meta.len())?;
     }
-    crate::failpoint!("write.before_stage");
+    failpoint!("write.before_stage");
     let mut staged = atomic::stage(doc, source, existing.as_ref())?;
 
-    crate::failpoint!("write.before_lock");
+    failpoint!("write.before_lock");
     let now = ctx.clock.now();
     let tx = ctx.begin(store, resource)?;
     let lease = tx.lease(resource)?;
     check_issued_owner(resource, args, lease.as_ref())?;
     let record = tx.sink(resource)?;
-    let owner = writer(&tx, resource, args)?;
+    let owner = writer(&*tx, resource, args)?;
     let decision = decide(
         record.as_ref(),
         lease.map(|l| l.epoch),
@@ -202,67 +205,60 @@ fn stage_and_publish(
     } else {
         decision
     };
-    let (sha256, size) = (staged.sha256.clone(), staged.size);
-    let outcome = match decision {
+    let written = Written {
+        resource: resource.to_string(),
+        epoch: args.epoch,
+        owner: owner.clone(),
+        sha256: staged.sha256.clone(),
+        size: staged.size,
+        unfenced: args.unfenced,
+        previous_fence: record.as_ref().map(|r| r.fence),
+    };
+    match decision {
         WriteDecision::Write => {
             let how = Publish {
                 owner: owner.as_deref(),
                 now,
                 republish,
+                record: record.as_ref(),
             };
-            publish(
-                ctx,
-                tx,
-                doc,
-                resource,
-                args,
-                record.as_ref(),
-                &mut staged,
-                how,
-            )?;
-            "written"
+            publish(target, tx, &mut staged, how)?;
+            Ok(Outcome::Written(written))
         }
         WriteDecision::Replay => {
-            let event = Event::new(now, resource.as_str(), "replay")
+            let event = Event::new(now, resource.as_str(), EventKind::Replay)
                 .owner(owner.as_deref())
                 .epoch(Some(args.epoch))
-                .sha256(Some(&sha256));
-            ctx.log(&tx, &event)?;
+                .sha256(Some(&written.sha256));
+            ctx.log(&*tx, &event)?;
             tx.commit()?;
-            "replay"
+            Ok(Outcome::Replay(written))
         }
-        refused => return Err(refusal(resource, args, owner.as_deref(), refused)),
-    };
-    Ok((outcome, sha256, size, record, owner))
+        refused => Err(refusal(resource, args, owner.as_deref(), refused)),
+    }
 }
 
 /// The part under the lock once the write is accepted: links, rename, folder fsync,
 /// record, COMMIT, then this writer's own links go. On any failure before the COMMIT the
 /// document is put back as it was.
-#[allow(clippy::too_many_arguments)]
 fn publish(
-    ctx: &Ctx,
-    tx: Txn<'_>,
-    doc: &DocPath,
-    resource: &Resource,
-    args: &WriteArgs,
-    record: Option<&SinkRecord>,
+    target: &Target<'_>,
+    tx: Box<dyn Txn + '_>,
     staged: &mut Staged<'_>,
     how: Publish<'_>,
 ) -> Result<()> {
-    let Publish {
-        owner,
-        now,
-        republish,
-    } = how;
+    let (ctx, doc, resource) = (target.ctx, target.doc, target.resource);
     let content = Content {
-        epoch: args.epoch,
+        epoch: target.args.epoch,
         sha256: staged.sha256.clone(),
         size: staged.size,
-        written_at: now,
+        written_at: how.now,
         file: Some(staged.id),
     };
-    let recorded_before = record.and_then(|r| r.content.as_ref()).and_then(|c| c.file);
+    let recorded_before = how
+        .record
+        .and_then(|r| r.content.as_ref())
+        .and_then(|c| c.file);
     // Checked before the recovery links are made (so none lands in a folder moved out of
     // the root), and again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
@@ -271,63 +267,96 @@ fn publish(
         .link_for_recovery(exists)
         .and_then(|()| doc.check_unmoved(&ctx.root, resource))
         .and_then(|()| staged.rename_into_place())
-        .and_then(|()| {
-            let fence = fence_after_write(record, args.epoch, args.unfenced);
-            tx.record_write(resource, fence, &content, owner)?;
-            let mut event = Event::new(now, resource.as_str(), "write")
-                .owner(owner)
-                .epoch(Some(args.epoch))
-                .previous(None, record.map(|r| r.fence))
-                .sha256(Some(&content.sha256));
-            if args.unfenced {
-                event = event.detail("unfenced");
-            } else if republish {
-                event = event.detail("republished: the document had gone missing or drifted");
-            }
-            ctx.log(&tx, &event)
-        });
+        .and_then(|()| record(target, &*tx, &content, how));
     if let Err(e) = staged_change {
         // Still under the lock, and the transaction will roll back: undo this write's
         // rename against the record as it was before it.
-        super::recover::undo(doc, recorded_before, &staged.links())?;
+        crate::recovery::undo(doc, recorded_before, &staged.links())?;
         return Err(e);
     }
     if let Err(e) = tx.commit() {
-        // The lock is gone with the failed commit; recover against whatever the state
-        // file now says, in a transaction of its own. That transaction must write: a
-        // COMMIT whose WAL fsync failed can leave its frames in the WAL past the last
-        // valid commit, and a later WAL recovery (after another connection dies without
-        // closing) would bring the write back over the rolled-back document. Committing
-        // an event overwrites those frames.
-        let mut store = ctx.store()?;
-        let _ = ctx.begin(&mut store, resource).and_then(|tx| {
-            let event = Event::new(now, resource.as_str(), "commit-failed")
-                .owner(owner)
-                .epoch(Some(args.epoch))
-                .sha256(Some(&content.sha256))
-                .detail(e.to_string());
-            ctx.log(&tx, &event)?;
-            tx.commit()
-        });
+        after_failed_commit(target, &content, how, &e)?;
         return Err(e);
     }
     // The write committed: its links go whatever the failpoint says (a crash there
     // leaves them for recovery, an injected error still removes them).
     let hook = (|| -> Result<()> {
-        crate::failpoint!("write.before_cleanup");
+        failpoint!("write.before_cleanup");
         Ok(())
     })();
     staged.drop_links();
     hook
 }
 
-/// Who and when, for the record of an accepted write.
+/// Records the accepted write (the new fence and content) and logs it, in `tx`.
+fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>) -> Result<()> {
+    let Target {
+        ctx,
+        resource,
+        args,
+        ..
+    } = *target;
+    let fence = fence_after_write(how.record, args.epoch, args.unfenced);
+    let write = WriteRecord {
+        fence,
+        content,
+        owner: how.owner,
+    };
+    tx.record_write(resource, &write)?;
+    let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)
+        .owner(how.owner)
+        .epoch(Some(args.epoch))
+        .previous(None, how.record.map(|r| r.fence))
+        .sha256(Some(&content.sha256));
+    if args.unfenced {
+        event = event.detail("unfenced");
+    } else if how.republish {
+        event = event.detail("republished: the document had gone missing or drifted");
+    }
+    ctx.log(tx, &event)
+}
+
+/// The COMMIT of an accepted write failed (`e`), and with it the lock is gone: recover
+/// against whatever the state file now says, in a transaction of its own. That
+/// transaction must write: a COMMIT whose WAL fsync failed can leave its frames in the WAL
+/// past the last valid commit, and a later WAL recovery (after another connection dies
+/// without closing) would bring the write back over the rolled-back document. Committing
+/// an event overwrites those frames. Past opening the state file, best effort: the
+/// write's own error is the answer.
+fn after_failed_commit(
+    target: &Target<'_>,
+    content: &Content,
+    how: Publish<'_>,
+    e: &Error,
+) -> Result<()> {
+    let Target {
+        ctx,
+        resource,
+        args,
+        ..
+    } = *target;
+    let mut store = ctx.store()?;
+    let _ = ctx.begin(&mut *store, resource).and_then(|tx| {
+        let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
+            .owner(how.owner)
+            .epoch(Some(args.epoch))
+            .sha256(Some(&content.sha256))
+            .detail(e.to_string());
+        ctx.log(&*tx, &event)?;
+        tx.commit()
+    });
+    Ok(())
+}
+
+/// Who and when, for the record of an accepted write, and the record it replaces.
 #[derive(Debug, Clone, Copy)]
 struct Publish<'a> {
     owner: Option<&'a str>,
     now: i64,
     /// Same epoch and bytes as recorded, but the document on disk no longer held them.
     republish: bool,
+    /// The sink's record before this write.
+    record: Option<&'a SinkRecord>,
 }
 
 /// Whether the document on disk holds exactly the bytes hashed to `sha256`.
@@ -341,7 +370,7 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
 
 /// The writer's name for the record and the log: `--owner`, or else the owner `claim`
 /// issued this epoch to.
-fn writer(tx: &Txn<'_>, resource: &Resource, args: &WriteArgs) -> Result<Option<String>> {
+fn writer(tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<Option<String>> {
     match &args.owner {
         Some(owner) => Ok(Some(owner.clone())),
         None => tx.issued_to(resource, args.epoch),
@@ -353,18 +382,17 @@ fn writer(tx: &Txn<'_>, resource: &Resource, args: &WriteArgs) -> Result<Option<
 fn check_issued_owner(resource: &Resource, args: &WriteArgs, lease: Option<&Lease>) -> Result<()> {
     match (args.owner.as_deref(), lease) {
         (Some(owner), Some(lease)) if lease.epoch == args.epoch && lease.owner != owner => {
-            Err(Error::Refused(Refusal::new(
-                RefusalKind::Unissued,
+            Err(Error::refused(Refusal::new(
                 format!(
                     "epoch {} of {resource} was issued to {}, not {owner}",
                     args.epoch, lease.owner
                 ),
-                json!({
-                    "resource": resource.as_str(),
-                    "epoch": args.epoch,
-                    "owner": owner,
-                    "issued_to": lease.owner,
-                }),
+                resource.as_str(),
+                Some(args.epoch),
+                Some(owner),
+                RefusalDetail::IssuedToAnother {
+                    issued_to: lease.owner.clone(),
+                },
             )))
         }
         _ => Ok(()),
@@ -378,36 +406,38 @@ fn refusal(
     decision: WriteDecision,
 ) -> Error {
     let epoch = args.epoch;
-    let (kind, message, extra) = match decision {
+    let (message, detail) = match decision {
         WriteDecision::Stale { fence } => (
-            RefusalKind::Stale,
             format!("epoch {epoch} is older than epoch {fence} already accepted for {resource}"),
-            json!({ "fence": fence }),
+            RefusalDetail::Stale { fence },
         ),
         WriteDecision::Conflict { recorded_sha256 } => (
-            RefusalKind::Conflict,
             format!("epoch {epoch} already wrote different content to {resource}"),
-            json!({ "fence": epoch, "recorded_sha256": recorded_sha256 }),
+            RefusalDetail::Conflict {
+                fence: epoch,
+                recorded_sha256,
+            },
         ),
         WriteDecision::Unissued { issued } => (
-            RefusalKind::Unissued,
             match issued {
                 Some(max) => {
                     format!("epoch {epoch} was never issued for {resource} (highest issued: {max})")
                 }
                 None => format!("no epoch was ever issued for {resource}: claim it first"),
             },
-            json!({ "issued": issued }),
+            RefusalDetail::Unissued { issued },
         ),
         WriteDecision::Write | WriteDecision::Replay => {
-            return Error::usage("internal: accepted write reported as refusal");
+            return Error::Internal("an accepted write was reported as a refusal");
         }
     };
-    let mut fields = json!({ "resource": resource.as_str(), "epoch": epoch, "owner": owner });
-    if let (Some(map), serde_json::Value::Object(more)) = (fields.as_object_mut(), extra) {
-        map.extend(more);
-    }
-    Error::Refused(Refusal::new(kind, message, fields))
+    Error::refused(Refusal::new(
+        message,
+        resource.as_str(),
+        Some(epoch),
+        owner,
+        detail,
+    ))
 }
 
 /// Stdin, whose pipe is widened (`widen_pipe`) once the content has proved big.
@@ -458,7 +488,7 @@ fn refuse_empty(
     let mut head = vec![0u8; 64 * 1024];
     let n = loop {
         match source.read(&mut head) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             read => break read,
         }
     }
@@ -517,4 +547,28 @@ fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
         return Ok(());
     }
     atomic::fsync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_accepted_write_taken_for_a_refusal_is_an_internal_error_not_bad_input() {
+        let resource = Resource::parse(std::ffi::OsStr::new("doc.md")).expect("a good name");
+        let args = WriteArgs {
+            resource: "doc.md".into(),
+            epoch: 1,
+            owner: None,
+            from: None,
+            allow_empty: false,
+            unfenced: false,
+        };
+        for accepted in [WriteDecision::Write, WriteDecision::Replay] {
+            let err = refusal(&resource, &args, None, accepted);
+            assert!(matches!(err, Error::Internal(_)), "{err:?}");
+            assert_eq!(err.exit_code(), 1);
+            assert_eq!(err.outcome(), "error");
+        }
+    }
 }

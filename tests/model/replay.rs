@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use super::*;
-use crate::crash::{RES, command, mkfifo, sha256_hex, status_row, version};
 use crate::harness::Env;
+use crate::support::{RES, command, mkfifo, sha256_hex, status_row, version};
 
 /// The content worker `w` writes (each of another size, so no two versions look alike).
 fn content(w: u8) -> Vec<u8> {

@@ -1,9 +1,10 @@
-//! The state store: leases, the sink's records and the clock binding, in one SQLite file.
+//! The SQLite store: leases, the sink's records, the audit log and the bindings, in one
+//! SQLite file beside (or named by) the publish root.
 //!
-//! All SQL lives here, behind a narrow interface ([`Store`], [`Txn`]) so a second
-//! backend can replace it. Every state change is one `BEGIN IMMEDIATE` transaction: the
-//! write lock is taken before the first read, so the reads that decide a change cannot be
-//! split from it by another writer.
+//! All SQL lives here, behind the interface of [`super::Store`] and [`super::Txn`].
+//! Every state change is one `BEGIN IMMEDIATE` transaction: the write lock is taken
+//! before the first read, so the reads that decide a change cannot be split from it by
+//! another writer.
 //!
 //! Durability: WAL with `synchronous=FULL`. FULL fsyncs the WAL at every commit, so an
 //! acknowledged write survives power loss. WAL rather than a rollback journal because a
@@ -17,8 +18,9 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use super::{HolderChange, HolderRequest, Store, Txn, WriteRecord};
 use crate::atomic;
-use crate::audit::Event;
+use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
@@ -73,20 +75,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX log_by_resource ON log (resource, id);",
 ];
 
-/// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
-pub const DEFAULT_LOG_KEEP: i64 = 100_000;
-
 /// Automatic pruning runs when an event id is a multiple of this.
 const PRUNE_EVERY: i64 = 1_000;
 
 /// Most events one automatic prune drops, so a lowered --log-keep never makes a single
 /// write hold the lock for seconds (measured: 5 s for 900,000 rows at once). Twice
-/// PRUNE_EVERY, so an oversized log still shrinks steadily.
+/// `PRUNE_EVERY`, so an oversized log still shrinks steadily.
 const PRUNE_BATCH: i64 = 2 * PRUNE_EVERY;
 
-/// An open state file.
+/// An open SQLite state file.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     busy: Duration,
@@ -95,10 +94,10 @@ pub struct Store {
     _frozen: Option<std::fs::File>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens the state file, creating it (and its folder) if `create` and missing.
     /// Returns `Ok(None)` when it does not exist and `create` is false.
-    pub fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<Store>> {
+    pub(crate) fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<SqliteStore>> {
         if !create && !path.exists() {
             return Ok(None);
         }
@@ -126,7 +125,7 @@ impl Store {
                 Connection::open_with_flags(path, flags).map_err(|e| db_error(path, left, e))?;
             // Set up waiting no longer than the time left; transactions get the whole
             // busy timeout again.
-            let mut store = Store {
+            let mut store = SqliteStore {
                 conn,
                 path: path.to_path_buf(),
                 busy: left,
@@ -155,7 +154,7 @@ impl Store {
     /// Opens an existing state file for reading only (`status`, `verify`, `log`), so a
     /// monitoring user who may read the file but not write it can run them. `None` if
     /// there is no state file, or one that was never initialised.
-    pub fn open_read_only(path: &Path, busy: Duration) -> Result<Option<Store>> {
+    pub(crate) fn open_read_only(path: &Path, busy: Duration) -> Result<Option<SqliteStore>> {
         if !path.exists() {
             return Ok(None);
         }
@@ -191,7 +190,7 @@ impl Store {
                     .busy_timeout(busy)
                     .and_then(|()| header(&conn))
                     .map_err(fail)?;
-                crate::failpoint!("read.frozen");
+                crate::failpoints::failpoint!("read.frozen");
                 (conn, h)
             }
             Err(e) => return Err(fail(e)),
@@ -205,7 +204,7 @@ impl Store {
         let known = MIGRATIONS.len() as i64;
         // Written by an older fencepost: upgrade it, as any command would, if we may.
         if version < known
-            && let Ok(store) = Store::open(path, busy, false)
+            && let Ok(store) = SqliteStore::open(path, busy, false)
         {
             return Ok(store);
         }
@@ -226,7 +225,7 @@ impl Store {
                 fix,
             ));
         }
-        Ok(Some(Store {
+        Ok(Some(SqliteStore {
             conn,
             path: path.to_path_buf(),
             busy,
@@ -302,63 +301,58 @@ impl Store {
             .map_err(fail)?;
         tx.commit().map_err(fail)
     }
+}
 
-    /// Begins a `BEGIN IMMEDIATE` transaction: the write lock is held from here to
-    /// [`Txn::commit`] (or drop, which rolls back).
-    pub fn immediate(&mut self) -> Result<Txn<'_>> {
+impl SqliteStore {
+    /// Begins a transaction of `behavior` on the connection.
+    fn begin(&mut self, behavior: TransactionBehavior) -> Result<Box<dyn Txn + '_>> {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .transaction_with_behavior(behavior)
             .map_err(|e| db_error(&self.path, self.busy, e))?;
-        Ok(Txn {
+        Ok(Box::new(SqliteTxn {
             tx,
             path: &self.path,
             busy: self.busy,
-        })
-    }
-
-    /// Begins a read-only (deferred) transaction: a consistent snapshot for `status`.
-    pub fn snapshot(&mut self) -> Result<Txn<'_>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(|e| db_error(&self.path, self.busy, e))?;
-        Ok(Txn {
-            tx,
-            path: &self.path,
-            busy: self.busy,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        }))
     }
 }
 
-/// One transaction on the state file.
+impl Store for SqliteStore {
+    fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.begin(TransactionBehavior::Immediate)
+    }
+
+    fn snapshot(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.begin(TransactionBehavior::Deferred)
+    }
+}
+
+/// One transaction on the SQLite state file.
 #[derive(Debug)]
-pub struct Txn<'a> {
+pub(crate) struct SqliteTxn<'a> {
     tx: rusqlite::Transaction<'a>,
     path: &'a Path,
     busy: Duration,
 }
 
-impl Txn<'_> {
+impl SqliteTxn<'_> {
     fn fail(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
         move |e| db_error(self.path, self.busy, e)
     }
+}
 
-    /// Commits: the single point where a change becomes real.
-    pub fn commit(self) -> Result<()> {
+impl Txn for SqliteTxn<'_> {
+    fn commit(self: Box<Self>) -> Result<()> {
         let (path, busy) = (self.path, self.busy);
-        crate::failpoint!("txn.before_commit");
+        crate::failpoints::failpoint!("txn.before_commit");
         self.tx.commit().map_err(|e| db_error(path, busy, e))?;
-        crate::failpoint!("txn.after_commit");
+        crate::failpoints::failpoint!("txn.after_commit");
         Ok(())
     }
 
     /// Binds the state file to a clock on its first change, and refuses the other one.
-    pub fn bind_clock(&self, kind: ClockKind) -> Result<()> {
+    fn bind_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
             Some(bound) if bound == kind => Ok(()),
             Some(bound) => Err(clock_mismatch(self.path, bound)),
@@ -375,7 +369,7 @@ impl Txn<'_> {
     }
 
     /// A `meta` value kept as bytes (a path need not be UTF-8).
-    pub fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.tx
             .query_row(
                 "SELECT value FROM meta WHERE key = ?1",
@@ -391,7 +385,7 @@ impl Txn<'_> {
     }
 
     /// Sets a `meta` value kept as bytes.
-    pub fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
+    fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2)
@@ -403,7 +397,7 @@ impl Txn<'_> {
     }
 
     /// Refuses to read deadlines on the other clock (without binding a fresh file).
-    pub fn check_clock(&self, kind: ClockKind) -> Result<()> {
+    fn check_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
             Some(bound) if bound != kind => Err(clock_mismatch(self.path, bound)),
             _ => Ok(()),
@@ -411,7 +405,7 @@ impl Txn<'_> {
     }
 
     /// The clock the state file is bound to, if it has seen a change yet.
-    pub fn clock(&self) -> Result<Option<ClockKind>> {
+    fn clock(&self) -> Result<Option<ClockKind>> {
         let value = self.meta_bytes("clock")?;
         Ok(value
             .as_deref()
@@ -419,13 +413,13 @@ impl Txn<'_> {
             .and_then(ClockKind::parse))
     }
 
-    pub fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+    fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
         self.lease_named(resource.as_str())
     }
 
     /// The lease stored under `name`, which may no longer pass the name rules (for
     /// reports that must show every row).
-    pub fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
+    fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
         self.tx
             .query_row(
                 "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
@@ -436,7 +430,7 @@ impl Txn<'_> {
             .map_err(self.fail())
     }
 
-    pub fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
+    fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO lease (resource, owner, epoch, deadline, state, result, updated_at)
@@ -457,16 +451,15 @@ impl Txn<'_> {
         Ok(())
     }
 
-    /// The holder's compare-and-set, as the seed writes it: owner, epoch and a live
+    /// The holder's compare-and-set (docs/protocol.md, leases): owner, epoch and a live
     /// deadline must all match, or zero rows change and the caller is refused.
-    pub fn update_held_lease(
-        &self,
-        resource: &Resource,
-        owner: &str,
-        epoch: i64,
-        now: i64,
-        change: HolderChange<'_>,
-    ) -> Result<bool> {
+    fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
+        let HolderRequest {
+            owner,
+            epoch,
+            now,
+            change,
+        } = *request;
         let (state, deadline, result) = match change {
             HolderChange::Renew { deadline } => ("held", Some(deadline), None),
             HolderChange::Complete { result } => ("completed", None, result),
@@ -493,12 +486,12 @@ impl Txn<'_> {
         Ok(rows == 1)
     }
 
-    pub fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+    fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
         self.sink_named(resource.as_str())
     }
 
     /// The sink record stored under `name`, which may no longer pass the name rules.
-    pub fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
+    fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
             .query_row(
                 "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
@@ -511,7 +504,7 @@ impl Txn<'_> {
     }
 
     /// Raises the sink's fence without touching its content record (takeover fencing).
-    pub fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
+    fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO sink (resource, fence) VALUES (?1, ?2)
@@ -523,13 +516,12 @@ impl Txn<'_> {
     }
 
     /// Records an accepted write: the fence and the content now on disk.
-    pub fn record_write(
-        &self,
-        resource: &Resource,
-        fence: i64,
-        content: &Content,
-        owner: Option<&str>,
-    ) -> Result<()> {
+    fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
+        let WriteRecord {
+            fence,
+            content,
+            owner,
+        } = *write;
         let file = content.file;
         self.tx
             .execute(
@@ -557,7 +549,7 @@ impl Txn<'_> {
 
     /// Appends an event to the audit log, in this transaction. Every `PRUNE_EVERY`
     /// events, the oldest beyond `keep` are dropped, so the log stays bounded.
-    pub fn append(&self, event: &Event, keep: i64) -> Result<()> {
+    fn append(&self, event: &Event, keep: i64) -> Result<()> {
         self.tx
             .execute(
                 "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch,
@@ -566,7 +558,7 @@ impl Txn<'_> {
                 params![
                     event.at,
                     event.resource,
-                    event.kind,
+                    event.kind.as_str(),
                     event.owner,
                     event.epoch,
                     event.prev_owner,
@@ -587,7 +579,7 @@ impl Txn<'_> {
 
     /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
     /// first); returns how many were dropped.
-    pub fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
+    fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
         self.tx
             .execute(
                 "DELETE FROM log WHERE id IN (
@@ -599,7 +591,7 @@ impl Txn<'_> {
     }
 
     /// Events, oldest first, optionally for one resource and from a time on.
-    pub fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
+    fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
         let mut stmt = self
             .tx
             .prepare(
@@ -616,7 +608,7 @@ impl Txn<'_> {
                     id: r.get(0)?,
                     at: r.get(1)?,
                     resource: r.get(2)?,
-                    kind: r.get(3)?,
+                    kind: EventKind::parse(&r.get::<_, String>(3)?),
                     owner: r.get(4)?,
                     epoch: r.get(5)?,
                     prev_owner: r.get(6)?,
@@ -634,7 +626,7 @@ impl Txn<'_> {
 
     /// Who `claim` issued `epoch` of `resource` to: the current lease's owner, or for an
     /// older epoch the claim recorded in the audit log (None once pruned).
-    pub fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
+    fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
         if let Some(lease) = self.lease(resource)?
             && lease.epoch == epoch
         {
@@ -643,9 +635,14 @@ impl Txn<'_> {
         self.tx
             .query_row(
                 "SELECT owner FROM log
-                 WHERE resource = ?1 AND epoch = ?2 AND event IN ('claim', 'takeover')
+                 WHERE resource = ?1 AND epoch = ?2 AND event IN (?3, ?4)
                  ORDER BY id DESC LIMIT 1",
-                params![resource.as_str(), epoch],
+                params![
+                    resource.as_str(),
+                    epoch,
+                    EventKind::Claim.as_str(),
+                    EventKind::Takeover.as_str()
+                ],
                 |r| r.get(0),
             )
             .optional()
@@ -653,7 +650,7 @@ impl Txn<'_> {
     }
 
     /// Every resource with a lease or a sink record, sorted by name.
-    pub fn resources(&self) -> Result<Vec<String>> {
+    fn resources(&self) -> Result<Vec<String>> {
         let mut stmt = self
             .tx
             .prepare("SELECT resource FROM lease UNION SELECT resource FROM sink ORDER BY 1")
@@ -664,14 +661,6 @@ impl Txn<'_> {
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.fail())
     }
-}
-
-/// A holder's change to its own lease.
-#[derive(Debug, Clone, Copy)]
-pub enum HolderChange<'a> {
-    Renew { deadline: i64 },
-    Complete { result: Option<&'a str> },
-    Release,
 }
 
 fn lease_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Lease> {
@@ -733,7 +722,7 @@ fn clock_mismatch(path: &Path, bound: ClockKind) -> Error {
 /// timeout has time left; `attempt` is given that time, to wait no longer than it.
 ///
 /// SQLite waits out a busy state file through its busy handler, but some of its lock
-/// steps return SQLITE_BUSY at once instead. Eight processes making their first claim on a
+/// steps return `SQLITE_BUSY` at once instead. Eight processes making their first claim on a
 /// fresh root at the same moment met that about 5 times in 1200 (while one turns the new
 /// file to WAL). Retried here, a caller meets `busy` only after really waiting.
 fn retry_busy<T, E>(
@@ -779,7 +768,7 @@ fn waited_since(e: Error, started: std::time::Instant) -> Error {
 /// the database file does not change under an immutable read. (A checkpoint run after a
 /// commit that grew the WAL past 1000 pages needs no EXCLUSIVE lock; no fencepost
 /// transaction but an unbounded `log --prune` is that big.) Retried while a checkpoint
-/// holds the lock, up to the busy timeout.
+/// holds the lock, up to the busy timeout ([`retry_busy`]).
 fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
     use nix::fcntl::{FcntlArg, fcntl};
     use nix::libc;
@@ -794,23 +783,20 @@ fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
         l_pid: 0,
     };
     let started = std::time::Instant::now();
-    loop {
-        match fcntl(&file, FcntlArg::F_SETLK(&lock)) {
-            Ok(_) => return Ok(file),
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES)
-                if started.elapsed() < busy =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
-                return Err(Error::Busy {
-                    path: path.to_path_buf(),
-                    waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
-                });
-            }
-            Err(e) => return Err(Error::io("cannot lock", path)(e.into())),
-        }
-    }
+    let locked = retry_busy(
+        busy,
+        |e| matches!(e, Error::Busy { .. }),
+        |_| match fcntl(&file, FcntlArg::F_SETLK(&lock)) {
+            Ok(_) => Ok(()),
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => Err(Error::Busy {
+                path: path.to_path_buf(),
+                waited_ms: 0,
+            }),
+            Err(e) => Err(Error::io("cannot lock", path)(e.into())),
+        },
+    );
+    locked.map_err(|e| waited_since(e, started))?;
+    Ok(file)
 }
 
 /// What a state file says of itself: its application id, schema version and number of
@@ -879,34 +865,32 @@ fn db_error(path: &Path, busy: Duration, e: rusqlite::Error) -> Error {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_early_busy_is_retried_until_the_attempt_succeeds() {
+    /// `retry_busy` with a 10 s timeout over attempts that answer `answers` in turn (the
+    /// last one again once they run out): what it returns, and how many tries it made.
+    fn retried(
+        answers: &[std::result::Result<u32, &'static str>],
+    ) -> (std::result::Result<u32, &'static str>, usize) {
         let mut tries = 0;
-        let done: std::result::Result<u32, &str> = retry_busy(
+        let done = retry_busy(
             Duration::from_secs(10),
             |e| *e == "busy",
             |_| {
                 tries += 1;
-                if tries < 4 { Err("busy") } else { Ok(7) }
+                answers[(tries - 1).min(answers.len() - 1)]
             },
         );
-        assert_eq!(done, Ok(7));
-        assert_eq!(tries, 4);
+        (done, tries)
+    }
+
+    #[test]
+    fn an_early_busy_is_retried_until_the_attempt_succeeds() {
+        let busy = Err("busy");
+        assert_eq!(retried(&[busy, busy, busy, Ok(7)]), (Ok(7), 4));
     }
 
     #[test]
     fn other_errors_are_not_retried() {
-        let mut tries = 0;
-        let done: std::result::Result<u32, &str> = retry_busy(
-            Duration::from_secs(10),
-            |e| *e == "busy",
-            |_| {
-                tries += 1;
-                Err("broken")
-            },
-        );
-        assert_eq!(done, Err("broken"));
-        assert_eq!(tries, 1);
+        assert_eq!(retried(&[Err("broken")]), (Err("broken"), 1));
     }
 
     #[test]

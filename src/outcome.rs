@@ -1,0 +1,314 @@
+//! What the commands answer, as types: the `--json` contract in one place.
+//!
+//! A command returns one of these values (in a [`crate::cmd::Report`]) or a refusal
+//! carrying a [`RefusalDetail`]; the objects `--json` prints are derived from them with
+//! serde, and nothing reads a field back out of JSON by name. Every object also has
+//! `outcome`, `resource` and `epoch`: `outcome` is the [`Outcome`] variant's name (or the
+//! refusal's or error's word), and `lib.rs` gives `resource` and `epoch` as `null` to an
+//! answer that has none of its own. Objects print with their keys sorted.
+
+use serde::Serialize;
+
+use crate::error::RefusalKind;
+use crate::lease::Lease;
+
+/// A successful command's answer; `outcome` in its JSON is the variant's name.
+#[derive(Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub(crate) enum Outcome {
+    Claimed(Claimed),
+    Renewed(Renewed),
+    Completed(Completed),
+    Released(Released),
+    Written(Written),
+    /// The same epoch wrote the same bytes before: the document was not rewritten.
+    Replay(Written),
+    Status(Status),
+    Recovered(Recovered),
+    Log(Log),
+    Pruned(Pruned),
+    /// `verify` found every resource consistent.
+    Ok(Verified),
+    Generated(Generated),
+}
+
+/// A lease as answers show it, its `state` as a person reads it at the time of asking
+/// (`held`, `expired`, `released`, `completed`).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct LeaseView {
+    pub owner: String,
+    pub epoch: i64,
+    pub deadline: i64,
+    pub state: &'static str,
+    pub result: Option<String>,
+}
+
+impl LeaseView {
+    /// `lease` as seen at `now`.
+    pub(crate) fn at(lease: Option<&Lease>, now: i64) -> Option<LeaseView> {
+        lease.map(|l| LeaseView {
+            owner: l.owner.clone(),
+            epoch: l.epoch,
+            deadline: l.deadline,
+            state: l.view(now),
+            result: l.result.clone(),
+        })
+    }
+}
+
+/// `claim`: the new lease, and the one it replaced.
+#[derive(Debug, Serialize)]
+pub(crate) struct Claimed {
+    pub resource: String,
+    pub epoch: i64,
+    pub owner: String,
+    pub deadline: i64,
+    /// The sink's fence was raised to this epoch with the claim (not `--lazy-fence`).
+    pub fenced_at_sink: bool,
+    pub previous: Option<LeaseView>,
+}
+
+/// `renew`: the new deadline.
+#[derive(Debug, Serialize)]
+pub(crate) struct Renewed {
+    pub resource: String,
+    pub epoch: i64,
+    pub owner: String,
+    pub deadline: i64,
+}
+
+/// `complete`, and `run` whose command exited 0 (then with its exit).
+#[derive(Debug, Serialize)]
+pub(crate) struct Completed {
+    pub resource: String,
+    pub epoch: i64,
+    pub owner: String,
+    pub result: Option<String>,
+    #[serde(flatten)]
+    pub exit: Option<Exit>,
+}
+
+/// `release`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Released {
+    pub resource: String,
+    pub epoch: i64,
+    pub owner: String,
+}
+
+/// How `run` ended: the exit code and which side it came from (`command` or
+/// `fencepost`).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Exit {
+    pub exit_code: i32,
+    pub exit_from: &'static str,
+}
+
+/// `run` whose command failed (it exits with the command's code).
+#[derive(Debug, Serialize)]
+pub(crate) struct RunFailed {
+    pub resource: String,
+    pub epoch: i64,
+    pub owner: String,
+    #[serde(flatten)]
+    pub exit: Exit,
+}
+
+/// `write` accepted: `written`, or `replay`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Written {
+    pub resource: String,
+    pub epoch: i64,
+    /// `--owner`, or the owner `claim` issued the epoch to (null once that is forgotten).
+    pub owner: Option<String>,
+    pub sha256: String,
+    pub size: u64,
+    pub unfenced: bool,
+    /// The fence before this write (null for a first write with no claim's fence).
+    pub previous_fence: Option<i64>,
+}
+
+/// `status`: one row per resource.
+#[derive(Debug, Serialize)]
+pub(crate) struct Status {
+    /// The resource asked about (null for all), and then the highest epoch claimed for
+    /// it (null if never, or for all).
+    pub resource: Option<String>,
+    pub epoch: Option<i64>,
+    /// The time of the answer, on the state file's clock.
+    pub now: i64,
+    pub resources: Vec<StatusRow>,
+}
+
+/// One resource in `status`: lease, sink record and the document on disk side by side.
+#[derive(Debug, Serialize)]
+pub(crate) struct StatusRow {
+    /// The name as the state file stores it.
+    pub resource: String,
+    /// The lease, as seen now (null if never claimed).
+    pub lease: Option<LeaseView>,
+    /// The sink's record (null if nothing was written or fenced).
+    pub sink: Option<SinkView>,
+    /// The document on disk.
+    pub document: DocumentView,
+}
+
+/// A sink record in `status`.
+#[derive(Debug, Serialize)]
+pub(crate) struct SinkView {
+    pub fence: i64,
+    pub content_epoch: Option<i64>,
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    pub written_at: Option<i64>,
+}
+
+/// The document on disk in `status`, compared with the sink's record.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DocumentView {
+    /// `matches`, `drifted`, `missing`, ... (the list is in `status --help`).
+    pub state: &'static str,
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    /// Why the document could not be looked at (`invalid`, `error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// `recover`: what it did for each resource (also the fields of a partial recovery).
+#[derive(Debug, Serialize)]
+pub(crate) struct Recovered {
+    pub resources: Vec<RecoverLine>,
+}
+
+/// What `recover` did for one resource, or why it could not.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum RecoverLine {
+    Done {
+        resource: String,
+        action: &'static str,
+        temps_removed: usize,
+    },
+    Failed {
+        resource: String,
+        error: String,
+    },
+}
+
+/// `log`: the events, oldest first.
+#[derive(Debug, Serialize)]
+pub(crate) struct Log {
+    pub events: Vec<LoggedEvent>,
+    /// The resource asked about (null for all).
+    pub resource: Option<String>,
+}
+
+/// One event of `log`, and whether it was a refusal.
+#[derive(Debug, Serialize)]
+pub(crate) struct LoggedEvent {
+    #[serde(flatten)]
+    pub event: crate::audit::Event,
+    pub refused: bool,
+}
+
+/// `log --prune`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Pruned {
+    pub dropped: usize,
+    pub keep: i64,
+}
+
+/// One inconsistency `verify` found.
+#[derive(Debug, Serialize)]
+pub(crate) struct Problem {
+    pub resource: String,
+    /// `drifted`, `missing`, `interrupted`, ... (the list is in `verify --help`).
+    pub problem: &'static str,
+    pub message: String,
+}
+
+/// `verify`: how many resources were checked and what was found (also the fields of its
+/// `diverged` error).
+#[derive(Debug, Serialize)]
+pub(crate) struct Verified {
+    /// The resource asked about (null for all).
+    pub resource: Option<String>,
+    /// How many resources were checked.
+    pub checked: usize,
+    /// What was found, one entry per problem (none when all is well).
+    pub problems: Vec<Problem>,
+}
+
+/// `man --dir`: where the pages went (completions and a man page on stdout print the
+/// text itself, never JSON).
+#[derive(Debug, Serialize)]
+pub(crate) struct Generated {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
+/// What a refusal says beyond its resource, epoch and owner; its kind follows from it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(crate) enum RefusalDetail {
+    /// claim: someone else holds a live lease (`waited_ms`: how long `--wait` waited).
+    Held {
+        holder: String,
+        holder_epoch: i64,
+        deadline: i64,
+        waited_ms: Option<u64>,
+        lease: Option<LeaseView>,
+    },
+    /// renew, complete, release: why the lease is not the caller's, and what it is now.
+    Lost {
+        reason: &'static str,
+        lease: Option<LeaseView>,
+    },
+    /// run: the lease was lost while the command ran.
+    LostWhileRunning {},
+    /// write: a newer epoch was accepted (`fence`).
+    Stale { fence: i64 },
+    /// write: this epoch already wrote other bytes.
+    Conflict { fence: i64, recorded_sha256: String },
+    /// write: `claim` never issued this epoch (`issued`: the highest it did).
+    Unissued { issued: Option<i64> },
+    /// write --owner: the epoch was issued to another owner.
+    IssuedToAnother { issued_to: String },
+}
+
+impl RefusalDetail {
+    /// The kind of refusal, which sets the exit code and the outcome word.
+    pub(crate) fn kind(&self) -> RefusalKind {
+        match self {
+            RefusalDetail::Held { .. } => RefusalKind::Held,
+            RefusalDetail::Lost { .. } | RefusalDetail::LostWhileRunning {} => RefusalKind::Lost,
+            RefusalDetail::Stale { .. } => RefusalKind::Stale,
+            RefusalDetail::Conflict { .. } => RefusalKind::Conflict,
+            RefusalDetail::Unissued { .. } | RefusalDetail::IssuedToAnother { .. } => {
+                RefusalKind::Unissued
+            }
+        }
+    }
+
+    /// Who or what refused the request, for the audit log: the holder (or the owner the
+    /// epoch was issued to, or the lease's owner), and the fence (or the highest epoch
+    /// issued, or the lease's epoch).
+    pub(crate) fn previous(&self) -> (Option<&str>, Option<i64>) {
+        match self {
+            RefusalDetail::Held { holder, lease, .. } => {
+                (Some(holder.as_str()), lease.as_ref().map(|l| l.epoch))
+            }
+            RefusalDetail::Lost { lease, .. } => (
+                lease.as_ref().map(|l| l.owner.as_str()),
+                lease.as_ref().map(|l| l.epoch),
+            ),
+            RefusalDetail::LostWhileRunning {} => (None, None),
+            RefusalDetail::Stale { fence } | RefusalDetail::Conflict { fence, .. } => {
+                (None, Some(*fence))
+            }
+            RefusalDetail::Unissued { issued } => (None, *issued),
+            RefusalDetail::IssuedToAnother { issued_to } => (Some(issued_to.as_str()), None),
+        }
+    }
+}
