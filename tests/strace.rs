@@ -1,6 +1,7 @@
 //! Fault injection with strace (issue 4, invariant 4; docs/crash-safety.md): the order of
 //! the syscalls that make a write durable, an EIO injected into each fsync of a write,
-//! and a SIGKILL delivered at each rename, link and unlink.
+//! a SIGKILL delivered at each rename, link and unlink, and the fsync budget of a fenced
+//! write.
 //!
 //! strace is required: these tests fail (they do not skip) when it is missing.
 
@@ -245,6 +246,43 @@ fn dump(calls: &[Call]) -> String {
         .join("\n")
 }
 
+/// The state file's WAL before the traced write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wal {
+    /// Kept from the setup's commands, as between any two commands.
+    Kept,
+    /// Gone: checkpointed and deleted by another SQLite program closing the state file
+    /// last, so the write's store creates it again.
+    New,
+}
+
+const WALS: [Wal; 2] = [Wal::Kept, Wal::New];
+
+/// [`setup`], then the WAL as `wal` says.
+fn setup_wal(env: &Env, scenario: Scenario, wal: Wal) -> (i64, Option<(Vec<u8>, i64)>) {
+    let done = setup(env, scenario);
+    let path = env.path(".fencepost/state.db-wal");
+    assert!(
+        path.exists(),
+        "{scenario:?}: the setup's commands did not keep the WAL"
+    );
+    if wal == Wal::New {
+        let script = "import sqlite3, sys\n\
+                      c = sqlite3.connect(sys.argv[1])\n\
+                      c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall()\n\
+                      c.close()\n";
+        let status = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(env.path(".fencepost/state.db"))
+            .status()
+            .expect("python3 is needed to remove the WAL");
+        assert!(status.success());
+        assert!(!path.exists(), "{scenario:?}: the WAL is still there");
+    }
+    done
+}
+
 fn write_args(epoch: i64) -> Vec<String> {
     vec![
         "write".into(),
@@ -259,20 +297,27 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 /// Invariant 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
-/// fsync(WAL) = COMMIT → links removed. Nothing reaches the WAL before the folder fsync,
-/// and the state file's folder (the WAL's directory entry) is fsynced by fencepost before
-/// the COMMIT, because SQLite ignores errors of its own directory fsync.
+/// fsync(WAL) = COMMIT → `written` printed → links removed. Nothing reaches the WAL
+/// before the folder fsync. When the WAL is new, the state file's folder (the WAL's
+/// directory entry) is fsynced by fencepost before the content is staged, well before
+/// the COMMIT, because SQLite ignores errors of its own directory fsync; a WAL that
+/// already has content was made durable that way by the process that created it, and
+/// its folder is not fsynced again.
 #[test]
 fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
-    for scenario in [Scenario::First, Scenario::Rewrite] {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
         let env = Env::new();
-        let (epoch, before) = setup(&env, scenario);
+        let (epoch, before) = setup_wal(&env, scenario, wal);
         let args = write_args(epoch);
         let t = traced(&env, &["-e", TRACE_FILE_OPS], &strs(&args), 20, &new());
-        assert_eq!(t.code, Some(0), "{scenario:?}: {}", t.stderr);
+        assert_eq!(t.code, Some(0), "{scenario:?}, {wal:?}: {}", t.stderr);
         assert_eq!(t.stdout.trim(), "written");
         let s = steps(&env, &t.calls);
         let trace = dump(&t.calls);
+        let scenario = format!("{scenario:?}, {wal:?}");
         let link = s.pre_link.unwrap_or(s.new_link);
         assert_eq!(
             s.pre_link.is_some(),
@@ -299,11 +344,30 @@ fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
             s.dir_sync < s.first_wal_write,
             "{scenario:?}: the WAL is written before the folder fsync\n{trace}"
         );
-        let state_dir_sync = s.state_dir_sync.unwrap_or_else(|| {
-            panic!("{scenario:?}: the state file's folder is not fsynced before staging\n{trace}")
-        });
-        assert!(state_dir_sync < s.temp_sync, "{scenario:?}\n{trace}");
+        match wal {
+            Wal::New => {
+                let state_dir_sync = s.state_dir_sync.unwrap_or_else(|| {
+                    panic!(
+                        "{scenario}: the new WAL's folder is not fsynced before staging\n{trace}"
+                    )
+                });
+                assert!(state_dir_sync < s.temp_sync, "{scenario}\n{trace}");
+            }
+            Wal::Kept => assert_eq!(
+                s.state_dir_sync, None,
+                "{scenario}: the folder of a WAL with content is fsynced again\n{trace}"
+            ),
+        }
         assert!(s.frames < s.commit_sync, "{scenario:?}\n{trace}");
+        let printed = t
+            .calls
+            .iter()
+            .position(|c| c.name == "write" && c.strings().first() == Some(&"written\\n"))
+            .unwrap_or_else(|| panic!("{scenario}: `written` is not in the trace\n{trace}"));
+        assert!(
+            s.commit_sync < printed,
+            "{scenario}: `written` printed before the COMMIT fsync\n{trace}"
+        );
         assert!(
             s.commit_sync < s.unlink_new,
             "{scenario:?}: links removed before COMMIT\n{trace}"
@@ -362,9 +426,12 @@ fn syncs(env: &Env, calls: &[Call]) -> Syncs {
 /// with a state it has not committed, and leaves no files behind.
 #[test]
 fn fsync_error_at_each_step_fails_the_write_and_keeps_the_old_state() {
-    for scenario in [Scenario::First, Scenario::Rewrite] {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
         let clean_env = Env::new();
-        let (epoch, _) = setup(&clean_env, scenario);
+        let (epoch, _) = setup_wal(&clean_env, scenario, wal);
         let args = write_args(epoch);
         let clean = traced(
             &clean_env,
@@ -375,13 +442,23 @@ fn fsync_error_at_each_step_fails_the_write_and_keeps_the_old_state() {
         );
         assert_eq!(clean.code, Some(0), "{}", clean.stderr);
         let plan = syncs(&clean_env, &clean.calls);
-        assert!(plan.paths.len() >= 4, "too few fsyncs: {:?}", plan.paths);
+        // At least the temp file, the document's folder and the COMMIT; a new WAL adds
+        // its folder and its header.
+        let least = if wal == Wal::New { 5 } else { 3 };
+        assert!(
+            plan.paths.len() >= least,
+            "too few fsyncs: {:?}",
+            plan.paths
+        );
 
         for n in 1..=plan.paths.len() {
             let k = n - 1;
-            let what = format!("{scenario:?}: EIO at fsync #{n} ({})", plan.paths[k]);
+            let what = format!(
+                "{scenario:?}, {wal:?}: EIO at fsync #{n} ({})",
+                plan.paths[k]
+            );
             let env = Env::new();
-            let (epoch, before) = setup(&env, scenario);
+            let (epoch, before) = setup_wal(&env, scenario, wal);
             let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
             let inject = format!("inject=fsync:error=EIO:when={n}");
             let t = traced(
@@ -498,9 +575,12 @@ fn failed_commit_fsync_is_not_resurrected_by_wal_recovery() {
 /// stands; `status` says `interrupted` only between the rename and the COMMIT.
 #[test]
 fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
-    for scenario in [Scenario::First, Scenario::Rewrite] {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
         let clean_env = Env::new();
-        let (epoch, _) = setup(&clean_env, scenario);
+        let (epoch, _) = setup_wal(&clean_env, scenario, wal);
         let args = write_args(epoch);
         let clean = traced(
             &clean_env,
@@ -538,9 +618,9 @@ fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
             "no rename in {targets:?}"
         );
         for (name, n, index, line) in targets {
-            let what = format!("{scenario:?}: SIGKILL at {name} #{n}: {line}");
+            let what = format!("{scenario:?}, {wal:?}: SIGKILL at {name} #{n}: {line}");
             let env = Env::new();
-            let (_, before) = setup(&env, scenario);
+            let (_, before) = setup_wal(&env, scenario, wal);
             let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
             let inject = format!("inject={name}:signal=SIGKILL:when={n}");
             let t = traced(
@@ -670,4 +750,77 @@ fn recovery_killed_at_each_step_is_finished_by_the_next_one() {
             assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
         }
     }
+}
+
+/// Most fsyncs a fenced 4 KiB write may make on average: the staged file, the document's
+/// folder and the COMMIT are the three it needs; the WAL's occasional checkpoint and the
+/// fsyncs that come with it are shared by the writes between two checkpoints.
+const FSYNC_BUDGET: f64 = 3.5;
+
+/// The fsync budget, counted (never timed): 100 fenced 4 KiB writes, each after the claim
+/// that issues its epoch, as a worker publishing in turn does. Every fsync of every
+/// process is counted, checkpoints included wherever they land; only the one fsync each
+/// claim needs for its own COMMIT is not charged to the writes.
+#[test]
+fn fenced_writes_stay_within_the_fsync_budget() {
+    const WRITES: usize = 100;
+    let env = Env::new();
+    std::fs::write(env.path("in4k"), &new()[..4096]).expect("content");
+    assert_eq!(env.claim(RES, "w", 1, 0), 1);
+    let bin = bin();
+    let script = format!(
+        "for i in $(seq 1 {WRITES}); do \
+           e=$('{bin}' --root . --now $((2 * i)) claim {RES} --owner w --ttl 1) || exit 1; \
+           '{bin}' --root . --now $((2 * i + 1)) write {RES} --epoch \"$e\" --from in4k || exit 1; \
+         done",
+        bin = bin.display()
+    );
+    let out_file = tempfile::NamedTempFile::new().expect("trace file");
+    let out = Command::new(strace())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(env.root())
+        .args(["-f", "-qq", "-e", "trace=execve,fsync,fdatasync", "-o"])
+        .arg(out_file.path())
+        .args(["sh", "-c", &script])
+        .output()
+        .expect("strace");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().filter(|l| *l == "written").count(),
+        WRITES,
+        "every write publishes: {stdout}"
+    );
+    let trace = std::fs::read_to_string(out_file.path()).expect("read trace");
+    // The command each pid runs, from its execve; then each fsync charged to it.
+    let mut command = std::collections::HashMap::<&str, &str>::new();
+    let (mut claims, mut writes, mut other) = (0usize, 0usize, 0usize);
+    for line in trace.lines() {
+        let Some((pid, call)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let call = call.trim_start();
+        if call.starts_with("execve(") {
+            let what = ["\"claim\"", "\"write\""]
+                .into_iter()
+                .find(|w| call.contains(w))
+                .unwrap_or("other");
+            command.insert(pid, what);
+        } else if call.starts_with("fsync(") || call.starts_with("fdatasync(") {
+            match command.get(pid).copied() {
+                Some("\"claim\"") => claims += 1,
+                Some("\"write\"") => writes += 1,
+                _ => other += 1,
+            }
+        }
+    }
+    assert_eq!(other, 0, "fsyncs by no fencepost process?\n{trace}");
+    assert!(claims >= WRITES, "each claim fsyncs its COMMIT\n{trace}");
+    let per_write = (writes + claims - WRITES) as f64 / WRITES as f64;
+    assert!(
+        per_write <= FSYNC_BUDGET,
+        "{per_write:.2} fsyncs per fenced write (budget {FSYNC_BUDGET}): the writes made \
+         {writes}, the claims {claims} ({WRITES} of them their COMMITs)"
+    );
 }

@@ -153,9 +153,8 @@ fn stage_and_publish(
 ) -> Result<Written> {
     super::refuse_state_file(ctx, doc, resource)?;
     let existing = atomic::inspect_document(doc)?;
-    // The WAL exists from the moment the store was opened above, and this open connection
-    // keeps it from being deleted: make its name durable now, outside the lock.
-    sync_state_dir(ctx, doc)?;
+    // The WAL's name is durable already: opening the store fsynced its folder if the WAL
+    // was new (`Store::open`), and this open connection keeps it from being deleted.
     if let Some(path) = &args.from
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -438,17 +437,4 @@ fn open_source(path: &PathBuf) -> Result<File> {
         ))),
         _ => Ok(file),
     }
-}
-
-/// fsyncs the state file's folder before the write takes the lock. SQLite creates the
-/// WAL when this process first reads the state file and fsyncs that folder at COMMIT, but
-/// ignores an error there; doing it first makes the WAL's name durable and turns an error
-/// into a failed write, never a success whose commit could be lost. Skipped when the
-/// folder is the document's (fsynced after the rename anyway).
-fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
-    let dir = atomic::folder_of(&ctx.db);
-    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.folder.path()) {
-        return Ok(());
-    }
-    atomic::fsync_dir(dir)
 }
