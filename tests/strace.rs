@@ -1,7 +1,7 @@
 //! Fault injection with strace (issue 4, invariant 4; docs/crash-safety.md): the order of
 //! the syscalls that make a write durable, an EIO injected into each fsync of a write,
-//! a SIGKILL delivered at each rename, link and unlink, and the fsync budget of a fenced
-//! write.
+//! a SIGKILL delivered at each rename, link and unlink, the fsync budget of a fenced
+//! write, and the kernel-side copy of `--from` refused or failing.
 //!
 //! strace is required: these tests fail (they do not skip) when it is missing.
 
@@ -823,4 +823,168 @@ fn fenced_writes_stay_within_the_fsync_budget() {
         "{per_write:.2} fsyncs per fenced write (budget {FSYNC_BUDGET}): the writes made \
          {writes}, the claims {claims} ({WRITES} of them their COMMITs)"
     );
+}
+
+/// Content of `len` bytes that differs at every offset from `seed`'s (a document that
+/// spans several `copy_file_range` calls, each asked for at most 8 MiB).
+fn big_content(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
+        .collect()
+}
+
+/// `--from` a regular file is copied in the kernel (`copy_file_range`). Where the kernel
+/// refuses (EXDEV across filesystems, EINVAL, ENOSYS, EOPNOTSUPP), at the first call or
+/// after part of the file was copied, the rest goes through the read/write loop and the
+/// write publishes the exact bytes with their hash. Any other error (EIO) fails the
+/// write, changes nothing and leaves no file behind.
+#[test]
+fn a_refused_kernel_copy_falls_back_and_a_failed_one_fails_the_write() {
+    let big = big_content((9 << 20) + 5, 0);
+    let small = new();
+    let cases = [
+        ("EXDEV", 1, &big),
+        ("EXDEV", 2, &big),
+        ("EINVAL", 1, &big),
+        ("EINVAL", 2, &big),
+        ("ENOSYS", 1, &small),
+        ("EOPNOTSUPP", 2, &big),
+        ("EIO", 1, &small),
+        ("EIO", 2, &big),
+    ];
+    for (errno, when, content) in cases {
+        let what = format!(
+            "{errno} at copy_file_range #{when}, {} bytes",
+            content.len()
+        );
+        let env = Env::new();
+        let (epoch, before) = setup(&env, Scenario::Rewrite);
+        std::fs::write(env.path("src.bin"), content).expect("source");
+        let inject = format!("inject=copy_file_range:error={errno}:when={when}");
+        let e = epoch.to_string();
+        let t = traced(
+            &env,
+            &["-e", "trace=copy_file_range", "-e", &inject],
+            &["--json", "write", RES, "--epoch", &e, "--from", "src.bin"],
+            20,
+            b"",
+        );
+        assert_eq!(
+            t.calls.iter().filter(|c| c.injected()).count(),
+            1,
+            "{what}: not injected\n{}",
+            dump(&t.calls)
+        );
+        if errno == "EIO" {
+            assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+            assert!(
+                t.stderr.contains("cannot copy the content"),
+                "{what}: {}",
+                t.stderr
+            );
+            let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+            assert_consistent(&env, RES, Some(21), before, &what);
+        } else {
+            assert_eq!(t.code, Some(0), "{what}: {}", t.stderr);
+            let j: serde_json::Value = serde_json::from_str(&t.stdout).expect("json");
+            assert_eq!(j["sha256"], crate::crash::sha256_hex(content), "{what}");
+            assert_eq!(j["size"], content.len(), "{what}");
+            assert_consistent(&env, RES, Some(21), Some((content, epoch)), &what);
+            // Refused once, the kernel copy is not asked again.
+            let after = t.calls.iter().skip_while(|c| !c.injected()).skip(1).count();
+            assert_eq!(
+                after,
+                0,
+                "{what}: copy_file_range again\n{}",
+                dump(&t.calls)
+            );
+        }
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    }
+}
+
+/// `--from` a FIFO (a pipe) is read as a stream, never offered to the kernel copy, and
+/// an empty regular file publishes an empty document.
+#[test]
+fn from_a_pipe_or_an_empty_file_is_read_as_a_stream() {
+    let env = Env::new();
+    let (epoch, _) = setup(&env, Scenario::Rewrite);
+    let fifo = env.path("src.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let content = big_content(9 << 20, 7);
+    let feeder = {
+        let (fifo, content) = (fifo.clone(), content.clone());
+        std::thread::spawn(move || std::fs::write(fifo, content).expect("feed the fifo"))
+    };
+    let e = epoch.to_string();
+    let t = traced(
+        &env,
+        &["-e", "trace=copy_file_range"],
+        &["--json", "write", RES, "--epoch", &e, "--from", "src.fifo"],
+        20,
+        b"",
+    );
+    feeder.join().expect("feeder");
+    assert_eq!(t.code, Some(0), "{}", t.stderr);
+    assert!(
+        t.calls.is_empty(),
+        "a pipe offered to copy_file_range\n{}",
+        dump(&t.calls)
+    );
+    let j: serde_json::Value = serde_json::from_str(&t.stdout).expect("json");
+    assert_eq!(j["sha256"], crate::crash::sha256_hex(&content));
+    assert_consistent(&env, RES, Some(21), Some((&content, epoch)), "from a fifo");
+
+    let e = env.claim(RES, "C", 10, 200).to_string();
+    std::fs::write(env.path("empty"), b"").expect("empty source");
+    let done = env
+        .fp(&["--json", "write", RES, "--epoch", &e, "--from", "empty"])
+        .now(201)
+        .expect(0);
+    assert_eq!(done.json()["size"], 0);
+    assert_eq!(env.read(RES).as_deref(), Some(&b""[..]));
+}
+
+/// A `--from` file rewritten or truncated while it is being copied (the copy paused after
+/// its first 8 MiB): the record's hash is the hash of the bytes published, whatever mix
+/// of old and new the copy staged, and `verify` finds the document and record agree.
+#[test]
+fn a_source_changed_mid_copy_is_recorded_as_published() {
+    for change in ["rewrite", "truncate"] {
+        let env = Env::new();
+        let (epoch, _) = setup(&env, Scenario::Rewrite);
+        let len = (9 << 20) + 5;
+        std::fs::write(env.path("src.bin"), big_content(len, 0)).expect("source");
+        let e = epoch.to_string();
+        let paused = crate::crash::spawn_paused(
+            &env,
+            &["--json", "write", RES, "--epoch", &e, "--from", "src.bin"],
+            Some(20),
+            b"",
+            "write.copying",
+        );
+        let src = std::fs::OpenOptions::new()
+            .write(true)
+            .open(env.path("src.bin"))
+            .expect("open the source");
+        match change {
+            "rewrite" => std::io::Write::write_all(&mut &src, &big_content(len, 0x5a)),
+            _ => src.set_len(4 << 20),
+        }
+        .expect("change the source");
+        drop(src);
+        let out = paused.resume();
+        assert_eq!(out.status.code(), Some(0), "{change}: {out:?}");
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let doc = env.read(RES).expect("document");
+        assert_eq!(j["sha256"], crate::crash::sha256_hex(&doc), "{change}");
+        assert_eq!(j["size"], doc.len(), "{change}");
+        assert!(
+            doc.starts_with(&big_content(8 << 20, 0)),
+            "{change}: first 8 MiB"
+        );
+        assert_consistent(&env, RES, Some(21), Some((&doc, epoch)), change);
+        env.fp(&["verify"]).now(22).expect(0);
+    }
 }

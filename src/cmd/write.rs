@@ -16,7 +16,7 @@ use nix::fcntl::{FcntlArg, fcntl};
 use serde_json::json;
 
 use super::{Ctx, Report, check_epoch, check_owner};
-use crate::atomic::{self, Staged};
+use crate::atomic::{self, Source, Staged};
 use crate::audit::Event;
 use crate::error::{Error, Refusal, RefusalKind, Result};
 use crate::lease::Lease;
@@ -70,8 +70,8 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
     }
-    let mut source: Box<dyn Read> = match &args.from {
-        Some(path) => Box::new(open_source(path)?),
+    let mut source = match &args.from {
+        Some(path) => Source::File(open_source(path)?),
         None => {
             let stdin = io::stdin();
             if stdin.is_terminal() {
@@ -80,11 +80,11 @@ pub fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
                     "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
                 ));
             }
-            Box::new(Piped {
+            Source::Stream(Box::new(Piped {
                 stdin: stdin.lock(),
                 read: 0,
                 widened: false,
-            })
+            }))
         }
     };
     let mut store = ctx.store()?;
@@ -149,7 +149,7 @@ fn stage_and_publish(
     doc: &DocPath,
     resource: &Resource,
     args: &WriteArgs,
-    source: &mut dyn Read,
+    source: &mut Source,
 ) -> Result<Written> {
     super::refuse_state_file(ctx, doc, resource)?;
     let existing = atomic::inspect_document(doc)?;
