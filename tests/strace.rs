@@ -825,6 +825,75 @@ fn fenced_writes_stay_within_the_fsync_budget() {
     );
 }
 
+/// [`setup`], then 45 claims of other resources while another connection keeps anyone
+/// from checkpointing: the WAL is past the size at which a process that opens the state
+/// file alone checkpoints it (128 pages).
+fn setup_big_wal(env: &Env) -> (i64, Option<(Vec<u8>, i64)>) {
+    let done = setup(env, Scenario::Rewrite);
+    let holder = DbHolder::start(env, "SELECT count(*) FROM sink");
+    for i in 0..45 {
+        env.claim(&format!("other/{i}.md"), "O", 10, 15);
+    }
+    // Killed, it never closes: nothing checkpoints on its way out.
+    holder.kill();
+    done
+}
+
+/// A write that finds the WAL past its checkpoint size, alone, checkpoints it before
+/// staging (fsync of the WAL, then of the database file), and its COMMIT starts the WAL
+/// over (the header rewritten and fsynced before the frames). An EIO at either
+/// checkpoint fsync fails the write with nothing changed; the retry publishes.
+#[test]
+fn a_write_that_checkpoints_fails_on_a_checkpoint_fsync_error() {
+    let clean_env = Env::new();
+    let (epoch, _) = setup_big_wal(&clean_env);
+    let args = write_args(epoch);
+    let clean = traced(
+        &clean_env,
+        &["-e", TRACE_FILE_OPS],
+        &strs(&args),
+        20,
+        &new(),
+    );
+    assert_eq!(clean.code, Some(0), "{}", clean.stderr);
+    let trace = dump(&clean.calls);
+    let plan = syncs(&clean_env, &clean.calls);
+    let s = steps(&clean_env, &clean.calls);
+    assert!(
+        is_wal(&plan.paths[0]) && plan.paths[1].ends_with("state.db"),
+        "no checkpoint before staging: {:?}\n{trace}",
+        plan.paths
+    );
+    assert!(s.temp_sync > 1, "{trace}");
+    let header = &clean.calls[s.first_wal_write];
+    assert!(
+        header.line.ends_with(", 32, 0) = 32"),
+        "the COMMIT did not start the WAL over\n{trace}"
+    );
+    for n in [1, 2] {
+        let what = format!("EIO at checkpoint fsync #{n} ({})", plan.paths[n - 1]);
+        let env = Env::new();
+        let (_, before) = setup_big_wal(&env);
+        let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+        let inject = format!("inject=fsync:error=EIO:when={n}");
+        let t = traced(
+            &env,
+            &["-e", "trace=fsync", "-e", &inject],
+            &strs(&args),
+            20,
+            &new(),
+        );
+        assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+        assert_eq!(t.stdout, "", "{what}");
+        assert!(t.stderr.contains("I/O error"), "{what}: {}", t.stderr);
+        assert_consistent(&env, RES, Some(21), before, &what);
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+        let retry = env.fp(&strs(&args)).now(22).stdin(new()).expect(0);
+        assert_eq!(retry.stdout.trim(), "written", "{what}");
+        assert_consistent(&env, RES, Some(23), Some((&new(), epoch)), &what);
+    }
+}
+
 /// Content of `len` bytes that differs at every offset from `seed`'s (a document that
 /// spans several `copy_file_range` calls, each asked for at most 8 MiB).
 fn big_content(len: usize, seed: u8) -> Vec<u8> {
