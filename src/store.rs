@@ -119,10 +119,11 @@ pub struct Store {
     /// For a reader of an immutable database file: the lock that keeps writers from
     /// checkpointing into it meanwhile (see `hold_shared`). Dropped after `conn`.
     _frozen: Option<std::fs::File>,
-    /// The descriptor `checkpoint_if_big` looked at the state file's locks through. Kept
+    /// Descriptors `checkpoint_if_big` opened on the state file and its WAL index. Kept
     /// until `conn` is closed: closing any descriptor of a file drops all of this
-    /// process's POSIX locks on it, SQLite's included.
-    _probe: Option<std::fs::File>,
+    /// process's POSIX locks on it, SQLite's included (without its lock on the index,
+    /// another process would take itself for the first and reset the index under us).
+    _peeked: Vec<std::fs::File>,
 }
 
 impl Store {
@@ -161,7 +162,7 @@ impl Store {
                 path: path.to_path_buf(),
                 busy: left,
                 _frozen: None,
-                _probe: None,
+                _peeked: Vec::new(),
             };
             store.configure()?;
             store.keep_wal()?;
@@ -266,7 +267,7 @@ impl Store {
             path: path.to_path_buf(),
             busy,
             _frozen: frozen,
-            _probe: None,
+            _peeked: Vec::new(),
         }))
     }
 
@@ -293,13 +294,18 @@ impl Store {
     /// connection, and no checkpoint writes into the file under it. (SQLite's own
     /// checkpoint once the WAL reaches 1000 pages does not look; see docs/crash-safety.md.)
     fn checkpoint_if_big(&mut self) -> Result<()> {
-        if wal_frames(&self.path) <= WAL_CHECKPOINT_FRAMES {
+        let Ok(index) = std::fs::File::open(shm_path(&self.path)) else {
+            return Ok(());
+        };
+        let frames = wal_frames(&index);
+        self._peeked.push(index);
+        if frames <= WAL_CHECKPOINT_FRAMES {
             return Ok(());
         }
         let probe =
             std::fs::File::open(&self.path).map_err(Error::io("cannot open", &self.path))?;
         let alone = !others_hold_shared(&probe, &self.path)?;
-        self._probe = Some(probe);
+        self._peeked.push(probe);
         if !alone {
             return Ok(());
         }
@@ -909,17 +915,22 @@ fn wal_path(path: &Path) -> PathBuf {
 }
 
 /// How many frames the WAL holds, from the WAL index's header (`mxFrame`, a native-endian
-/// u32 at offset 16 of the `-shm` file, in the layout SQLite documents for it): 0 if
-/// there is none. Read after this connection's first read, which rebuilt the index if it
+/// u32 at offset 16 of the `-shm` file, in the layout SQLite documents for it): 0 if it
+/// cannot be read. Read after this connection's first read, which rebuilt the index if it
 /// had to.
-fn wal_frames(path: &Path) -> u32 {
+fn wal_frames(index: &std::fs::File) -> u32 {
     use std::os::unix::fs::FileExt;
-    let mut shm = path.as_os_str().to_os_string();
-    shm.push("-shm");
     let mut word = [0u8; 4];
-    std::fs::File::open(shm)
-        .and_then(|file| file.read_exact_at(&mut word, 16))
+    index
+        .read_exact_at(&mut word, 16)
         .map_or(0, |()| u32::from_ne_bytes(word))
+}
+
+/// The WAL index beside a state file.
+fn shm_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push("-shm");
+    PathBuf::from(name)
 }
 
 /// Whether another process holds a lock on the bytes SQLite's SHARED lock covers: every
