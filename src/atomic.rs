@@ -321,8 +321,9 @@ fn copy_file(from: &mut File, file: &mut File, doc: &Path, temp: &Path) -> Resul
                 "the hashing thread failed",
             ))
         })?;
-        let size = copied?;
+        // The hasher's own error first: the copy only reports that the hasher stopped.
         let (sha256, hashed) = hashed?;
+        let size = copied?;
         if hashed != size {
             return Err(staged_changed(temp));
         }
