@@ -15,6 +15,10 @@
 //! Staged files stay locked (`flock`) by their writer for its whole life, also once
 //! renamed into place, so recovery removes only temp files whose writer is gone, and
 //! `status`/`verify` tell a write in progress from one that crashed.
+//!
+//! The recorded SHA-256 is always that of the staged bytes: stdin is hashed from the very
+//! buffers written into the staged file, and a `--from` file, copied by the kernel, is
+//! hashed by reading the staged file back (see `copy_file`), never the source again.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -87,13 +91,30 @@ pub(crate) struct Staged<'d> {
     pub id: FileId,
 }
 
-/// Streams `source` into a new temp file beside the document and makes it durable.
+/// Where a write's content comes from.
+pub(crate) enum Source {
+    /// A file named by `--from`: copied in the kernel when it is a regular file.
+    File(File),
+    /// A stream (stdin): read and written in chunks, hashed as it passes.
+    Stream(Box<dyn Read>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(file) => f.debug_tuple("File").field(file).finish(),
+            Source::Stream(_) => f.write_str("Stream"),
+        }
+    }
+}
+
+/// Copies `source` into a new temp file beside the document and makes it durable.
 /// A new document gets the mode an ordinary file creation gets under the umask; a
 /// rewrite keeps the existing document's mode (and owner, where allowed), set once the
 /// bytes are written (a write by a non-root user clears set-user-ID and set-group-ID).
 pub(crate) fn stage<'d>(
     doc: &'d DocPath,
-    source: &mut dyn Read,
+    source: &mut Source,
     existing: Option<&Entry>,
 ) -> Result<Staged<'d>> {
     let prefix = doc.sibling_name(TEMP);
@@ -129,7 +150,10 @@ pub(crate) fn stage<'d>(
         id: FileId { ino: 0, size: 0 },
     };
     let temp_path = doc.folder.join(&staged.temp);
-    let (sha256, size) = copy_hashed(source, &mut staged.file, &doc.path(), &temp_path)?;
+    let (sha256, size) = match source {
+        Source::File(from) => copy_file(from, &mut staged.file, &doc.path(), &temp_path)?,
+        Source::Stream(from) => copy_hashed(from, &mut staged.file, &doc.path(), &temp_path)?,
+    };
     crate::failpoints::failpoint!("write.after_temp_write");
     if let Some(meta) = existing {
         keep_mode_and_owner(&staged.file, meta, &temp_path)?;
@@ -231,6 +255,171 @@ fn copy_hashed(
     })
 }
 
+/// Most bytes one `copy_file_range` call is asked for: the copy reports its progress to
+/// the hasher after each call, so the hasher trails it by at most this much.
+const KERNEL_CHUNK: usize = 8 << 20;
+
+/// Copies a `--from` file into the staged file and returns the SHA-256 and size of what
+/// was staged.
+///
+/// A regular file is copied by the kernel (`copy_file_range`: no pass through this
+/// process's memory, and a filesystem that can share extents does so). Where the kernel
+/// refuses (another filesystem on some kernels, a filesystem without support, a pseudo
+/// file that reports no size), the rest goes through the read/write loop. A FIFO or a
+/// device is read as a stream.
+///
+/// The hash is computed from the staged file, read back behind the copy (its pages are
+/// still in the page cache), never from the source: a source changed while it is copied
+/// (rewritten, grown, truncated) may give a staged file that mixes old and new bytes, and
+/// the hash must describe what is published, which is the staged file. Beyond the first
+/// chunk the read-back runs on a second thread, overlapped with the copy.
+fn copy_file(from: &mut File, file: &mut File, doc: &Path, temp: &Path) -> Result<(String, u64)> {
+    let meta = from
+        .metadata()
+        .map_err(Error::io("cannot read the content for", doc))?;
+    if !meta.file_type().is_file() {
+        return copy_hashed(from, file, doc, temp);
+    }
+    if meta.len() <= CHUNK as u64 {
+        let size = copy_kernel(from, file, doc, temp, |_| true)?;
+        return hash_staged(file, size, temp);
+    }
+    let (progress, marks) = mpsc::channel::<u64>();
+    thread::scope(|scope| {
+        let staged: &File = file;
+        let spawned = thread::Builder::new().spawn_scoped(scope, move || {
+            let mut hasher = Sha256::new();
+            let mut buf = vec![0u8; CHUNK];
+            let mut hashed = 0u64;
+            let mut behind = WriteBehind::default();
+            for mark in marks {
+                hash_range(staged, &mut hasher, &mut buf, hashed, mark, temp)?;
+                hashed = mark;
+                behind.done_with(staged, hashed);
+            }
+            Ok::<_, Error>((hex(&hasher.finalize()), hashed))
+        });
+        let Ok(hashing) = spawned else {
+            // No thread to be had (a process limit): hash once the copy is done.
+            let size = copy_kernel(from, staged, doc, temp, |_| true)?;
+            return hash_staged(staged, size, temp);
+        };
+        // A failed send means the hasher stopped on an error: stop copying, report it.
+        let copied = copy_kernel(from, staged, doc, temp, |mark| progress.send(mark).is_ok());
+        drop(progress);
+        let hashed = hashing.join().map_err(|_| {
+            Error::io("cannot hash the content for", doc)(io::Error::other(
+                "the hashing thread failed",
+            ))
+        })?;
+        // The hasher's own error first: the copy only reports that the hasher stopped.
+        let (sha256, hashed) = hashed?;
+        let size = copied?;
+        if hashed != size {
+            return Err(staged_changed(temp));
+        }
+        Ok((sha256, size))
+    })
+}
+
+/// The copying half of `copy_file`: `copy_file_range` until the end of the source, or
+/// the read/write loop once the kernel refuses. Calls `progress` with the bytes staged so
+/// far after each step, and stops (with an error) when it returns false.
+fn copy_kernel(
+    from: &mut File,
+    file: &File,
+    doc: &Path,
+    temp: &Path,
+    mut progress: impl FnMut(u64) -> bool,
+) -> Result<u64> {
+    use rustix::io::Errno;
+    let mut size = 0u64;
+    let mut kernel = true;
+    let mut buf = Vec::new();
+    loop {
+        let n = if kernel {
+            match rustix::fs::copy_file_range(&*from, None, file, None, KERNEL_CHUNK) {
+                // Nothing at all: an empty file, or a pseudo file whose size the kernel
+                // does not know; a read tells them apart.
+                Ok(0) if size == 0 => {
+                    kernel = false;
+                    continue;
+                }
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                // Refused, not failed: the rest goes through this process (the file
+                // offsets of both files have moved by what was copied).
+                Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                    kernel = false;
+                    continue;
+                }
+                Err(e) => return Err(Error::io("cannot copy the content into", temp)(e.into())),
+            }
+        } else {
+            if buf.is_empty() {
+                buf = vec![0u8; CHUNK];
+            }
+            let n = read_some(from, &mut buf, doc)?;
+            (&*file)
+                .write_all(&buf[..n])
+                .map_err(Error::io("cannot write", temp.to_path_buf()))?;
+            n
+        };
+        if n == 0 {
+            return Ok(size);
+        }
+        size += n as u64;
+        if !progress(size) {
+            return Err(hasher_gone(doc));
+        }
+        if size == n as u64 {
+            crate::failpoints::failpoint!("write.copying");
+        }
+    }
+}
+
+/// SHA-256 of the first `size` bytes of the staged file, read back from it.
+fn hash_staged(file: &File, size: u64, temp: &Path) -> Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; CHUNK.min(usize::try_from(size).unwrap_or(CHUNK).max(1))];
+    hash_range(file, &mut hasher, &mut buf, 0, size, temp)?;
+    Ok((hex(&hasher.finalize()), size))
+}
+
+/// Feeds bytes `from..to` of the staged file to `hasher`.
+fn hash_range(
+    file: &File,
+    hasher: &mut Sha256,
+    buf: &mut [u8],
+    from: u64,
+    to: u64,
+    temp: &Path,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut at = from;
+    while at < to {
+        let want = usize::try_from(to - at)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = match file.read_at(&mut buf[..want], at) {
+            Ok(0) => return Err(staged_changed(temp)),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("cannot read back", temp.to_path_buf())(e)),
+        };
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// The error when the staged file no longer holds what was copied into it.
+fn staged_changed(temp: &Path) -> Error {
+    Error::io("cannot read back", temp.to_path_buf())(io::Error::other(
+        "the staged file is shorter than what was copied into it",
+    ))
+}
+
 /// `copy_hashed` without the second thread: SHA-256 in series with the copy, starting
 /// with the first `filled` bytes already read into `buf`. `more` says whether to go on
 /// reading: not once the content has ended, since a terminal or a FIFO can give more
@@ -286,6 +475,7 @@ fn copy_chunks(
     temp: &Path,
 ) -> Result<u64> {
     let mut size: u64 = 0;
+    let mut behind = WriteBehind::default();
     loop {
         let mut buf = free.recv().map_err(|_| hasher_gone(doc))?;
         let n = read_some(source, &mut buf, doc)?;
@@ -295,7 +485,45 @@ fn copy_chunks(
         file.write_all(&buf[..n])
             .map_err(Error::io("cannot write", temp.to_path_buf()))?;
         size += n as u64;
+        behind.done_with(file, size);
         to_hasher.send((buf, n)).map_err(|_| hasher_gone(doc))?;
+    }
+}
+
+/// Bytes staged between two write-behind hints.
+const WRITE_BEHIND_STEP: u64 = 8 << 20;
+
+/// Starts writing a big staged file to disk while it is still being copied, instead of
+/// all at once in the fsync before the rename. Each time another [`WRITE_BEHIND_STEP`]
+/// bytes are staged and no longer needed by this process (written, and hashed when the
+/// hash reads them back), the kernel is told it may drop them (`POSIX_FADV_DONTNEED`):
+/// Linux starts their writeback at once, and drops the pages that are clean by then,
+/// which it is asked again one step later for the pages still being written. The fsync
+/// then waits for the last steps only, and a big write leaves little of its document in
+/// the page cache. Advice only: an error is ignored, and the fsync still makes every
+/// byte durable (a writeback error is reported by it).
+#[derive(Debug, Default)]
+struct WriteBehind {
+    /// Offset up to which the kernel has been told twice (pages dropped if clean).
+    dropped: u64,
+    /// Offset up to which the kernel has been told once (writeback started).
+    started: u64,
+}
+
+impl WriteBehind {
+    /// The first `upto` bytes of `file` are staged and no longer needed here.
+    fn done_with(&mut self, file: &File, upto: u64) {
+        if upto - self.started < WRITE_BEHIND_STEP {
+            return;
+        }
+        let _ = rustix::fs::fadvise(
+            file,
+            self.dropped,
+            std::num::NonZeroU64::new(upto - self.dropped),
+            rustix::fs::Advice::DontNeed,
+        );
+        self.dropped = self.started;
+        self.started = upto;
     }
 }
 

@@ -490,6 +490,15 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
         let meta = entry.expect("entry").metadata().expect("meta");
         assert_eq!(meta.uid(), 0);
     }
+    let state_files = || {
+        let mut names: Vec<String> = std::fs::read_dir(&state)
+            .expect("state folder")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = state_files();
     let status = as_nobody(env.root(), 3, &["--json", "status", "doc.md"], "");
     assert_eq!(status.status.code(), Some(0), "{status:?}");
     let j: Value = serde_json::from_slice(&status.stdout).expect("json");
@@ -504,12 +513,7 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
         "{log:?}"
     );
     // Reading changed nothing and created nothing.
-    let mut names: Vec<String> = std::fs::read_dir(&state)
-        .expect("state folder")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["state.db"]);
+    assert_eq!(state_files(), before);
     // A state change by nobody is refused with one line and a hint, not a panic.
     let out = as_nobody(
         env.root(),
@@ -579,7 +583,7 @@ fn a_document_the_reader_may_not_read_is_unreadable_and_the_others_still_reporte
 }
 
 #[test]
-fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
+fn a_frozen_read_keeps_writers_from_checkpointing_under_it() {
     if !root_or_skipped() {
         return;
     }
@@ -587,7 +591,18 @@ fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
     std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     env.claim("doc.md", "A", 10, 1);
     let wal = env.path(".fencepost/state.db-wal");
-    assert!(!wal.exists(), "the last writer left its WAL");
+    assert!(wal.exists(), "the last writer did not keep its WAL");
+    // Another SQLite program, closing the state file last, checkpoints and deletes it.
+    let script = "import sqlite3, sys\n\
+                  c = sqlite3.connect(sys.argv[1])\n\
+                  c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall()\n\
+                  c.close()\n";
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(env.path(".fencepost/state.db"))
+        .status()
+        .expect("python3 is needed to remove the WAL");
+    assert!(status.success() && !wal.exists(), "the WAL is still there");
     // nobody may not create the WAL index beside the state file, so status reads the
     // file as immutable; it pauses there, holding its lock.
     let reader = crate::support::spawn_paused_via(
@@ -598,11 +613,23 @@ fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
         b"",
         "read.frozen",
     );
-    // A writer commits meanwhile. Closing, it would checkpoint its WAL into the file the
-    // reader reads and delete the WAL: the reader's lock must stop that.
+    // Writers commit meanwhile, 60 claims of new resources (3 or 4 changed pages each),
+    // well past the 128 pages at which a process that opens the state file alone
+    // checkpoints the WAL. They would checkpoint it into the file the reader reads: the
+    // reader's lock must stop that.
+    let db = env.path(".fencepost/state.db");
+    let frozen = std::fs::read(&db).expect("state file");
     env.claim("other.md", "B", 10, 2);
+    for more in 0..60 {
+        env.claim(&format!("more/{more}.md"), "B", 10, 2);
+    }
     assert!(
-        wal.exists(),
+        std::fs::metadata(&wal).map_or(0, |m| m.len()) > 128 * 4120,
+        "the WAL did not grow past the checkpoint size"
+    );
+    env.claim("last.md", "B", 10, 2);
+    assert!(
+        std::fs::read(&db).expect("state file") == frozen,
         "a writer checkpointed under an immutable read"
     );
     let out = reader.resume();
@@ -615,9 +642,12 @@ fn a_frozen_read_keeps_a_closing_writer_from_checkpointing_under_it() {
         .filter_map(|r| r["resource"].as_str())
         .collect();
     assert_eq!(names, ["doc.md"], "the state as of the read's start");
-    // With the read over, the next writer checkpoints and removes the WAL.
+    // With the read over, the next writer checkpoints.
     env.claim("third.md", "C", 10, 3);
-    assert!(!wal.exists(), "the WAL outlived every reader");
+    assert!(
+        std::fs::read(&db).expect("state file") != frozen,
+        "the WAL was not checkpointed once the read was over"
+    );
     assert_eq!(
         crate::support::status_row(&env, "other.md", Some(3))["lease"]["owner"],
         "B"

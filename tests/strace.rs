@@ -1,6 +1,7 @@
 //! Fault injection with strace (promise 4 of docs/crash-safety.md): the order of
 //! the syscalls that make a write durable, an EIO injected into each fsync of a write,
-//! and a SIGKILL delivered at each rename, link and unlink.
+//! a SIGKILL delivered at each rename, link and unlink, the fsync budget of a fenced
+//! write, and the kernel-side copy of `--from` refused or failing.
 //!
 //! strace is required: these tests fail (they do not skip) when it is missing.
 
@@ -245,6 +246,43 @@ fn dump(calls: &[Call]) -> String {
         .join("\n")
 }
 
+/// The state file's WAL before the traced write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wal {
+    /// Kept from the setup's commands, as between any two commands.
+    Kept,
+    /// Gone: checkpointed and deleted by another SQLite program closing the state file
+    /// last, so the write's store creates it again.
+    New,
+}
+
+const WALS: [Wal; 2] = [Wal::Kept, Wal::New];
+
+/// [`setup`], then the WAL as `wal` says.
+fn setup_wal(env: &Env, scenario: Scenario, wal: Wal) -> (i64, Option<(Vec<u8>, i64)>) {
+    let done = setup(env, scenario);
+    let path = env.path(".fencepost/state.db-wal");
+    assert!(
+        path.exists(),
+        "{scenario:?}: the setup's commands did not keep the WAL"
+    );
+    if wal == Wal::New {
+        let script = "import sqlite3, sys\n\
+                      c = sqlite3.connect(sys.argv[1])\n\
+                      c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchall()\n\
+                      c.close()\n";
+        let status = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(env.path(".fencepost/state.db"))
+            .status()
+            .expect("python3 is needed to remove the WAL");
+        assert!(status.success());
+        assert!(!path.exists(), "{scenario:?}: the WAL is still there");
+    }
+    done
+}
+
 fn write_args(epoch: i64) -> Vec<String> {
     vec![
         "write".into(),
@@ -259,20 +297,27 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 /// Promise 4, the order: fsync(temp) → links → rename → fsync(folder) → WAL frames →
-/// fsync(WAL) = COMMIT → links removed. Nothing reaches the WAL before the folder fsync,
-/// and the state file's folder (the WAL's directory entry) is fsynced by fencepost before
-/// the COMMIT, because SQLite ignores errors of its own directory fsync.
+/// fsync(WAL) = COMMIT → `written` printed → links removed. Nothing reaches the WAL
+/// before the folder fsync. When the WAL is new, the state file's folder (the WAL's
+/// directory entry) is fsynced by fencepost before the content is staged, well before
+/// the COMMIT, because SQLite ignores errors of its own directory fsync; a WAL that
+/// already has content was made durable that way by the process that created it, and
+/// its folder is not fsynced again.
 #[test]
 fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
-    for scenario in [Scenario::First, Scenario::Rewrite] {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
         let env = Env::new();
-        let (epoch, before) = setup(&env, scenario);
+        let (epoch, before) = setup_wal(&env, scenario, wal);
         let args = write_args(epoch);
         let t = traced(&env, &["-e", TRACE_FILE_OPS], &strs(&args), 20, &new());
-        assert_eq!(t.code, Some(0), "{scenario:?}: {}", t.stderr);
+        assert_eq!(t.code, Some(0), "{scenario:?}, {wal:?}: {}", t.stderr);
         assert_eq!(t.stdout.trim(), "written");
         let s = steps(&env, &t.calls);
         let trace = dump(&t.calls);
+        let scenario = format!("{scenario:?}, {wal:?}");
         let link = s.pre_link.unwrap_or(s.new_link);
         assert_eq!(
             s.pre_link.is_some(),
@@ -299,11 +344,30 @@ fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
             s.dir_sync < s.first_wal_write,
             "{scenario:?}: the WAL is written before the folder fsync\n{trace}"
         );
-        let state_dir_sync = s.state_dir_sync.unwrap_or_else(|| {
-            panic!("{scenario:?}: the state file's folder is not fsynced before staging\n{trace}")
-        });
-        assert!(state_dir_sync < s.temp_sync, "{scenario:?}\n{trace}");
+        match wal {
+            Wal::New => {
+                let state_dir_sync = s.state_dir_sync.unwrap_or_else(|| {
+                    panic!(
+                        "{scenario}: the new WAL's folder is not fsynced before staging\n{trace}"
+                    )
+                });
+                assert!(state_dir_sync < s.temp_sync, "{scenario}\n{trace}");
+            }
+            Wal::Kept => assert_eq!(
+                s.state_dir_sync, None,
+                "{scenario}: the folder of a WAL with content is fsynced again\n{trace}"
+            ),
+        }
         assert!(s.frames < s.commit_sync, "{scenario:?}\n{trace}");
+        let printed = t
+            .calls
+            .iter()
+            .position(|c| c.name == "write" && c.strings().first() == Some(&"written\\n"))
+            .unwrap_or_else(|| panic!("{scenario}: `written` is not in the trace\n{trace}"));
+        assert!(
+            s.commit_sync < printed,
+            "{scenario}: `written` printed before the COMMIT fsync\n{trace}"
+        );
         assert!(
             s.commit_sync < s.unlink_new,
             "{scenario:?}: links removed before COMMIT\n{trace}"
@@ -362,9 +426,12 @@ fn syncs(env: &Env, calls: &[Call]) -> Syncs {
 /// with a state it has not committed, and leaves no files behind.
 #[test]
 fn fsync_error_at_each_step_fails_the_write_and_keeps_the_old_state() {
-    for scenario in [Scenario::First, Scenario::Rewrite] {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
         let clean_env = Env::new();
-        let (epoch, _) = setup(&clean_env, scenario);
+        let (epoch, _) = setup_wal(&clean_env, scenario, wal);
         let args = write_args(epoch);
         let clean = traced(
             &clean_env,
@@ -375,72 +442,89 @@ fn fsync_error_at_each_step_fails_the_write_and_keeps_the_old_state() {
         );
         assert_eq!(clean.code, Some(0), "{}", clean.stderr);
         let plan = syncs(&clean_env, &clean.calls);
-        assert!(plan.paths.len() >= 4, "too few fsyncs: {:?}", plan.paths);
+        // At least the temp file, the document's folder and the COMMIT; a new WAL adds
+        // its folder and its header.
+        let least = if wal == Wal::New { 5 } else { 3 };
+        assert!(
+            plan.paths.len() >= least,
+            "too few fsyncs: {:?}",
+            plan.paths
+        );
 
         for n in 1..=plan.paths.len() {
-            let k = n - 1;
-            let what = format!("{scenario:?}: EIO at fsync #{n} ({})", plan.paths[k]);
-            let env = Env::new();
-            let (epoch, before) = setup(&env, scenario);
-            let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
-            let inject = format!("inject=fsync:error=EIO:when={n}");
-            let t = traced(
-                &env,
-                &["-e", "trace=fsync", "-e", &inject],
-                &strs(&args),
-                20,
-                &new(),
-            );
-            let hit: Vec<&Call> = t.calls.iter().filter(|c| c.injected()).collect();
-            assert_eq!(
-                hit.len(),
-                1,
-                "{what}: one injected fsync\n{}",
-                dump(&t.calls)
-            );
-            assert_eq!(
-                hit[0].fd_path().map(|p| rel(&env, p)),
-                Some(rel(&clean_env, &plan.paths[k])),
-                "{what}: the syscall sequence differs from the clean run"
-            );
-            let newv = new();
-            let committed = (epoch, newv.as_slice());
-            if t.code == Some(0) {
-                // Success only when the COMMIT fsync had succeeded: after it, or at
-                // SQLite's own directory fsync (whose error SQLite ignores; fencepost
-                // has fsynced that folder already, before COMMIT).
-                assert!(
-                    k > plan.commit || plan.sqlite_dir.contains(&k),
-                    "{what}: reported success after a failed fsync before COMMIT: {}",
-                    t.stdout
-                );
-                assert_eq!(t.stdout.trim(), "written", "{what}");
-                assert_consistent(&env, RES, Some(21), Some((committed.1, committed.0)), &what);
-            } else {
-                assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
-                assert_eq!(t.stdout, "", "{what}: a failed write reports no outcome");
-                let io = t.stderr.contains("Input/output error") || t.stderr.contains("I/O error");
-                assert!(io, "{what}: {}", t.stderr);
-                let want = if k > plan.commit {
-                    Some((committed.1, committed.0))
-                } else {
-                    before
-                };
-                assert_consistent(&env, RES, Some(21), want, &what);
-            }
-            if k < plan.commit && !plan.sqlite_dir.contains(&k) {
-                assert_eq!(t.code, Some(1), "{what}: must fail");
-            }
-            assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
-            // Nothing is stuck: the same write can be retried.
-            let retry = env.fp(&strs(&args)).now(22).stdin(new()).expect(0);
-            assert!(
-                ["written", "replay"].contains(&retry.stdout.trim()),
-                "{what}"
-            );
-            assert_consistent(&env, RES, Some(23), Some((committed.1, committed.0)), &what);
+            eio_at_fsync(n, scenario, wal, &clean_env, &plan);
         }
     }
+}
+
+/// One run of the test above: an EIO injected at the `n`th fsync of the write whose clean
+/// run made `plan`'s fsyncs.
+fn eio_at_fsync(n: usize, scenario: Scenario, wal: Wal, clean_env: &Env, plan: &Syncs) {
+    let k = n - 1;
+    let what = format!(
+        "{scenario:?}, {wal:?}: EIO at fsync #{n} ({})",
+        plan.paths[k]
+    );
+    let env = Env::new();
+    let (epoch, before) = setup_wal(&env, scenario, wal);
+    let args = write_args(epoch);
+    let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+    let inject = format!("inject=fsync:error=EIO:when={n}");
+    let t = traced(
+        &env,
+        &["-e", "trace=fsync", "-e", &inject],
+        &strs(&args),
+        20,
+        &new(),
+    );
+    let hit: Vec<&Call> = t.calls.iter().filter(|c| c.injected()).collect();
+    assert_eq!(
+        hit.len(),
+        1,
+        "{what}: one injected fsync\n{}",
+        dump(&t.calls)
+    );
+    assert_eq!(
+        hit[0].fd_path().map(|p| rel(&env, p)),
+        Some(rel(clean_env, &plan.paths[k])),
+        "{what}: the syscall sequence differs from the clean run"
+    );
+    let newv = new();
+    let committed = (epoch, newv.as_slice());
+    if t.code == Some(0) {
+        // Success only when the COMMIT fsync had succeeded: after it, or at
+        // SQLite's own directory fsync (whose error SQLite ignores; fencepost
+        // has fsynced that folder already, before COMMIT).
+        assert!(
+            k > plan.commit || plan.sqlite_dir.contains(&k),
+            "{what}: reported success after a failed fsync before COMMIT: {}",
+            t.stdout
+        );
+        assert_eq!(t.stdout.trim(), "written", "{what}");
+        assert_consistent(&env, RES, Some(21), Some((committed.1, committed.0)), &what);
+    } else {
+        assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+        assert_eq!(t.stdout, "", "{what}: a failed write reports no outcome");
+        let io = t.stderr.contains("Input/output error") || t.stderr.contains("I/O error");
+        assert!(io, "{what}: {}", t.stderr);
+        let want = if k > plan.commit {
+            Some((committed.1, committed.0))
+        } else {
+            before
+        };
+        assert_consistent(&env, RES, Some(21), want, &what);
+    }
+    if k < plan.commit && !plan.sqlite_dir.contains(&k) {
+        assert_eq!(t.code, Some(1), "{what}: must fail");
+    }
+    assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    // Nothing is stuck: the same write can be retried.
+    let retry = env.fp(&strs(&args)).now(22).stdin(new()).expect(0);
+    assert!(
+        ["written", "replay"].contains(&retry.stdout.trim()),
+        "{what}"
+    );
+    assert_consistent(&env, RES, Some(23), Some((committed.1, committed.0)), &what);
 }
 
 /// A failed COMMIT fsync can leave the transaction's frames in the WAL file beyond the
@@ -526,9 +610,12 @@ fn kill_targets(calls: &[Call]) -> Vec<(String, usize, usize, String)> {
 /// stands; `status` says `interrupted` only between the rename and the COMMIT.
 #[test]
 fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
-    for scenario in [Scenario::First, Scenario::Rewrite] {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
         let clean_env = Env::new();
-        let (epoch, _) = setup(&clean_env, scenario);
+        let (epoch, _) = setup_wal(&clean_env, scenario, wal);
         let args = write_args(epoch);
         let clean = traced(
             &clean_env,
@@ -545,9 +632,9 @@ fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
             "no rename in {targets:?}"
         );
         for (name, n, index, line) in targets {
-            let what = format!("{scenario:?}: SIGKILL at {name} #{n}: {line}");
+            let what = format!("{scenario:?}, {wal:?}: SIGKILL at {name} #{n}: {line}");
             let env = Env::new();
-            let (_, before) = setup(&env, scenario);
+            let (_, before) = setup_wal(&env, scenario, wal);
             let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
             let inject = format!("inject={name}:signal=SIGKILL:when={n}");
             let t = traced(
@@ -676,5 +763,375 @@ fn recovery_killed_at_each_step_is_finished_by_the_next_one() {
             assert_consistent(&env, RES, Some(23), before, &what);
             assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
         }
+    }
+}
+
+/// Most fsyncs a fenced 4 KiB write may make on average: the staged file, the document's
+/// folder and the COMMIT are the three it needs; the WAL's occasional checkpoint and the
+/// fsyncs that come with it are shared by the writes between two checkpoints.
+const FSYNC_BUDGET: f64 = 3.5;
+
+/// The fsync budget, counted (never timed): 100 fenced 4 KiB writes, each after the claim
+/// that issues its epoch, as a worker publishing in turn does. Every fsync of every
+/// process is counted, checkpoints included wherever they land; only the one fsync each
+/// claim needs for its own COMMIT is not charged to the writes.
+#[test]
+fn fenced_writes_stay_within_the_fsync_budget() {
+    const WRITES: usize = 100;
+    let env = Env::new();
+    std::fs::write(env.path("in4k"), &new()[..4096]).expect("content");
+    assert_eq!(env.claim(RES, "w", 1, 0), 1);
+    let bin = bin();
+    let script = format!(
+        "for i in $(seq 1 {WRITES}); do \
+           e=$('{bin}' --root . --now $((2 * i)) claim {RES} --owner w --ttl 1) || exit 1; \
+           '{bin}' --root . --now $((2 * i + 1)) write {RES} --epoch \"$e\" --from in4k || exit 1; \
+         done",
+        bin = bin.display()
+    );
+    let out_file = tempfile::NamedTempFile::new().expect("trace file");
+    let out = Command::new(strace())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(env.root())
+        .args(["-f", "-qq", "-e", "trace=execve,fsync,fdatasync", "-o"])
+        .arg(out_file.path())
+        .args(["sh", "-c", &script])
+        .output()
+        .expect("strace");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().filter(|l| *l == "written").count(),
+        WRITES,
+        "every write publishes: {stdout}"
+    );
+    let trace = std::fs::read_to_string(out_file.path()).expect("read trace");
+    // The command each pid runs, from its execve; then each fsync charged to it.
+    let mut command = std::collections::HashMap::<&str, &str>::new();
+    let (mut claims, mut writes, mut other) = (0usize, 0usize, 0usize);
+    for line in trace.lines() {
+        let Some((pid, call)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let call = call.trim_start();
+        if call.starts_with("execve(") {
+            let what = ["\"claim\"", "\"write\""]
+                .into_iter()
+                .find(|w| call.contains(w))
+                .unwrap_or("other");
+            command.insert(pid, what);
+        } else if call.starts_with("fsync(") || call.starts_with("fdatasync(") {
+            match command.get(pid).copied() {
+                Some("\"claim\"") => claims += 1,
+                Some("\"write\"") => writes += 1,
+                _ => other += 1,
+            }
+        }
+    }
+    assert_eq!(other, 0, "fsyncs by no fencepost process?\n{trace}");
+    assert!(claims >= WRITES, "each claim fsyncs its COMMIT\n{trace}");
+    let per_write = (writes + claims - WRITES) as f64 / WRITES as f64;
+    assert!(
+        per_write <= FSYNC_BUDGET,
+        "{per_write:.2} fsyncs per fenced write (budget {FSYNC_BUDGET}): the writes made \
+         {writes}, the claims {claims} ({WRITES} of them their COMMITs)"
+    );
+}
+
+/// [`setup`], then 45 claims of other resources while another connection keeps anyone
+/// from checkpointing: the WAL is past the size at which a process that opens the state
+/// file alone checkpoints it (128 pages).
+fn setup_big_wal(env: &Env) -> (i64, Option<(Vec<u8>, i64)>) {
+    let done = setup(env, Scenario::Rewrite);
+    let holder = DbHolder::start(env, "SELECT count(*) FROM sink");
+    for i in 0..45 {
+        env.claim(&format!("other/{i}.md"), "O", 10, 15);
+    }
+    // Killed, it never closes: nothing checkpoints on its way out.
+    holder.kill();
+    done
+}
+
+/// A write that finds the WAL past its checkpoint size, alone, checkpoints it before
+/// staging (fsync of the WAL, then of the database file), and its COMMIT starts the WAL
+/// over (the header rewritten and fsynced before the frames). An EIO at either
+/// checkpoint fsync fails the write with nothing changed; the retry publishes.
+#[test]
+fn a_write_that_checkpoints_fails_on_a_checkpoint_fsync_error() {
+    let clean_env = Env::new();
+    let (epoch, _) = setup_big_wal(&clean_env);
+    let args = write_args(epoch);
+    let clean = traced(
+        &clean_env,
+        &["-e", TRACE_FILE_OPS],
+        &strs(&args),
+        20,
+        &new(),
+    );
+    assert_eq!(clean.code, Some(0), "{}", clean.stderr);
+    let trace = dump(&clean.calls);
+    let plan = syncs(&clean_env, &clean.calls);
+    let s = steps(&clean_env, &clean.calls);
+    assert!(
+        is_wal(&plan.paths[0]) && plan.paths[1].ends_with("state.db"),
+        "no checkpoint before staging: {:?}\n{trace}",
+        plan.paths
+    );
+    assert!(s.temp_sync > 1, "{trace}");
+    let header = &clean.calls[s.first_wal_write];
+    assert!(
+        header.line.ends_with(", 32, 0) = 32"),
+        "the COMMIT did not start the WAL over\n{trace}"
+    );
+    for n in [1, 2] {
+        let what = format!("EIO at checkpoint fsync #{n} ({})", plan.paths[n - 1]);
+        let env = Env::new();
+        let (_, before) = setup_big_wal(&env);
+        let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+        let inject = format!("inject=fsync:error=EIO:when={n}");
+        let t = traced(
+            &env,
+            &["-e", "trace=fsync", "-e", &inject],
+            &strs(&args),
+            20,
+            &new(),
+        );
+        assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+        assert_eq!(t.stdout, "", "{what}");
+        assert!(t.stderr.contains("I/O error"), "{what}: {}", t.stderr);
+        assert_consistent(&env, RES, Some(21), before, &what);
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+        let retry = env.fp(&strs(&args)).now(22).stdin(new()).expect(0);
+        assert_eq!(retry.stdout.trim(), "written", "{what}");
+        assert_consistent(&env, RES, Some(23), Some((&new(), epoch)), &what);
+    }
+}
+
+/// The pid of a process holding a POSIX lock on byte `at` of `path` that a write lock
+/// would conflict with, as `F_GETLK` reports it.
+fn lock_holder(path: &std::path::Path, at: i64) -> Option<i32> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    use nix::libc;
+    let file = std::fs::File::open(path).expect("open");
+    let mut lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: at,
+        l_len: 1,
+        l_pid: 0,
+    };
+    fcntl(&file, FcntlArg::F_GETLK(&mut lock)).expect("F_GETLK");
+    (lock.l_type != libc::F_UNLCK as libc::c_short).then_some(lock.l_pid)
+}
+
+/// A process with the state file open keeps SQLite's lock on the WAL index (the byte at
+/// 128 of `-shm`) all along, also when it looked at the index and the state file to
+/// decide on a checkpoint: closing any descriptor of a file drops all of the process's
+/// POSIX locks on it. Without that lock the next process takes itself for the first,
+/// resets the index under the open one, and that one dies of SIGBUS or reads a reset
+/// index. Checked with a small WAL and with one past the checkpoint size.
+#[test]
+fn an_open_store_keeps_its_lock_on_the_wal_index() {
+    for big in [false, true] {
+        let env = Env::new();
+        let (epoch, _) = if big {
+            setup_big_wal(&env)
+        } else {
+            setup(&env, Scenario::Rewrite)
+        };
+        let e = epoch.to_string();
+        let paused = crate::support::spawn_paused(
+            &env,
+            &["write", RES, "--epoch", &e],
+            Some(20),
+            &new(),
+            "write.before_lock",
+        );
+        let index = env.path(".fencepost/state.db-shm");
+        assert_eq!(
+            lock_holder(&index, 128),
+            i32::try_from(paused.pid).ok(),
+            "big WAL {big}: the paused writer does not hold its lock on the WAL index"
+        );
+        // Another process opens the state file, commits and closes meanwhile.
+        env.claim("other.md", "O", 10, 20);
+        let out = paused.resume();
+        assert_eq!(out.status.code(), Some(0), "big WAL {big}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "written");
+        assert_consistent(&env, RES, Some(21), Some((&new(), epoch)), "resumed");
+    }
+}
+
+/// Content of `len` bytes that differs at every offset from `seed`'s (a document that
+/// spans several `copy_file_range` calls, each asked for at most 8 MiB).
+fn big_content(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
+        .collect()
+}
+
+/// `--from` a regular file is copied in the kernel (`copy_file_range`). Where the kernel
+/// refuses (EXDEV across filesystems, EINVAL, ENOSYS, EOPNOTSUPP), at the first call or
+/// after part of the file was copied, the rest goes through the read/write loop and the
+/// write publishes the exact bytes with their hash. Any other error (EIO) fails the
+/// write, changes nothing and leaves no file behind.
+#[test]
+fn a_refused_kernel_copy_falls_back_and_a_failed_one_fails_the_write() {
+    let big = big_content((9 << 20) + 5, 0);
+    let small = new();
+    let cases = [
+        ("EXDEV", 1, &big),
+        ("EXDEV", 2, &big),
+        ("EINVAL", 1, &big),
+        ("EINVAL", 2, &big),
+        ("ENOSYS", 1, &small),
+        ("EOPNOTSUPP", 2, &big),
+        ("EIO", 1, &small),
+        ("EIO", 2, &big),
+    ];
+    for (errno, when, content) in cases {
+        let what = format!(
+            "{errno} at copy_file_range #{when}, {} bytes",
+            content.len()
+        );
+        let env = Env::new();
+        let (epoch, before) = setup(&env, Scenario::Rewrite);
+        std::fs::write(env.path("src.bin"), content).expect("source");
+        let inject = format!("inject=copy_file_range:error={errno}:when={when}");
+        let e = epoch.to_string();
+        let t = traced(
+            &env,
+            &["-e", "trace=copy_file_range", "-e", &inject],
+            &["--json", "write", RES, "--epoch", &e, "--from", "src.bin"],
+            20,
+            b"",
+        );
+        assert_eq!(
+            t.calls.iter().filter(|c| c.injected()).count(),
+            1,
+            "{what}: not injected\n{}",
+            dump(&t.calls)
+        );
+        if errno == "EIO" {
+            assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+            assert!(
+                t.stderr.contains("cannot copy the content"),
+                "{what}: {}",
+                t.stderr
+            );
+            let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+            assert_consistent(&env, RES, Some(21), before, &what);
+        } else {
+            assert_eq!(t.code, Some(0), "{what}: {}", t.stderr);
+            let j: serde_json::Value = serde_json::from_str(&t.stdout).expect("json");
+            assert_eq!(j["sha256"], crate::support::sha256_hex(content), "{what}");
+            assert_eq!(j["size"], content.len(), "{what}");
+            assert_consistent(&env, RES, Some(21), Some((content, epoch)), &what);
+            // Refused once, the kernel copy is not asked again.
+            let after = t.calls.iter().skip_while(|c| !c.injected()).skip(1).count();
+            assert_eq!(
+                after,
+                0,
+                "{what}: copy_file_range again\n{}",
+                dump(&t.calls)
+            );
+        }
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    }
+}
+
+/// `--from` a FIFO (a pipe) is read as a stream, never offered to the kernel copy, and
+/// an empty regular file publishes an empty document.
+#[test]
+fn from_a_pipe_or_an_empty_file_is_read_as_a_stream() {
+    let env = Env::new();
+    let (epoch, _) = setup(&env, Scenario::Rewrite);
+    let fifo = env.path("src.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let content = big_content(9 << 20, 7);
+    let feeder = {
+        let (fifo, content) = (fifo.clone(), content.clone());
+        std::thread::spawn(move || std::fs::write(fifo, content).expect("feed the fifo"))
+    };
+    let e = epoch.to_string();
+    let t = traced(
+        &env,
+        &["-e", "trace=copy_file_range"],
+        &["--json", "write", RES, "--epoch", &e, "--from", "src.fifo"],
+        20,
+        b"",
+    );
+    feeder.join().expect("feeder");
+    assert_eq!(t.code, Some(0), "{}", t.stderr);
+    assert!(
+        t.calls.is_empty(),
+        "a pipe offered to copy_file_range\n{}",
+        dump(&t.calls)
+    );
+    let j: serde_json::Value = serde_json::from_str(&t.stdout).expect("json");
+    assert_eq!(j["sha256"], crate::support::sha256_hex(&content));
+    assert_consistent(&env, RES, Some(21), Some((&content, epoch)), "from a fifo");
+
+    let e = env.claim(RES, "C", 10, 200).to_string();
+    std::fs::write(env.path("empty"), b"").expect("empty source");
+    let done = env
+        .fp(&[
+            "--json",
+            "write",
+            RES,
+            "--epoch",
+            &e,
+            "--from",
+            "empty",
+            "--allow-empty",
+        ])
+        .now(201)
+        .expect(0);
+    assert_eq!(done.json()["size"], 0);
+    assert_eq!(env.read(RES).as_deref(), Some(&b""[..]));
+}
+
+/// A `--from` file rewritten or truncated while it is being copied (the copy paused after
+/// its first 8 MiB): the record's hash is the hash of the bytes published, whatever mix
+/// of old and new the copy staged, and `verify` finds the document and record agree.
+#[test]
+fn a_source_changed_mid_copy_is_recorded_as_published() {
+    for change in ["rewrite", "truncate"] {
+        let env = Env::new();
+        let (epoch, _) = setup(&env, Scenario::Rewrite);
+        let len = (9 << 20) + 5;
+        std::fs::write(env.path("src.bin"), big_content(len, 0)).expect("source");
+        let e = epoch.to_string();
+        let paused = crate::support::spawn_paused(
+            &env,
+            &["--json", "write", RES, "--epoch", &e, "--from", "src.bin"],
+            Some(20),
+            b"",
+            "write.copying",
+        );
+        let src = std::fs::OpenOptions::new()
+            .write(true)
+            .open(env.path("src.bin"))
+            .expect("open the source");
+        match change {
+            "rewrite" => std::io::Write::write_all(&mut &src, &big_content(len, 0x5a)),
+            _ => src.set_len(4 << 20),
+        }
+        .expect("change the source");
+        drop(src);
+        let out = paused.resume();
+        assert_eq!(out.status.code(), Some(0), "{change}: {out:?}");
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let doc = env.read(RES).expect("document");
+        assert_eq!(j["sha256"], crate::support::sha256_hex(&doc), "{change}");
+        assert_eq!(j["size"], doc.len(), "{change}");
+        assert!(
+            doc.starts_with(&big_content(8 << 20, 0)),
+            "{change}: first 8 MiB"
+        );
+        assert_consistent(&env, RES, Some(21), Some((&doc, epoch)), change);
+        env.fp(&["verify"]).now(22).expect(0);
     }
 }

@@ -15,7 +15,7 @@ use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
 
 use super::{Ctx, Report, check_epoch, check_owner};
-use crate::atomic::{self, Staged};
+use crate::atomic::{self, Source, Staged};
 use crate::audit::{Event, EventKind};
 use crate::error::{Error, Refusal, Result};
 use crate::failpoints::failpoint;
@@ -110,9 +110,9 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
 }
 
 /// The content to publish: `--from FILE`, or stdin (never a terminal).
-fn content_source(args: &WriteArgs) -> Result<Box<dyn Read>> {
+fn content_source(args: &WriteArgs) -> Result<Source> {
     if let Some(path) = &args.from {
-        return Ok(Box::new(open_source(path)?));
+        return Ok(Source::File(open_source(path)?));
     }
     let stdin = io::stdin();
     if stdin.is_terminal() {
@@ -121,11 +121,11 @@ fn content_source(args: &WriteArgs) -> Result<Box<dyn Read>> {
             "pipe the content in (`render | fencepost write ...`) or pass --from FILE",
         ));
     }
-    Ok(Box::new(Piped {
+    Ok(Source::Stream(Box::new(Piped {
         stdin: stdin.lock(),
         read: 0,
         widened: false,
-    }))
+    })))
 }
 
 /// The early answer for requests that cannot succeed (a stale or unissued epoch, an
@@ -162,7 +162,7 @@ struct Target<'a> {
 fn stage_and_publish(
     target: &Target<'_>,
     store: &mut dyn crate::store::Store,
-    source: &mut dyn Read,
+    source: &mut Source,
 ) -> Result<Outcome> {
     let Target {
         ctx,
@@ -172,9 +172,8 @@ fn stage_and_publish(
     } = *target;
     super::refuse_state_file(ctx, doc, resource)?;
     let existing = atomic::inspect_document(doc)?;
-    // The WAL exists from the moment the store was opened above, and this open connection
-    // keeps it from being deleted: make its name durable now, outside the lock.
-    sync_state_dir(ctx, doc)?;
+    // The WAL's name is durable already: opening the store fsynced its folder if the WAL
+    // was new (`Store::open`), and this open connection keeps it from being deleted.
     if let Some(path) = &args.from
         && let Ok(meta) = std::fs::metadata(path)
     {
@@ -480,11 +479,20 @@ fn widen_pipe(stdin: &io::Stdin) {
 /// bytes to know, and hands them on to the copy in front of the rest; content that has
 /// ended is not read again.
 fn refuse_empty(
-    mut source: Box<dyn Read>,
+    source: Source,
     ctx: &Ctx,
     resource: &Resource,
     args: &WriteArgs,
-) -> Result<Box<dyn Read>> {
+) -> Result<Source> {
+    let mut source: Box<dyn Read> = match source {
+        // A regular file that says it has bytes is copied as it is (in the kernel); one
+        // that says it has none (or a FIFO, a device) is read to find out.
+        Source::File(file) if file.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) => {
+            return Ok(Source::File(file));
+        }
+        Source::File(file) => Box::new(file),
+        Source::Stream(stream) => stream,
+    };
     let mut head = vec![0u8; 64 * 1024];
     let n = loop {
         match source.read(&mut head) {
@@ -498,10 +506,12 @@ fn refuse_empty(
     ))?;
     if n > 0 {
         head.truncate(n);
-        return Ok(Box::new(io::Cursor::new(head).chain(source)));
+        return Ok(Source::Stream(Box::new(
+            io::Cursor::new(head).chain(source),
+        )));
     }
     if args.allow_empty {
-        return Ok(Box::new(io::empty()));
+        return Ok(Source::Stream(Box::new(io::empty())));
     }
     let (from, hint) = match &args.from {
         Some(path) => (
@@ -535,20 +545,6 @@ fn open_source(path: &PathBuf) -> Result<File> {
         _ => Ok(file),
     }
 }
-
-/// fsyncs the state file's folder before the write takes the lock. SQLite creates the
-/// WAL when this process first reads the state file and fsyncs that folder at COMMIT, but
-/// ignores an error there; doing it first makes the WAL's name durable and turns an error
-/// into a failed write, never a success whose commit could be lost. Skipped when the
-/// folder is the document's (fsynced after the rename anyway).
-fn sync_state_dir(ctx: &Ctx, doc: &DocPath) -> Result<()> {
-    let dir = atomic::folder_of(&ctx.db);
-    if std::fs::canonicalize(dir).ok().as_deref() == Some(doc.folder.path()) {
-        return Ok(());
-    }
-    atomic::fsync_dir(dir)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
