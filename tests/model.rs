@@ -1036,7 +1036,6 @@ fn model_three_workers_keep_every_acknowledged_write() {
 }
 
 #[test]
-#[ignore = "about 16 s in a debug build: .ci/run runs it"]
 fn model_four_workers_keep_every_acknowledged_write() {
     assert_holds(WriteModel::new(4, Protocol::CURRENT, PowerLoss::Prefix));
 }

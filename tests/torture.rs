@@ -20,26 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::Env;
-use crate::support::{command, sha256_hex, signal, status_row, tool_files};
+use crate::support::{WRITE_POINTS, command, sha256_hex, signal, status_row, tool_files};
 
 const RESOURCES: [&str; 3] = ["r0.txt", "r1.txt", "deep/r2.txt"];
 const WORKERS: usize = 6;
 const TTL: &str = "250ms";
 
-const WRITE_POINTS: [&str; 12] = [
-    "write.before_stage",
-    "write.after_temp_write",
-    "write.after_temp_fsync",
-    "write.before_lock",
-    "txn.after_begin",
-    "write.after_pre_link",
-    "write.after_new_link",
-    "write.after_rename",
-    "write.after_dir_fsync",
-    "txn.before_commit",
-    "txn.after_commit",
-    "write.before_cleanup",
-];
 const CLAIM_POINTS: [&str; 3] = [
     "claim.before_commit",
     "txn.before_commit",

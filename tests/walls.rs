@@ -7,26 +7,10 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
 use crate::harness::Env;
-use crate::support::{spawn_paused, spawn_paused_also, version};
+use crate::support::{WRITE_POINTS, spawn_paused, spawn_paused_also, version};
 
 /// The document the swap tests publish, in a folder that gets swapped.
 const DOC: &str = "reports/doc.md";
-
-/// Every failpoint of a write, in the order a write reaches them.
-const WRITE_POINTS: [&str; 12] = [
-    "write.before_stage",
-    "write.after_temp_write",
-    "write.after_temp_fsync",
-    "write.before_lock",
-    "txn.after_begin",
-    "write.after_pre_link",
-    "write.after_new_link",
-    "write.after_rename",
-    "write.after_dir_fsync",
-    "txn.before_commit",
-    "txn.after_commit",
-    "write.before_cleanup",
-];
 
 /// How a paused process ends after its folder was swapped.
 #[derive(Debug, Clone, Copy)]

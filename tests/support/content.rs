@@ -57,3 +57,19 @@ pub(crate) fn setup(env: &Env, scenario: Scenario) -> (i64, Option<(Vec<u8>, i64
         }
     }
 }
+
+/// Every failpoint of a write, in the order a write reaches them.
+pub(crate) const WRITE_POINTS: [&str; 12] = [
+    "write.before_stage",
+    "write.after_temp_write",
+    "write.after_temp_fsync",
+    "write.before_lock",
+    "txn.after_begin",
+    "write.after_pre_link",
+    "write.after_new_link",
+    "write.after_rename",
+    "write.after_dir_fsync",
+    "txn.before_commit",
+    "txn.after_commit",
+    "write.before_cleanup",
+];
