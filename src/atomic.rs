@@ -811,7 +811,7 @@ fn hash_stream(source: &mut dyn Read) -> io::Result<(String, u64)> {
     Ok((hex(&hasher.finalize()), size))
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -47,6 +47,19 @@ pub(crate) enum Error {
         source: rusqlite::Error,
     },
 
+    /// A shared store (`--store`) could not be reached, or failed: nothing was changed
+    /// unless the message says it may have been.
+    #[error("{message}")]
+    Remote {
+        message: String,
+        hint: Option<String>,
+    },
+
+    /// A resource of the shared store stayed locked by another session past the busy
+    /// timeout.
+    #[error("store {store}: the resource stayed locked by another session (waited {waited_ms} ms)")]
+    RemoteBusy { store: String, waited_ms: u64 },
+
     /// `verify` found inconsistencies; `report` lists them, one per line.
     #[error("{message}")]
     Diverged {
@@ -166,7 +179,10 @@ impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
     pub(crate) fn exit_code(&self) -> i32 {
         match self {
-            Error::Io { .. } | Error::Database { .. } | Error::Internal(_) => 1,
+            Error::Io { .. }
+            | Error::Database { .. }
+            | Error::Remote { .. }
+            | Error::Internal(_) => 1,
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => 1,
             Error::Usage { .. } => 2,
@@ -177,7 +193,7 @@ impl Error {
                 RefusalKind::Conflict => 6,
                 RefusalKind::Unissued => 8,
             },
-            Error::Busy { .. } => 7,
+            Error::Busy { .. } | Error::RemoteBusy { .. } => 7,
             Error::Diverged { .. } => 9,
             Error::Child { code, .. } | Error::Partial { code, .. } => *code,
         }
@@ -188,11 +204,14 @@ impl Error {
         match self {
             Error::Refused(r) => r.kind().outcome(),
             Error::Usage { .. } => "usage",
-            Error::Busy { .. } => "busy",
+            Error::Busy { .. } | Error::RemoteBusy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
             Error::Child { .. } => "failed",
             Error::Partial { .. } => "incomplete",
-            Error::Io { .. } | Error::Database { .. } | Error::Internal(_) => "error",
+            Error::Io { .. }
+            | Error::Database { .. }
+            | Error::Remote { .. }
+            | Error::Internal(_) => "error",
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => "error",
         }
@@ -206,6 +225,11 @@ impl Error {
             Error::Busy { .. } => Some(Cow::Borrowed(
                 "raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT) or find the process holding it",
             )),
+            Error::RemoteBusy { .. } => Some(Cow::Borrowed(
+                "raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT), or find the session holding it \
+                 (pg_stat_activity)",
+            )),
+            Error::Remote { hint, .. } => hint.as_deref().map(Cow::Borrowed),
             Error::Database { path, source } => database_hint(path, source).map(Cow::Owned),
             Error::Io {
                 context: PRE_IMAGE_LINK,

@@ -29,6 +29,7 @@ mod error;
 mod failpoints;
 mod folder;
 pub mod lease;
+mod mirror;
 mod outcome;
 mod recovery;
 mod resource;
@@ -78,7 +79,7 @@ Exit codes:
     version = VERSION,
     after_help = concat!(
         "Global options, taken by every command (explained by --help): -r/--root DIR, --db PATH,\n",
-        "--now N, --json, -q/--quiet, --busy-timeout DURATION, --log-keep N.\n\n",
+        "--store URL, --now N, --json, -q/--quiet, --busy-timeout DURATION, --log-keep N.\n\n",
         exit_codes!()
     ),
     after_long_help = exit_codes!(),
@@ -121,6 +122,19 @@ pub(crate) struct Global {
         value_name = "PATH"
     )]
     pub db: Option<PathBuf>,
+
+    /// Keep leases, fences and contents in a PostgreSQL database shared by several hosts
+    /// instead of a state file: postgresql://USER@HOST/DB, or postgresql:///DB?host=/run/postgresql
+    /// for a Unix socket. The root, if any, is then a mirror of the store's documents
+    /// (`fencepost mirror`).
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_STORE",
+        value_name = "URL"
+    )]
+    pub store: Option<String>,
 
     /// Use logical tick N as the current time instead of the wall clock; durations are
     /// then ticks too. A state file stays on the clock it was first used with.
@@ -196,6 +210,8 @@ pub(crate) enum Command {
     Run(cmd::run::RunArgs),
     Log(cmd::log::LogArgs),
     Verify(cmd::verify::VerifyArgs),
+    Mirror(cmd::mirror::MirrorArgs),
+    Cat(cmd::cat::CatArgs),
     Completions(cmd::completions::CompletionsArgs),
     Man(cmd::completions::ManArgs),
 }
@@ -451,6 +467,8 @@ impl Command {
             Command::Recover(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Log(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Verify(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
+            Command::Mirror(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
+            Command::Cat(a) => (text(&a.resource), Value::Null),
             Command::Completions(_) | Command::Man(_) => (Value::Null, Value::Null),
         }
     }
@@ -458,7 +476,9 @@ impl Command {
     /// Commands that only read: whatever happens to their output, nothing changed.
     fn changes_nothing(&self) -> bool {
         match self {
-            Command::Status(_) | Command::Verify(_) | Command::Completions(_) => true,
+            Command::Status(_) | Command::Verify(_) | Command::Cat(_) | Command::Completions(_) => {
+                true
+            }
             Command::Log(args) => !args.prune,
             Command::Man(args) => args.dir.is_none(),
             _ => false,
@@ -490,6 +510,8 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
         Command::Run(a) => cmd::run::run(ctx, a, json),
         Command::Log(a) => cmd::log::run(ctx, a),
         Command::Verify(a) => cmd::verify::run(ctx, a),
+        Command::Mirror(a) => cmd::mirror::run(ctx, a, json),
+        Command::Cat(a) => cmd::cat::run(ctx, a, json),
         Command::Completions(a) => cmd::completions::completions(a),
         Command::Man(a) => cmd::completions::man(a),
     }
@@ -511,6 +533,8 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             how: root::How::Given,
             here: None,
             state_files: root::StateFiles::default(),
+            remote: None,
+            server_clock: std::cell::OnceCell::new(),
         });
     }
     // Real time even under --now; zero means "do not wait at all" (exit 7 at once if
@@ -535,7 +559,23 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             global.log_keep
         )));
     }
+    let url = global
+        .store
+        .as_deref()
+        .map(store::postgres::StoreUrl::parse)
+        .transpose()?;
+    if url.is_some() && global.db.is_some() {
+        return Err(Error::usage_hint(
+            "--db and --store name two places for the state: pass one",
+            "with --store (FENCEPOST_STORE) the leases live in the database; unset --db \
+             (FENCEPOST_DB)",
+        ));
+    }
     let place = root::resolve(global.root.as_deref(), global.db.as_deref())?;
+    let remote = url.map(|url| cmd::Remote {
+        url,
+        mirror: place.how != root::How::Current,
+    });
     let db = place.db;
     if db.is_dir() {
         return Err(Error::usage_hint(
@@ -552,6 +592,8 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         log_keep: global.log_keep,
         how: place.how,
         here: place.here.filter(|_| typed),
+        remote,
+        server_clock: std::cell::OnceCell::new(),
     })
 }
 

@@ -30,6 +30,10 @@ pub(crate) enum Outcome {
     /// `verify` found every resource consistent.
     Ok(Verified),
     Generated(Generated),
+    /// `mirror`: what each pass found and applied.
+    Mirrored(Mirrored),
+    /// `cat`: the version whose bytes were printed.
+    Printed(Printed),
 }
 
 /// A lease as answers show it, its `state` as a person reads it at the time of asking
@@ -246,6 +250,33 @@ pub(crate) struct Verified {
 pub(crate) struct Generated {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dir: Option<String>,
+}
+
+/// `mirror`: the mirror root, its store, and each published resource it looked at.
+#[derive(Debug, Serialize)]
+pub(crate) struct Mirrored {
+    pub root: String,
+    pub store: String,
+    pub applied: Vec<Applied>,
+}
+
+/// One resource of a `mirror` pass: `applied` (the mirror now holds this version),
+/// `current` (it held it already), `stale` (it holds a newer epoch: this one came late).
+#[derive(Debug, Serialize)]
+pub(crate) struct Applied {
+    pub resource: String,
+    pub epoch: i64,
+    pub sha256: String,
+    pub outcome: &'static str,
+}
+
+/// `cat`: the version printed.
+#[derive(Debug, Serialize)]
+pub(crate) struct Printed {
+    pub resource: String,
+    pub epoch: i64,
+    pub sha256: String,
+    pub size: u64,
 }
 
 /// What a refusal says beyond its resource, epoch and owner; its kind follows from it.

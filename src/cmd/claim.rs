@@ -78,8 +78,11 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let mut pause = Duration::from_millis(10);
     let mut store = ctx.create_store(&resource)?;
     loop {
-        let now = ctx.clock.now();
+        let now = ctx.now();
         let tx = ctx.begin(&mut *store, &resource)?;
+        if ctx.remote.is_none() {
+            crate::mirror::refuse_local_change(ctx, &*tx, "claim")?;
+        }
         let current = tx.lease(&resource)?;
         let epoch = match next_epoch(current.as_ref(), now) {
             Ok(epoch) => epoch,
@@ -135,8 +138,11 @@ fn check_request(ctx: &Ctx, args: &LeaseRequest) -> Result<(Resource, i64, Optio
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
     // document that is a symlink, a folder or a special file can never be written: refuse
     // the claim now, before any lease is recorded.
-    super::refuse_state_path(ctx, &resource)?;
-    if let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
+    let local = ctx.remote.as_ref().is_none_or(|r| r.mirror);
+    if local {
+        super::refuse_state_path(ctx, &resource)?;
+    }
+    if local && let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
         super::refuse_state_file(ctx, &doc, &resource)?;
         crate::atomic::inspect_document(&doc)?;
     }

@@ -77,7 +77,7 @@ pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
                 "--last",
                 crate::clock::Zero::Allowed,
             )?;
-            (Some(ctx.clock.now().saturating_sub(span)), false)
+            (Some(ctx.now().saturating_sub(span)), false)
         }
         (None, Some(text)) => {
             let (time, utc) = crate::clock::parse_time(text, "--since")?;

@@ -16,10 +16,12 @@ use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
 use crate::store::{self, Store, Txn};
 
+pub(crate) mod cat;
 pub(crate) mod claim;
 pub(crate) mod complete;
 pub(crate) mod completions;
 pub(crate) mod log;
+pub(crate) mod mirror;
 pub(crate) mod recover;
 pub(crate) mod release;
 pub(crate) mod renew;
@@ -46,6 +48,19 @@ pub(crate) struct Ctx {
     pub here: Option<PathBuf>,
     /// The state file and SQLite's files beside it, by device and inode.
     pub state_files: StateFiles,
+    /// The shared store (`--store`), when the state is not a local state file.
+    pub remote: Option<Remote>,
+    /// The store's clock, once a shared store has been opened (see [`Ctx::now`]).
+    pub server_clock: std::cell::OnceCell<(i64, std::time::Instant)>,
+}
+
+/// A shared store named by `--store`, and whether a local root mirrors it.
+#[derive(Debug, Clone)]
+pub(crate) struct Remote {
+    pub url: store::postgres::StoreUrl,
+    /// A root was given or found: the mirror of the store's documents on this host
+    /// (`root` and `db` of the [`Ctx`] are its).
+    pub mirror: bool,
 }
 
 /// What a successful command prints: a plain line for people and shell capture, and
@@ -77,10 +92,49 @@ impl Report {
 }
 
 impl Ctx {
+    /// The current time: `--now`'s tick, the shared store's clock once it is open, or
+    /// this host's wall clock.
+    pub(crate) fn now(&self) -> i64 {
+        match (self.clock, self.server_clock.get()) {
+            (Clock::Wall, Some((base, at))) => {
+                base.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX))
+            }
+            (clock, _) => clock.now(),
+        }
+    }
+
+    /// Opens the shared store: `None` when its database has no fencepost schema yet and
+    /// `create` is false.
+    fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
+        let opened = store::postgres::PgStore::open(&remote.url, self.busy, create)?;
+        Ok(opened.map(|s| {
+            if let Some(clock) = store::Store::server_clock(&s) {
+                let _ = self.server_clock.set(clock);
+            }
+            Box::new(s) as Box<dyn Store>
+        }))
+    }
+
+    /// "Nothing was ever claimed in this store".
+    fn empty_remote(&self, remote: &Remote, what: &str) -> Error {
+        Error::usage_hint(
+            format!(
+                "the store {} has no fencepost state: {what}",
+                remote.url.shown
+            ),
+            "a store gets its tables with its first claim; check --store (FENCEPOST_STORE)",
+        )
+    }
+
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
     pub(crate) fn store(&self) -> Result<Box<dyn Store>> {
+        if let Some(remote) = &self.remote {
+            return self
+                .open_remote(remote, false)?
+                .ok_or_else(|| self.empty_remote(remote, "nothing was ever claimed here"));
+        }
         store::open(&self.db, self.busy, false)?
             .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
     }
@@ -88,6 +142,11 @@ impl Ctx {
     /// Opens the state file for `claim`, making the root and its state file on the first
     /// claim (refused inside another root).
     pub(crate) fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
+        if let Some(remote) = &self.remote {
+            return self.open_remote(remote, true)?.ok_or(Error::Internal(
+                "a store opened to be created had no schema",
+            ));
+        }
         let place = root::Place {
             root: self.root.clone(),
             db: self.db.clone(),
@@ -103,6 +162,11 @@ impl Ctx {
     /// Opens the state file of a command that only reads it; none is bad input (`what`
     /// says what there is nothing of: "nothing to verify").
     pub(crate) fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
+        if let Some(remote) = &self.remote {
+            return self
+                .open_remote(remote, false)?
+                .ok_or_else(|| self.empty_remote(remote, what));
+        }
         store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
     }
 
@@ -164,6 +228,13 @@ impl Ctx {
         store: &'s mut dyn Store,
         resource: &Resource,
     ) -> Result<Box<dyn Txn + 's>> {
+        if self.remote.is_some() {
+            let tx = store.immediate()?;
+            tx.lock(resource)?;
+            crate::failpoints::failpoint!("txn.after_begin");
+            tx.bind_clock(self.clock.kind())?;
+            return Ok(tx);
+        }
         // Resolved before the lock: it walks the state file's path.
         let pin = self.root_pin();
         let tx = store.immediate()?;
@@ -197,6 +268,9 @@ impl Ctx {
     /// Refuses a state file that belongs to another root (without binding a fresh one):
     /// the check of commands that only read.
     pub(crate) fn check_root(&self, tx: &dyn Txn) -> Result<()> {
+        if self.remote.is_some() {
+            return Ok(());
+        }
         match tx.meta_bytes(ROOT_KEY)? {
             None => Ok(()),
             Some(bound) => self.same_root(&bound, &self.root_pin()),
@@ -235,6 +309,10 @@ impl Ctx {
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
     pub(crate) fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+        if self.remote.as_ref().is_some_and(|r| !r.mirror) {
+            // No root on this host: the name is the store's, as typed.
+            return Resource::parse(raw);
+        }
         let spelled = self.spelled(raw)?;
         root::refuse_nested(&self.root, &spelled)?;
         let real = resource::canonical(&self.root, &spelled)?;
@@ -256,6 +334,9 @@ impl Ctx {
     /// predate today's rules, or have been put there by hand).
     pub(crate) fn stored(&self, name: &str) -> Result<Resource> {
         let resource = Resource::parse(std::ffi::OsStr::new(name))?;
+        if self.remote.is_some() {
+            return Ok(resource);
+        }
         root::fits(&self.root, &resource)?;
         Ok(resource)
     }
@@ -277,7 +358,7 @@ impl Ctx {
 pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     let (prev_owner, prev_epoch) = refusal.detail.previous();
     let event = Event::new(
-        ctx.clock.now(),
+        ctx.now(),
         &refusal.resource,
         EventKind::Refused(refusal.kind()),
     )
@@ -285,7 +366,12 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     .epoch(refusal.epoch)
     .previous(prev_owner, prev_epoch)
     .detail(refusal.message.clone());
-    let logged = store::open(&ctx.db, ctx.busy, false).and_then(|store| {
+    let opened = if ctx.remote.is_some() {
+        ctx.store().map(Some)
+    } else {
+        store::open(&ctx.db, ctx.busy, false)
+    };
+    let logged = opened.and_then(|store| {
         let Some(mut store) = store else {
             return Ok(());
         };
@@ -297,7 +383,7 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     // A busy state file is the likely cause, and its refusal already has its line; other
     // failures are worth a warning.
     if let Err(e) = logged
-        && !matches!(e, Error::Busy { .. })
+        && !matches!(e, Error::Busy { .. } | Error::RemoteBusy { .. })
     {
         let _ = writeln!(
             std::io::stderr(),
@@ -454,8 +540,13 @@ pub(crate) fn change_held_noting(
     if let store::HolderChange::Complete { result } = change {
         check_result(result)?;
     }
-    let now = ctx.clock.now();
     let mut store = ctx.store()?;
+    let now = ctx.now();
+    if let store::HolderChange::Renew { ttl } = change
+        && now.checked_add(ttl).is_none()
+    {
+        return Err(Error::usage(format!("--ttl {ttl} overflows the clock")));
+    }
     let tx = ctx.begin(&mut *store, &resource)?;
     let request = store::HolderRequest {
         owner: &holder.owner,
@@ -465,9 +556,10 @@ pub(crate) fn change_held_noting(
     };
     if tx.update_held_lease(&resource, &request)? {
         let (kind, detail) = match change {
-            store::HolderChange::Renew { deadline } => {
-                (EventKind::Renew, format!("deadline {deadline}"))
-            }
+            store::HolderChange::Renew { ttl } => (
+                EventKind::Renew,
+                format!("deadline {}", now.saturating_add(ttl)),
+            ),
             store::HolderChange::Complete { result } => (
                 EventKind::Complete,
                 result.map(|r| format!("result {r}")).unwrap_or_default(),

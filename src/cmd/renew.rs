@@ -4,7 +4,7 @@ use clap::Args;
 
 use super::{Ctx, HolderArgs, Report, change_held};
 use crate::clock::{Zero, parse_duration};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::outcome::{Outcome, Renewed};
 use crate::store::HolderChange;
 
@@ -30,11 +30,8 @@ pub(crate) struct RenewArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
     let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?;
-    let now = ctx.clock.now();
-    let deadline = now
-        .checked_add(ttl)
-        .ok_or_else(|| Error::usage(format!("--ttl {} overflows the clock", args.ttl)))?;
-    let (resource, _) = change_held(ctx, &args.holder, HolderChange::Renew { deadline })?;
+    let (resource, now) = change_held(ctx, &args.holder, HolderChange::Renew { ttl })?;
+    let deadline = now.saturating_add(ttl);
     let renewed = Renewed {
         resource: resource.to_string(),
         epoch: args.holder.epoch,

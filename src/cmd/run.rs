@@ -366,9 +366,7 @@ fn supervise(ctx: &Ctx, lease: &Held, job: &Running) -> Result<Ended> {
             change_held(
                 &renew_ctx,
                 &lease.holder,
-                HolderChange::Renew {
-                    deadline: crate::clock::wall_millis().saturating_add(ttl_ms),
-                },
+                HolderChange::Renew { ttl: ttl_ms },
             )
         });
         match renewed {

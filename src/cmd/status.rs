@@ -85,8 +85,9 @@ pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
         }
         None => None,
     };
-    let now = ctx.clock.now();
-    let rows = collect(ctx, ctx.read_store("nothing to show")?, only.as_ref())?;
+    let store = ctx.read_store("nothing to show")?;
+    let now = ctx.now();
+    let rows = collect(ctx, store, only.as_ref())?;
     // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
     let epoch = only
         .as_ref()
@@ -149,6 +150,15 @@ fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result
 fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
     let recorded = sink.and_then(|s| s.content.as_ref());
     let none = DocState::of;
+    // A shared store keeps the contents itself; with no mirror root on this host there
+    // is no document here to compare.
+    if ctx.remote.as_ref().is_some_and(|r| !r.mirror) {
+        return Ok(none(if recorded.is_some() {
+            "stored"
+        } else {
+            "absent"
+        }));
+    }
     let doc = match locate(&ctx.root, resource, false) {
         Ok(Some(doc)) => doc,
         Ok(None) => {
@@ -177,7 +187,15 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
         }));
     };
     let (sha256, size) = atomic::hash_document(&doc)?;
-    let pending = crate::recovery::pending(&doc, recorded.and_then(|c| c.file))?;
+    let pending = if ctx.remote.is_some() {
+        // A mirror's crashed applies are its own state file's business (`recover`).
+        crate::recovery::Pending {
+            action: Recovery::Nothing,
+            in_progress: false,
+        }
+    } else {
+        crate::recovery::pending(&doc, recorded.and_then(|c| c.file))?
+    };
     let state = if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
         "interrupted"
     } else if pending.in_progress {

@@ -71,7 +71,14 @@ pub(crate) struct WriteArgs {
     /// would. A paused old worker can then overwrite a newer document.
     #[arg(long, hide_short_help = true)]
     pub unfenced: bool,
+
+    /// A version the shared store published, applied to a mirror root (`mirror`): the
+    /// store issued the epoch, so no local lease is asked for.
+    #[arg(skip)]
+    pub applied: bool,
 }
+
+mod remote;
 
 pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let resource = ctx.resource(&args.resource)?;
@@ -80,6 +87,9 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         check_owner(owner)?;
     }
     let source = content_source(args)?;
+    if ctx.remote.is_some() {
+        return remote::run(ctx, args, &resource, source);
+    }
     let mut store = ctx.store()?;
     refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
     // Before any folder is created for the document: empty content is refused.
@@ -134,11 +144,14 @@ fn content_source(args: &WriteArgs) -> Result<Source> {
 fn refuse_early(ctx: &Ctx, tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<()> {
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(tx)?;
-    let (lease, record) = (tx.lease(resource)?, tx.sink(resource)?);
+    if !args.applied && ctx.remote.is_none() {
+        crate::mirror::refuse_local_change(ctx, tx, "write")?;
+    }
+    let (lease, record) = (issuing_lease(tx, resource, args)?, tx.sink(resource)?);
     check_issued_owner(resource, args, lease.as_ref())?;
     if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
         record.as_ref(),
-        lease.map(|l| l.epoch),
+        issued(lease.as_ref(), args),
         args.epoch,
         "",
         args.unfenced,
@@ -183,15 +196,15 @@ fn stage_and_publish(
     let mut staged = atomic::stage(doc, source, existing.as_ref())?;
 
     failpoint!("write.before_lock");
-    let now = ctx.clock.now();
+    let now = ctx.now();
     let tx = ctx.begin(store, resource)?;
-    let lease = tx.lease(resource)?;
+    let lease = issuing_lease(&*tx, resource, args)?;
     check_issued_owner(resource, args, lease.as_ref())?;
     let record = tx.sink(resource)?;
     let owner = writer(&*tx, resource, args)?;
     let decision = decide(
         record.as_ref(),
-        lease.map(|l| l.epoch),
+        issued(lease.as_ref(), args),
         args.epoch,
         &staged.sha256,
         args.unfenced,
@@ -300,6 +313,7 @@ fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>
         fence,
         content,
         owner: how.owner,
+        blob: None,
     };
     tx.record_write(resource, &write)?;
     let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)
@@ -374,6 +388,23 @@ fn writer(tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<Option<
         Some(owner) => Ok(Some(owner.clone())),
         None => tx.issued_to(resource, args.epoch),
     }
+}
+
+/// The lease whose epoch says what was issued: the resource's own; none for a version
+/// applied to a mirror root, whose epoch the store issued.
+fn issuing_lease(tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<Option<Lease>> {
+    if args.applied {
+        return Ok(None);
+    }
+    tx.lease(resource)
+}
+
+/// The highest epoch issued for the resource, as the fencing rule takes it.
+fn issued(lease: Option<&Lease>, args: &WriteArgs) -> Option<i64> {
+    if args.applied {
+        return Some(args.epoch);
+    }
+    lease.map(|l| l.epoch)
 }
 
 /// With `--owner`, the epoch must have been issued to that owner (when the lease still
@@ -559,6 +590,7 @@ mod tests {
             from: None,
             allow_empty: false,
             unfenced: false,
+            applied: false,
         };
         for accepted in [WriteDecision::Write, WriteDecision::Replay] {
             let err = refusal(&resource, &args, None, accepted);

@@ -23,8 +23,9 @@
 //! rename, recovery) is not the store's: it is `atomic.rs`, `folder.rs` and
 //! `recovery.rs`.
 
+use std::io::{Read, Write};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::audit::Event;
 use crate::clock::ClockKind;
@@ -33,6 +34,7 @@ use crate::lease::Lease;
 use crate::resource::Resource;
 use crate::sink::{Content, SinkRecord};
 
+pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 /// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
@@ -46,6 +48,66 @@ pub(crate) trait Store: std::fmt::Debug {
 
     /// Begins a read-only transaction: a consistent snapshot for reports.
     fn snapshot(&mut self) -> Result<Box<dyn Txn + '_>>;
+
+    /// The store's own clock, for a store shared by hosts whose clocks differ: its time
+    /// in ms since the Unix epoch, and when it was read here. `None`: this host's clock.
+    fn server_clock(&self) -> Option<(i64, Instant)> {
+        None
+    }
+
+    /// The store of documents' contents, for a store that keeps them (the shared one);
+    /// `None` when the documents are files beside the state (SQLite).
+    fn blobs(&mut self) -> Option<&mut dyn Blobs> {
+        None
+    }
+
+    /// The identity of a shared store, made with its schema: what a mirror root is bound
+    /// to. `None` for a local state file.
+    fn identity(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// A content blob, uploaded and hashed.
+#[derive(Debug, Clone)]
+pub(crate) struct Blob {
+    pub id: i64,
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// A resource's current content as a shared store publishes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Published {
+    pub resource: String,
+    pub epoch: i64,
+    pub sha256: String,
+    pub size: u64,
+    pub blob: i64,
+    pub owner: Option<String>,
+}
+
+/// Documents' contents kept in the store itself: immutable blobs, uploaded before the
+/// fenced transaction that makes one current.
+pub(crate) trait Blobs {
+    /// Streams `source` into a new blob, hashing it as it passes. No resource is locked.
+    fn upload(&mut self, source: &mut dyn Read) -> Result<Blob>;
+
+    /// Removes a blob nothing points at (best effort: `recover` removes what is left).
+    fn discard(&mut self, id: i64);
+
+    /// Streams a published blob to `out`, checking its size and SHA-256 against the
+    /// record at the end.
+    fn read(&mut self, published: &Published, out: &mut dyn Write) -> Result<()>;
+
+    /// Removes blobs nothing points at that are older than `grace`; returns how many.
+    fn collect(&mut self, grace: Duration) -> Result<usize>;
+
+    /// Subscribes to publish notifications.
+    fn listen(&mut self) -> Result<()>;
+
+    /// Waits up to `timeout` for publish notifications; returns the resources named.
+    fn wait(&mut self, timeout: Duration) -> Result<Vec<String>>;
 }
 
 /// One transaction on the state store. Dropped without [`Txn::commit`], it changes
@@ -53,6 +115,30 @@ pub(crate) trait Store: std::fmt::Debug {
 pub(crate) trait Txn {
     /// Commits: the single point where a change becomes real.
     fn commit(self: Box<Self>) -> Result<()>;
+
+    /// Locks `resource` until the end of the transaction, for a store whose
+    /// transactions do not lock everything from their start (SQLite's `BEGIN IMMEDIATE`
+    /// does).
+    fn lock(&self, _resource: &Resource) -> Result<()> {
+        Ok(())
+    }
+
+    /// The content a shared store publishes for `resource` (`None`: none yet, or a store
+    /// without blobs).
+    fn published(&self, _resource: &str) -> Result<Option<Published>> {
+        Ok(None)
+    }
+
+    /// [`Txn::published`] for every resource, sorted by name.
+    fn all_published(&self) -> Result<Vec<Published>> {
+        Ok(Vec::new())
+    }
+
+    /// The blob to point a resource at for `blob`'s bytes: an older copy of the same
+    /// bytes, kept from removal until this transaction ends, or `blob` itself.
+    fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
+        Ok(blob.id)
+    }
 
     /// Binds the store to a clock on its first change, and refuses the other one.
     fn bind_clock(&self, kind: ClockKind) -> Result<()>;
@@ -129,13 +215,20 @@ pub(crate) struct WriteRecord<'a> {
     pub fence: i64,
     pub content: &'a Content,
     pub owner: Option<&'a str>,
+    /// The blob holding the content, in a store that keeps contents.
+    pub blob: Option<i64>,
 }
 
 /// A holder's change to its own lease.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum HolderChange<'a> {
-    Renew { deadline: i64 },
-    Complete { result: Option<&'a str> },
+    /// A new deadline `ttl` after the request's `now`.
+    Renew {
+        ttl: i64,
+    },
+    Complete {
+        result: Option<&'a str>,
+    },
     Release,
 }
 

@@ -544,7 +544,7 @@ impl Txn for SqliteTxn<'_> {
             change,
         } = *request;
         let (state, deadline, result) = match change {
-            HolderChange::Renew { deadline } => ("held", Some(deadline), None),
+            HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),
             HolderChange::Complete { result } => ("completed", None, result),
             HolderChange::Release => ("released", None, None),
         };
@@ -604,6 +604,7 @@ impl Txn for SqliteTxn<'_> {
             fence,
             content,
             owner,
+            blob: _,
         } = *write;
         let file = content.file;
         self.tx

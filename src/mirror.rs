@@ -1,0 +1,328 @@
+//! Mirror roots: a host's copy of the documents a shared store publishes.
+//!
+//! A mirror root is an ordinary publish root (its own `.fencepost/` state file, the same
+//! staging, rename, fsyncs and crash recovery) whose state file is bound to one store's
+//! identity. Each version is applied through the local fenced write under the epoch the
+//! store gave it, so the local fence only rises: an older version applied late, or
+//! twice, is refused locally as `stale` (or is a replay), whatever order hosts see
+//! versions in. A mirror root takes no claim or write of its own.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::cmd::write::WriteArgs;
+use crate::cmd::{Ctx, Remote};
+use crate::error::{Error, Result};
+use crate::outcome::{Applied, Mirrored};
+use crate::resource::{Resource, STATE_DIR};
+use crate::store::{Published, Store, Txn};
+
+/// The state file's setting naming the store a mirror root copies (its identity).
+pub(crate) const MIRROR_OF: &str = "mirror_of";
+/// The same store's URL as shown in messages, for hints.
+pub(crate) const MIRROR_URL: &str = "mirror_url";
+
+/// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
+/// decides for it, and a local version would be overwritten by the next apply.
+pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn, what: &str) -> Result<()> {
+    let Some(url) = tx.meta_bytes(MIRROR_OF)?.and(tx.meta_bytes(MIRROR_URL)?) else {
+        return Ok(());
+    };
+    let url = String::from_utf8_lossy(&url).into_owned();
+    Err(Error::usage_hint(
+        format!(
+            "{} is a mirror of the store {url}: it takes no {what} of its own",
+            ctx.root.display()
+        ),
+        format!("{what} through the store: pass --store {url} (FENCEPOST_STORE)"),
+    ))
+}
+
+/// The mirror root's own context: its state file, names relative to it, no store.
+fn local(ctx: &Ctx) -> Ctx {
+    Ctx {
+        remote: None,
+        here: None,
+        ..ctx.clone()
+    }
+}
+
+/// Brings the mirror root up to the store: every published resource, or only `only`.
+/// Applies what is newer and reports each resource it looked at.
+pub(crate) fn sync(ctx: &Ctx, store: &mut dyn Store, only: Option<&str>) -> Result<Mirrored> {
+    let remote = ctx
+        .remote
+        .as_ref()
+        .ok_or(Error::Internal("a mirror without a store"))?;
+    let wanted = {
+        let tx = store.snapshot()?;
+        match only {
+            Some(name) => tx.published(name)?.into_iter().collect(),
+            None => tx.all_published()?,
+        }
+    };
+    let mirror = local(ctx);
+    let mut done = Mirrored {
+        root: ctx.root.display().to_string(),
+        store: remote.url.shown.clone(),
+        applied: Vec::new(),
+    };
+    if wanted.is_empty() {
+        // Nothing to copy; a root bound to another store is still refused.
+        check_binding(&mirror, store, remote, None)?;
+        return Ok(done);
+    }
+    for published in wanted {
+        let applied = apply(&mirror, store, remote, &published)?;
+        done.applied.push(applied);
+    }
+    Ok(done)
+}
+
+/// After a write through the store on a host with a mirror root: brings that document
+/// up at once. The write is published already, so a failure here is a warning (the
+/// next `mirror` applies it).
+pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn Store, resource: &Resource) {
+    if let Err(e) = sync(ctx, store, Some(resource.as_str())) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "fencepost: warning: published, but the mirror at {} was not updated: {e}",
+            ctx.root.display()
+        );
+    }
+}
+
+/// Applies one published version to the mirror, unless it holds it already.
+fn apply(
+    mirror: &Ctx,
+    store: &mut dyn Store,
+    remote: &Remote,
+    published: &Published,
+) -> Result<Applied> {
+    let resource = mirror.stored(&published.resource)?;
+    check_binding(mirror, store, remote, Some(&resource))?;
+    let seen = |outcome: &'static str| Applied {
+        resource: published.resource.clone(),
+        epoch: published.epoch,
+        sha256: published.sha256.clone(),
+        outcome,
+    };
+    if up_to_date(mirror, &resource, published)? {
+        return Ok(seen("current"));
+    }
+    let incoming = download(mirror, store, published)?;
+    let args = WriteArgs {
+        resource: published.resource.clone().into(),
+        epoch: published.epoch,
+        owner: published.owner.clone(),
+        from: Some(incoming.path.clone()),
+        allow_empty: true,
+        unfenced: false,
+        applied: true,
+    };
+    match crate::cmd::write::run(mirror, &args) {
+        Ok(report) if report.plain == "written" => Ok(seen("applied")),
+        Ok(_) => Ok(seen("current")),
+        // The mirror already holds a newer epoch: this version came late.
+        Err(Error::Refused(r)) if r.kind() == crate::error::RefusalKind::Stale => Ok(seen("stale")),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the mirror's state file records this version and its document holds it.
+fn up_to_date(mirror: &Ctx, resource: &Resource, published: &Published) -> Result<bool> {
+    let Some(mut local) = crate::store::open_read_only(&mirror.db, mirror.busy)? else {
+        return Ok(false);
+    };
+    let tx = local.snapshot()?;
+    let recorded = tx.sink(resource)?.and_then(|r| r.content);
+    let same = recorded.is_some_and(|c| c.epoch == published.epoch && c.sha256 == published.sha256);
+    if !same {
+        return Ok(false);
+    }
+    let Some(doc) = crate::resource::locate(&mirror.root, resource, false)? else {
+        return Ok(false);
+    };
+    if crate::atomic::inspect_document(&doc)?.is_none() {
+        return Ok(false);
+    }
+    Ok(crate::atomic::hash_document(&doc)?.0 == published.sha256)
+}
+
+/// Binds the mirror root's state file to the store on first use (creating the root with
+/// its first document), and refuses a root bound to another store or one with leases
+/// of its own.
+fn check_binding(
+    mirror: &Ctx,
+    store: &mut dyn Store,
+    remote: &Remote,
+    resource: Option<&Resource>,
+) -> Result<()> {
+    let id = store
+        .identity()
+        .ok_or(Error::Internal("a shared store without an identity"))?
+        .to_string();
+    let local = match resource {
+        Some(resource) => Some(mirror.create_store(resource)?),
+        None => crate::store::open(&mirror.db, mirror.busy, false)?,
+    };
+    let Some(mut local) = local else {
+        return Ok(());
+    };
+    let tx = local.immediate()?;
+    match tx.meta_bytes(MIRROR_OF)? {
+        Some(bound) if bound == id.as_bytes() => Ok(()),
+        Some(_) => {
+            let url = tx
+                .meta_bytes(MIRROR_URL)?
+                .map(|u| String::from_utf8_lossy(&u).into_owned())
+                .unwrap_or_default();
+            Err(Error::usage_hint(
+                format!(
+                    "{} mirrors another store ({url}), not {}",
+                    mirror.root.display(),
+                    remote.url.shown
+                ),
+                "one store per mirror root: pass that store, or another --root",
+            ))
+        }
+        None if !tx.resources()?.is_empty() => Err(Error::usage_hint(
+            format!(
+                "{} is a publish root with leases of its own, not a mirror of {}",
+                mirror.root.display(),
+                remote.url.shown
+            ),
+            "mirror into a new folder (--root DIR)",
+        )),
+        None => {
+            tx.set_meta_bytes(MIRROR_OF, id.as_bytes())?;
+            tx.set_meta_bytes(MIRROR_URL, remote.url.shown.as_bytes())?;
+            tx.commit()
+        }
+    }
+}
+
+/// A downloaded version, removed when dropped.
+struct Incoming {
+    path: PathBuf,
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Streams the version's bytes from the store into a file in the mirror's `.fencepost/`
+/// (checked against the recorded SHA-256 on the way), from which the local write copies
+/// them.
+fn download(mirror: &Ctx, store: &mut dyn Store, published: &Published) -> Result<Incoming> {
+    let dir = mirror.root.join(STATE_DIR);
+    let (file, path) = temp_in(&dir)?;
+    let incoming = Incoming { path };
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    store
+        .blobs()
+        .ok_or(Error::Internal(
+            "a shared store without a place for contents",
+        ))?
+        .read(published, &mut out)?;
+    out.flush()
+        .map_err(Error::io("cannot write", incoming.path.clone()))?;
+    Ok(incoming)
+}
+
+/// A new file of this process's own in `dir`.
+fn temp_in(dir: &Path) -> Result<(std::fs::File, PathBuf)> {
+    loop {
+        let path = dir.join(format!(
+            "incoming-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("cannot create", path)(e)),
+        }
+    }
+}
+
+/// `fencepost mirror --follow`: applies, then waits for the store's notifications and
+/// applies what they name; on a broken connection reconnects with back-off and applies
+/// everything again (notifications sent meanwhile are lost). `rescan`: the longest wait
+/// without a full pass. Runs until killed; each pass's report goes to `report`.
+pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirrored)) -> Result<()> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let connected = ctx.store();
+        let mut store = match connected {
+            Ok(store) => store,
+            Err(e @ (Error::Usage { .. } | Error::Internal(_))) => return Err(e),
+            Err(e) => {
+                warn_retry(&e, backoff);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        let session = run_session(ctx, &mut *store, rescan, &mut report, &mut backoff);
+        match session {
+            Err(e @ (Error::Usage { .. } | Error::Internal(_) | Error::Io { .. })) => {
+                return Err(e);
+            }
+            Err(e) => {
+                warn_retry(&e, backoff);
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+            Ok(()) => {}
+        }
+    }
+}
+
+/// One connection's life in `follow`: listen, a full pass, then passes for what the
+/// notifications name (a full pass again every `rescan`). Returns on a store error.
+fn run_session(
+    ctx: &Ctx,
+    store: &mut dyn Store,
+    rescan: Duration,
+    report: &mut impl FnMut(&Mirrored),
+    backoff: &mut Duration,
+) -> Result<()> {
+    blobs(store)?.listen()?;
+    report(&sync(ctx, store, None)?);
+    *backoff = Duration::from_millis(100);
+    loop {
+        let names = blobs(store)?.wait(rescan)?;
+        if names.is_empty() {
+            report(&sync(ctx, store, None)?);
+            continue;
+        }
+        let mut names = names;
+        names.sort();
+        names.dedup();
+        for name in names {
+            report(&sync(ctx, store, Some(&name))?);
+        }
+    }
+}
+
+fn blobs(store: &mut dyn Store) -> Result<&mut dyn crate::store::Blobs> {
+    store.blobs().ok_or(Error::Internal(
+        "a shared store without a place for contents",
+    ))
+}
+
+fn warn_retry(e: &Error, backoff: Duration) {
+    let _ = writeln!(
+        std::io::stderr(),
+        "fencepost: warning: {e}; trying again in {:.1}s",
+        backoff.as_secs_f64()
+    );
+}

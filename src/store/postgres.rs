@@ -1,0 +1,1048 @@
+//! The PostgreSQL store: the authority several hosts share (`--store URL`).
+//!
+//! Leases, the sink's records, the audit log and the documents' contents live in tables
+//! named `fencepost_*` of one database. Every change is one transaction; the rules need
+//! the resource locked from the first read to COMMIT, which [`Txn::lock`] does with
+//! `SELECT ... FOR UPDATE` on the resource's row of `fencepost_lock`. Where SQLite's
+//! write lock is a kernel lock a paused process keeps, a PostgreSQL session can lose its
+//! lock while its process is paused (an idle timeout, a killed backend, a failover); what
+//! keeps a late writer out then is that the place a version becomes current *is* the
+//! COMMIT, which a session that lost its lock can no longer make.
+//!
+//! Contents are immutable blobs (`fencepost_blob`, its bytes in 1 MiB rows of
+//! `fencepost_chunk`), uploaded before the fenced transaction, one short statement per
+//! chunk with no lock on any resource, and committed without waiting for the disk
+//! (`synchronous_commit = off`): the fenced COMMIT that points a resource at the blob
+//! waits for the WAL up to itself, which holds every chunk written before it. A crash
+//! before that COMMIT leaves at most an orphan blob, which `recover` removes once it is
+//! older than its grace period. Blobs are found again by their SHA-256, so publishing
+//! bytes the store already holds keeps one copy.
+//!
+//! Deadlines are on the server's clock (read once per process at connect and counted on
+//! with the local monotonic clock), so hosts' clocks do not matter; `--now` ticks bind the
+//! store to logical time as they bind a state file.
+
+use std::cell::{Cell, RefCell};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls, Row};
+use sha2::{Digest, Sha256};
+
+use super::{Blob, Blobs, HolderChange, HolderRequest, Published, Store, Txn, WriteRecord};
+use crate::audit::{Event, EventKind};
+use crate::clock::ClockKind;
+use crate::error::{Error, Result};
+use crate::lease::{Lease, LeaseState};
+use crate::resource::Resource;
+use crate::sink::{Content, SinkRecord};
+
+/// Schema versions this build knows; `fencepost_meta.schema` is how many have run.
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE fencepost_meta (
+        key   text PRIMARY KEY,
+        value bytea NOT NULL
+    );
+    CREATE TABLE fencepost_lock (
+        resource text PRIMARY KEY
+    );
+    CREATE TABLE fencepost_lease (
+        resource   text PRIMARY KEY,
+        owner      text NOT NULL,
+        epoch      bigint NOT NULL CHECK (epoch > 0),
+        deadline   bigint NOT NULL,
+        state      text NOT NULL CHECK (state IN ('held', 'released', 'completed')),
+        result     text,
+        updated_at bigint NOT NULL
+    );
+    CREATE TABLE fencepost_blob (
+        id         bigserial PRIMARY KEY,
+        sha256     text,
+        size       bigint,
+        complete   boolean NOT NULL DEFAULT false,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX fencepost_blob_by_hash ON fencepost_blob (sha256) WHERE complete;
+    CREATE TABLE fencepost_chunk (
+        blob bigint NOT NULL REFERENCES fencepost_blob (id) ON DELETE CASCADE,
+        seq  integer NOT NULL,
+        data bytea NOT NULL,
+        PRIMARY KEY (blob, seq)
+    );
+    ALTER TABLE fencepost_chunk ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE TABLE fencepost_sink (
+        resource      text PRIMARY KEY,
+        fence         bigint NOT NULL CHECK (fence >= 0),
+        content_epoch bigint,
+        sha256        text,
+        size          bigint,
+        written_at    bigint,
+        owner         text,
+        blob          bigint REFERENCES fencepost_blob (id)
+    );
+    CREATE TABLE fencepost_log (
+        id         bigserial PRIMARY KEY,
+        at         bigint NOT NULL,
+        resource   text NOT NULL,
+        event      text NOT NULL,
+        owner      text,
+        epoch      bigint,
+        prev_owner text,
+        prev_epoch bigint,
+        sha256     text,
+        pid        bigint NOT NULL,
+        host       text NOT NULL,
+        detail     text
+    );
+    CREATE INDEX fencepost_log_by_resource ON fencepost_log (resource, id);
+"];
+
+/// The tables a fencepost store consists of; one of them in a database without
+/// `fencepost_meta` is someone else's.
+const TABLES: &[&str] = &[
+    "fencepost_meta",
+    "fencepost_lock",
+    "fencepost_lease",
+    "fencepost_blob",
+    "fencepost_chunk",
+    "fencepost_sink",
+    "fencepost_log",
+];
+
+/// The channel a publishing transaction notifies, with the resource's name as payload.
+pub(crate) const CHANNEL: &str = "fencepost_published";
+
+/// Bytes per chunk row: big enough that a 1 GiB document is about a thousand
+/// statements, small enough that a chunk in flight costs little memory.
+const CHUNK: usize = 1 << 20;
+
+/// How long a session may sit idle inside a transaction before the server ends it (and
+/// with it the transaction and its locks), unless the URL's `options` set another: a
+/// paused writer then blocks the resource for at most this long. Liveness only: a
+/// writer whose session ended cannot COMMIT, so it cannot publish.
+const IDLE_IN_TRANSACTION: &str = "30s";
+
+/// Automatic pruning runs when an event id is a multiple of this.
+const PRUNE_EVERY: i64 = 1_000;
+
+/// Key of the advisory lock that serialises creating the schema.
+const SCHEMA_LOCK: i64 = 0x4650_5354;
+
+/// An open connection to a PostgreSQL store.
+pub(crate) struct PgStore {
+    client: Client,
+    /// The URL as shown in messages (no password).
+    shown: String,
+    busy: Duration,
+    /// The store's identity, made with its schema: a mirror root is bound to it.
+    id: String,
+    /// The server's clock at connect, in ms since the epoch, and when that was here.
+    server_clock: (i64, Instant),
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("store", &self.shown)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A `--store` URL, checked: the form a user typed (for connecting) and the form shown
+/// in messages.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreUrl {
+    pub url: String,
+    pub shown: String,
+}
+
+impl StoreUrl {
+    /// Checks a `--store` value: a `postgres://` or `postgresql://` URL that parses.
+    pub(crate) fn parse(text: &str) -> Result<StoreUrl> {
+        let scheme_ok = text.starts_with("postgres://") || text.starts_with("postgresql://");
+        if !scheme_ok {
+            return Err(Error::usage_hint(
+                format!("--store {}: not a PostgreSQL URL", redact(text)),
+                "pass postgresql://USER@HOST/DB, or postgresql:///DB?host=/run/postgresql \
+                 for a Unix socket; leave --store (FENCEPOST_STORE) unset for the local state file",
+            ));
+        }
+        if let Err(e) = text.parse::<postgres::Config>() {
+            return Err(Error::usage(format!("--store {}: {e}", redact(text))));
+        }
+        Ok(StoreUrl {
+            url: text.to_string(),
+            shown: redact(text),
+        })
+    }
+}
+
+/// The URL with any password replaced by `***`, for messages and logs.
+pub(crate) fn redact(url: &str) -> String {
+    let mut shown = url.to_string();
+    if let Some(rest) = url.split_once("://").map(|(_, r)| r)
+        && let Some(at) = rest.find('@')
+        && let Some(colon) = rest[..at].find(':')
+    {
+        let start = url.len() - rest.len() + colon + 1;
+        let end = url.len() - rest.len() + at;
+        shown.replace_range(start..end, "***");
+    }
+    // A password given as a query parameter.
+    if let Some(q) = shown.find("password=") {
+        let end = shown[q..].find('&').map_or(shown.len(), |e| q + e);
+        shown.replace_range(q + "password=".len()..end, "***");
+    }
+    shown
+}
+
+impl PgStore {
+    /// Connects to the store at `url`, creating its schema if `create` and missing.
+    /// `None` when the database has no fencepost schema and `create` is false.
+    pub(crate) fn open(url: &StoreUrl, busy: Duration, create: bool) -> Result<Option<PgStore>> {
+        let mut client = connect(url, busy)?;
+        let fail = |e| pg_error(&url.shown, busy, e);
+        let header = read_header(&mut client, &url.shown, busy)?;
+        let header = match header {
+            Some(h) => h,
+            None if !create => return Ok(None),
+            None => {
+                create_schema(&mut client, &url.shown, busy)?;
+                read_header(&mut client, &url.shown, busy)?.ok_or(Error::Internal(
+                    "a store's schema was made but cannot be read",
+                ))?
+            }
+        };
+        let (id, server_now) = header;
+        let here = Instant::now();
+        client
+            .batch_execute("SET synchronous_commit = on")
+            .map_err(fail)?;
+        Ok(Some(PgStore {
+            client,
+            shown: url.shown.clone(),
+            busy,
+            id,
+            server_clock: (server_now, here),
+        }))
+    }
+}
+
+/// Opens a session with fencepost's settings in front of the URL's own `options` (which
+/// win where they say otherwise): the lock timeout is the busy timeout, an idle
+/// transaction ends after [`IDLE_IN_TRANSACTION`].
+fn connect(url: &StoreUrl, busy: Duration) -> Result<Client> {
+    let mut config: postgres::Config = url
+        .url
+        .parse()
+        .map_err(|e| Error::usage(format!("--store {}: {e}", url.shown)))?;
+    // PostgreSQL reads 0 as "wait forever"; fencepost's 0 means "do not wait".
+    let lock_ms = busy.as_millis().max(1);
+    let mut options = format!(
+        "-c lock_timeout={lock_ms} -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION}"
+    );
+    if let Some(theirs) = config.get_options() {
+        options.push(' ');
+        options.push_str(theirs);
+    }
+    config.options(&options);
+    if config.get_application_name().is_none() {
+        config.application_name("fencepost");
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    config.connect(NoTls).map_err(|e| Error::Remote {
+        message: format!("cannot reach the store {}: {}", url.shown, root_cause(&e)),
+        hint: Some(
+            "is the server up, and the URL's host, port, database and user right? \
+             nothing was changed"
+                .to_string(),
+        ),
+    })
+}
+
+/// The innermost error's text: the crate's outer text for a failed connect ("error
+/// connecting to server") says less than its source ("Connection refused").
+fn root_cause(e: &postgres::Error) -> String {
+    use std::error::Error as _;
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = s.to_string();
+        source = s.source();
+    }
+    text
+}
+
+/// The store's identity and the server's clock, or `None` for a database without a
+/// fencepost schema. Refuses a schema that is not fencepost's, or newer than this build.
+fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Option<(String, i64)>> {
+    let rows = client.query(
+        "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+         FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
+        &[],
+    );
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+            return refuse_foreign_tables(client, shown, busy).map(|()| None);
+        }
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_COLUMN) => {
+            return Err(foreign(shown, "fencepost_meta"));
+        }
+        Err(e) => return Err(pg_error(shown, busy, e)),
+    };
+    let value = |key: &str| {
+        rows.iter()
+            .find(|r| r.get::<_, &str>(0) == key)
+            .and_then(|r| String::from_utf8(r.get::<_, Vec<u8>>(1)).ok())
+    };
+    if value("application").as_deref() != Some("fencepost") {
+        return Err(foreign(shown, "fencepost_meta"));
+    }
+    let schema: usize = value("schema").and_then(|v| v.parse().ok()).unwrap_or(0);
+    if schema > MIGRATIONS.len() {
+        return Err(Error::usage(format!(
+            "the store {shown} has schema version {schema}, newer than this fencepost knows ({}): upgrade fencepost",
+            MIGRATIONS.len()
+        )));
+    }
+    let id = value("id").ok_or_else(|| foreign(shown, "fencepost_meta"))?;
+    let now: i64 = rows.first().map_or(0, |r| r.get(2));
+    Ok(Some((id, now)))
+}
+
+/// A database without `fencepost_meta` may still hold one of our table names, made by
+/// someone else: using it would mix their rows with ours.
+fn refuse_foreign_tables(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
+    let names: Vec<&str> = TABLES.to_vec();
+    let row = client
+        .query_opt(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_name = ANY($1) LIMIT 1",
+            &[&names],
+        )
+        .map_err(|e| pg_error(shown, busy, e))?;
+    match row {
+        Some(row) => Err(foreign(shown, row.get(0))),
+        None => Ok(()),
+    }
+}
+
+fn foreign(shown: &str, table: &str) -> Error {
+    Error::usage_hint(
+        format!("the store {shown} has a table {table} that fencepost did not make"),
+        "point --store (FENCEPOST_STORE) at a database of its own for fencepost",
+    )
+}
+
+/// Creates the schema (once, whoever else is creating it at the same moment).
+fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
+    let fail = |e| pg_error(shown, busy, e);
+    let mut tx = client.transaction().map_err(fail)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .map_err(fail)?;
+    let made: bool = tx
+        .query_one("SELECT to_regclass('fencepost_meta') IS NOT NULL", &[])
+        .map_err(fail)?
+        .get(0);
+    if made {
+        return tx.commit().map_err(fail);
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate() {
+        tx.batch_execute(step).map_err(|e| {
+            if e.code() == Some(&SqlState::DUPLICATE_TABLE) {
+                foreign(shown, "fencepost_*")
+            } else {
+                fail(e)
+            }
+        })?;
+        let version = (i + 1).to_string();
+        tx.execute(
+            "INSERT INTO fencepost_meta (key, value) VALUES ('schema', $1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&version.as_bytes()],
+        )
+        .map_err(fail)?;
+    }
+    let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    tx.execute(
+        "INSERT INTO fencepost_meta (key, value) VALUES ('application', 'fencepost'), ('id', $1)",
+        &[&id.as_bytes()],
+    )
+    .map_err(fail)?;
+    tx.commit().map_err(fail)
+}
+
+impl Store for PgStore {
+    fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.begin("BEGIN")
+    }
+
+    fn snapshot(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    }
+
+    fn server_clock(&self) -> Option<(i64, Instant)> {
+        Some(self.server_clock)
+    }
+
+    fn blobs(&mut self) -> Option<&mut dyn Blobs> {
+        Some(self)
+    }
+
+    fn identity(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+}
+
+impl PgStore {
+    fn begin(&mut self, how: &str) -> Result<Box<dyn Txn + '_>> {
+        let (shown, busy) = (self.shown.as_str(), self.busy);
+        self.client
+            .batch_execute(how)
+            .map_err(|e| pg_error(shown, busy, e))?;
+        Ok(Box::new(PgTxn {
+            client: RefCell::new(&mut self.client),
+            shown,
+            busy,
+            open: Cell::new(true),
+        }))
+    }
+}
+
+/// One transaction on the store. Dropped without [`Txn::commit`], it rolls back.
+pub(crate) struct PgTxn<'a> {
+    client: RefCell<&'a mut Client>,
+    shown: &'a str,
+    busy: Duration,
+    open: Cell<bool>,
+}
+
+impl Drop for PgTxn<'_> {
+    fn drop(&mut self) {
+        if self.open.get() {
+            // Best effort: a session that is gone has rolled back already.
+            let _ = self.client.get_mut().batch_execute("ROLLBACK");
+        }
+    }
+}
+
+impl PgTxn<'_> {
+    fn fail(&self) -> impl Fn(postgres::Error) -> Error + '_ {
+        move |e| pg_error(self.shown, self.busy, e)
+    }
+
+    fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        self.client
+            .borrow_mut()
+            .query(sql, params)
+            .map_err(self.fail())
+    }
+
+    fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        self.client
+            .borrow_mut()
+            .query_opt(sql, params)
+            .map_err(self.fail())
+    }
+
+    fn execute(&self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<u64> {
+        self.client
+            .borrow_mut()
+            .execute(sql, params)
+            .map_err(self.fail())
+    }
+}
+
+impl Txn for PgTxn<'_> {
+    fn commit(self: Box<Self>) -> Result<()> {
+        crate::failpoints::failpoint!("txn.before_commit");
+        self.open.set(false);
+        let done = self.client.borrow_mut().batch_execute("COMMIT");
+        if let Err(e) = done {
+            // The COMMIT was sent; whether the server made it before the session broke
+            // cannot be known from here.
+            if e.is_closed() || e.code().is_none() {
+                return Err(Error::Remote {
+                    message: format!(
+                        "the connection to {} broke at COMMIT: the change may or may not \
+                         have been made ({})",
+                        self.shown,
+                        root_cause(&e)
+                    ),
+                    hint: Some(
+                        "`fencepost status` (or `log`) tells whether it was; running the same \
+                         command again is safe (a write under the same epoch with the same \
+                         bytes is a replay)"
+                            .to_string(),
+                    ),
+                });
+            }
+            return Err(pg_error(self.shown, self.busy, e));
+        }
+        crate::failpoints::failpoint!("txn.after_commit");
+        Ok(())
+    }
+
+    fn lock(&self, resource: &Resource) -> Result<()> {
+        self.execute(
+            "INSERT INTO fencepost_lock (resource) VALUES ($1) ON CONFLICT DO NOTHING",
+            &[&resource.as_str()],
+        )?;
+        self.query(
+            "SELECT 1 FROM fencepost_lock WHERE resource = $1 FOR UPDATE",
+            &[&resource.as_str()],
+        )?;
+        Ok(())
+    }
+
+    fn bind_clock(&self, kind: ClockKind) -> Result<()> {
+        match self.clock()? {
+            Some(bound) if bound == kind => Ok(()),
+            Some(bound) => Err(clock_mismatch(self.shown, bound)),
+            None => {
+                self.execute(
+                    "INSERT INTO fencepost_meta (key, value) VALUES ('clock', $1)
+                     ON CONFLICT (key) DO NOTHING",
+                    &[&kind.as_str().as_bytes()],
+                )?;
+                // Another first change may have bound it at the same moment.
+                match self.clock()? {
+                    Some(bound) if bound != kind => Err(clock_mismatch(self.shown, bound)),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn check_clock(&self, kind: ClockKind) -> Result<()> {
+        match self.clock()? {
+            Some(bound) if bound != kind => Err(clock_mismatch(self.shown, bound)),
+            _ => Ok(()),
+        }
+    }
+
+    fn clock(&self) -> Result<Option<ClockKind>> {
+        let value = self.meta_bytes("clock")?;
+        Ok(value
+            .as_deref()
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(ClockKind::parse))
+    }
+
+    fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .query_opt("SELECT value FROM fencepost_meta WHERE key = $1", &[&key])?
+            .map(|r| r.get(0)))
+    }
+
+    fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.execute(
+            "INSERT INTO fencepost_meta (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&key, &value],
+        )?;
+        Ok(())
+    }
+
+    fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.lease_named(resource.as_str())
+    }
+
+    fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
+        let row = self.query_opt(
+            "SELECT owner, epoch, deadline, state, result FROM fencepost_lease WHERE resource = $1",
+            &[&name],
+        )?;
+        Ok(row.map(|r| Lease {
+            owner: r.get(0),
+            epoch: r.get(1),
+            deadline: r.get(2),
+            state: LeaseState::parse(r.get(3)).unwrap_or(LeaseState::Held),
+            result: r.get(4),
+        }))
+    }
+
+    fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
+        self.execute(
+            "INSERT INTO fencepost_lease (resource, owner, epoch, deadline, state, result, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (resource) DO UPDATE SET owner = $2, epoch = $3, deadline = $4,
+                 state = $5, result = $6, updated_at = $7",
+            &[
+                &resource.as_str(),
+                &lease.owner,
+                &lease.epoch,
+                &lease.deadline,
+                &lease.state.as_str(),
+                &lease.result,
+                &now,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
+        let HolderRequest {
+            owner,
+            epoch,
+            now,
+            change,
+        } = *request;
+        let (state, deadline, result) = match change {
+            HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),
+            HolderChange::Complete { result } => ("completed", None, result),
+            HolderChange::Release => ("released", None, None),
+        };
+        let rows = self.execute(
+            "UPDATE fencepost_lease SET state = $1, deadline = coalesce($2, deadline),
+                 result = coalesce($3, result), updated_at = $4
+             WHERE resource = $5 AND owner = $6 AND epoch = $7 AND state = 'held'
+               AND deadline > $4",
+            &[
+                &state,
+                &deadline,
+                &result,
+                &now,
+                &resource.as_str(),
+                &owner,
+                &epoch,
+            ],
+        )?;
+        Ok(rows == 1)
+    }
+
+    fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+        self.sink_named(resource.as_str())
+    }
+
+    fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
+        let row = self.query_opt(
+            "SELECT fence, content_epoch, sha256, size, written_at
+             FROM fencepost_sink WHERE resource = $1",
+            &[&name],
+        )?;
+        Ok(row.map(|r| sink_row(&r)))
+    }
+
+    fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
+        self.execute(
+            "INSERT INTO fencepost_sink (resource, fence) VALUES ($1, $2)
+             ON CONFLICT (resource) DO UPDATE
+                 SET fence = greatest(fencepost_sink.fence, excluded.fence)",
+            &[&resource.as_str(), &epoch],
+        )?;
+        Ok(())
+    }
+
+    fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
+        let WriteRecord {
+            fence,
+            content,
+            owner,
+            blob,
+        } = *write;
+        let size = i64::try_from(content.size).unwrap_or(i64::MAX);
+        self.execute(
+            "INSERT INTO fencepost_sink
+                 (resource, fence, content_epoch, sha256, size, written_at, owner, blob)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (resource) DO UPDATE SET fence = $2, content_epoch = $3, sha256 = $4,
+                 size = $5, written_at = $6, owner = $7, blob = $8",
+            &[
+                &resource.as_str(),
+                &fence,
+                &content.epoch,
+                &content.sha256,
+                &size,
+                &content.written_at,
+                &owner,
+                &blob,
+            ],
+        )?;
+        self.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &resource.as_str()])?;
+        Ok(())
+    }
+
+    fn append(&self, event: &Event, keep: i64) -> Result<()> {
+        let row = self.query_opt(
+            "INSERT INTO fencepost_log (at, resource, event, owner, epoch, prev_owner,
+                                        prev_epoch, sha256, pid, host, detail)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+            &[
+                &event.at,
+                &event.resource,
+                &event.kind.as_str(),
+                &event.owner,
+                &event.epoch,
+                &event.prev_owner,
+                &event.prev_epoch,
+                &event.sha256,
+                &i64::from(event.pid),
+                &event.host,
+                &event.detail,
+            ],
+        )?;
+        let id: i64 = row.map_or(0, |r| r.get(0));
+        if id % PRUNE_EVERY == 0 {
+            self.prune(keep, Some(2 * PRUNE_EVERY))?;
+        }
+        Ok(())
+    }
+
+    fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
+        let dropped = self.execute(
+            "DELETE FROM fencepost_log WHERE id IN (
+                 SELECT id FROM fencepost_log
+                 WHERE id <= (SELECT max(id) FROM fencepost_log) - $1
+                 ORDER BY id LIMIT $2)",
+            &[&keep.max(0), &limit],
+        )?;
+        Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
+    }
+
+    fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
+        let rows = self.query(
+            "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
+                    pid, host, detail
+             FROM fencepost_log
+             WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
+             ORDER BY id",
+            &[&resource.map(Resource::as_str), &since],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Event {
+                id: r.get(0),
+                at: r.get(1),
+                resource: r.get(2),
+                kind: EventKind::parse(r.get(3)),
+                owner: r.get(4),
+                epoch: r.get(5),
+                prev_owner: r.get(6),
+                prev_epoch: r.get(7),
+                sha256: r.get(8),
+                pid: u32::try_from(r.get::<_, i64>(9)).unwrap_or(0),
+                host: r.get(10),
+                detail: r.get(11),
+            })
+            .collect())
+    }
+
+    fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
+        if let Some(lease) = self.lease(resource)?
+            && lease.epoch == epoch
+        {
+            return Ok(Some(lease.owner));
+        }
+        Ok(self
+            .query_opt(
+                "SELECT owner FROM fencepost_log
+                 WHERE resource = $1 AND epoch = $2 AND event IN ($3, $4)
+                 ORDER BY id DESC LIMIT 1",
+                &[
+                    &resource.as_str(),
+                    &epoch,
+                    &EventKind::Claim.as_str(),
+                    &EventKind::Takeover.as_str(),
+                ],
+            )?
+            .and_then(|r| r.get(0)))
+    }
+
+    fn resources(&self) -> Result<Vec<String>> {
+        Ok(self
+            .query(
+                "SELECT resource FROM fencepost_lease UNION SELECT resource FROM fencepost_sink
+                 ORDER BY 1",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    fn published(&self, resource: &str) -> Result<Option<Published>> {
+        let row = self.query_opt(
+            "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner
+             FROM fencepost_sink s WHERE s.resource = $1 AND s.blob IS NOT NULL",
+            &[&resource],
+        )?;
+        Ok(row.map(|r| Published {
+            resource: resource.to_string(),
+            epoch: r.get(0),
+            sha256: r.get(1),
+            size: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+            blob: r.get(3),
+            owner: r.get(4),
+        }))
+    }
+
+    fn all_published(&self) -> Result<Vec<Published>> {
+        let rows = self.query(
+            "SELECT resource, content_epoch, sha256, size, blob, owner
+             FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY resource",
+            &[],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Published {
+                resource: r.get(0),
+                epoch: r.get(1),
+                sha256: r.get(2),
+                size: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+                blob: r.get(4),
+                owner: r.get(5),
+            })
+            .collect())
+    }
+
+    fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
+        // A copy of the same bytes made earlier, locked so that `recover` cannot remove
+        // it before this transaction points at it (or after: it is then referenced).
+        let older = self.query_opt(
+            "SELECT id FROM fencepost_blob WHERE sha256 = $1 AND complete AND id < $2
+             ORDER BY id LIMIT 1 FOR KEY SHARE",
+            &[&blob.sha256, &blob.id],
+        )?;
+        Ok(older.map_or(blob.id, |r| r.get(0)))
+    }
+}
+
+fn sink_row(r: &Row) -> SinkRecord {
+    let content_epoch: Option<i64> = r.get(1);
+    SinkRecord {
+        fence: r.get(0),
+        content: content_epoch.map(|epoch| Content {
+            epoch,
+            sha256: r.get::<_, Option<String>>(2).unwrap_or_default(),
+            size: u64::try_from(r.get::<_, Option<i64>>(3).unwrap_or(0)).unwrap_or(0),
+            written_at: r.get::<_, Option<i64>>(4).unwrap_or(0),
+            file: None,
+        }),
+    }
+}
+
+impl Blobs for PgStore {
+    fn upload(&mut self, source: &mut dyn Read) -> Result<Blob> {
+        let fail = |shown: &str, busy, e| pg_error(shown, busy, e);
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        // Each statement commits on its own without waiting for the disk; the fenced
+        // COMMIT that publishes the blob waits for all of them.
+        self.client
+            .batch_execute("SET synchronous_commit = off")
+            .map_err(|e| fail(&shown, busy, e))?;
+        let id: i64 = self
+            .client
+            .query_one(
+                "INSERT INTO fencepost_blob DEFAULT VALUES RETURNING id",
+                &[],
+            )
+            .map_err(|e| fail(&shown, busy, e))?
+            .get(0);
+        let insert = self
+            .client
+            .prepare("INSERT INTO fencepost_chunk (blob, seq, data) VALUES ($1, $2, $3)")
+            .map_err(|e| fail(&shown, busy, e))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; CHUNK];
+        let mut size: u64 = 0;
+        let mut seq: i32 = 0;
+        loop {
+            let n = fill(source, &mut buf).map_err(|e| Error::Io {
+                context: "cannot read the content for",
+                path: "the store".into(),
+                source: e,
+            })?;
+            if n == 0 && seq > 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            size += n as u64;
+            self.client
+                .execute(&insert, &[&id, &seq, &&buf[..n]])
+                .map_err(|e| fail(&shown, busy, e))?;
+            crate::failpoints::failpoint!("write.uploading");
+            seq += 1;
+            if n < buf.len() {
+                break;
+            }
+        }
+        let sha256 = crate::atomic::hex(&hasher.finalize());
+        let size_i = i64::try_from(size).unwrap_or(i64::MAX);
+        self.client
+            .execute(
+                "UPDATE fencepost_blob SET sha256 = $2, size = $3, complete = true WHERE id = $1",
+                &[&id, &sha256, &size_i],
+            )
+            .map_err(|e| fail(&shown, busy, e))?;
+        self.client
+            .batch_execute("SET synchronous_commit = on")
+            .map_err(|e| fail(&shown, busy, e))?;
+        Ok(Blob { id, sha256, size })
+    }
+
+    fn discard(&mut self, id: i64) {
+        // Best effort: `recover` removes what is left.
+        let _ = self.client.execute(
+            "DELETE FROM fencepost_blob b WHERE id = $1
+             AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
+            &[&id],
+        );
+    }
+
+    fn read(&mut self, published: &Published, out: &mut dyn Write) -> Result<()> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let fail = |e| pg_error(&shown, busy, e);
+        let select = self
+            .client
+            .prepare("SELECT data FROM fencepost_chunk WHERE blob = $1 AND seq = $2")
+            .map_err(fail)?;
+        let mut hasher = Sha256::new();
+        let mut size: u64 = 0;
+        let mut seq: i32 = 0;
+        while let Some(row) = self
+            .client
+            .query_opt(&select, &[&published.blob, &seq])
+            .map_err(fail)?
+        {
+            let data: &[u8] = row.get(0);
+            hasher.update(data);
+            size += data.len() as u64;
+            out.write_all(data)
+                .map_err(Error::io("cannot write", "the output"))?;
+            seq += 1;
+        }
+        let sha256 = crate::atomic::hex(&hasher.finalize());
+        if sha256 != published.sha256 || size != published.size {
+            return Err(Error::Remote {
+                message: format!(
+                    "the store's copy of {} (epoch {}) does not match its record: \
+                     {size} bytes with SHA-256 {sha256}, recorded {} bytes with {}",
+                    published.resource, published.epoch, published.size, published.sha256
+                ),
+                hint: Some("the store's tables were changed by hand, or damaged".to_string()),
+            });
+        }
+        Ok(())
+    }
+
+    fn collect(&mut self, grace: Duration) -> Result<usize> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let fail = |e| pg_error(&shown, busy, e);
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let candidates: Vec<i64> = self
+            .client
+            .query(
+                "SELECT id FROM fencepost_blob b
+                 WHERE created_at < now() - make_interval(secs => $1::bigint / 1000.0)
+                   AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
+                &[&grace_ms],
+            )
+            .map_err(fail)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut removed = 0;
+        for id in candidates {
+            // One at a time: a write that points at this blob meanwhile holds a key-share
+            // lock on it, and then this delete fails on the reference and skips it.
+            match self.client.execute(
+                "DELETE FROM fencepost_blob b WHERE id = $1
+                 AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
+                &[&id],
+            ) {
+                Ok(n) => removed += usize::try_from(n).unwrap_or(0),
+                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(removed)
+    }
+
+    fn listen(&mut self) -> Result<()> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        self.client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .map_err(|e| pg_error(&shown, busy, e))
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<Vec<String>> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let mut names = Vec::new();
+        let mut notes = self.client.notifications();
+        let first = notes.timeout_iter(timeout).next();
+        if let Some(n) = first.map_err(|e| pg_error(&shown, busy, e))? {
+            names.push(n.payload().to_string());
+        }
+        // Whatever else arrived meanwhile.
+        let mut rest = notes.iter();
+        while let Some(n) = rest.next().map_err(|e| pg_error(&shown, busy, e))? {
+            names.push(n.payload().to_string());
+        }
+        Ok(names)
+    }
+}
+
+/// Reads until `buf` is full or the source ends; returns how many bytes.
+fn fill(source: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match source.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn clock_mismatch(shown: &str, bound: ClockKind) -> Error {
+    match bound {
+        ClockKind::Logical => Error::usage_hint(
+            format!("the store {shown} runs on logical ticks, but this call uses the wall clock"),
+            "pass --now N (FENCEPOST_NOW), or use another database for wall-clock leases",
+        ),
+        ClockKind::Wall => Error::usage_hint(
+            format!("the store {shown} runs on the wall clock, but this call passes --now"),
+            "drop --now, or use another database for logical ticks",
+        ),
+    }
+}
+
+/// Maps the server's answers to ours: a lock not granted within the busy timeout is
+/// `busy` (exit 7); a broken session or any other failure is exit 1 with the server's
+/// words.
+fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
+    match e.code() {
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Error::RemoteBusy {
+            store: shown.to_string(),
+            waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
+        },
+        Some(c) if *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => Error::Remote {
+            message: format!(
+                "the store {shown} ended this session: it sat idle in its transaction past \
+                 idle_in_transaction_session_timeout; nothing it had not committed was kept"
+            ),
+            hint: None,
+        },
+        _ => Error::Remote {
+            message: format!("store {shown}: {}", root_cause(&e)),
+            hint: None,
+        },
+    }
+}
