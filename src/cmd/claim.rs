@@ -78,8 +78,9 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let mut pause = Duration::from_millis(10);
     let mut store = ctx.create_store(&resource)?;
     loop {
-        let now = ctx.now();
+        // Read once the lock is held: waiting for it may take a while.
         let tx = ctx.begin(&mut *store, &resource)?;
+        let now = ctx.now();
         if ctx.remote.is_none() {
             crate::mirror::refuse_local_change(ctx, &*tx, "claim")?;
         }

@@ -541,13 +541,14 @@ pub(crate) fn change_held_noting(
         check_result(result)?;
     }
     let mut store = ctx.store()?;
+    let tx = ctx.begin(&mut *store, &resource)?;
+    // Read once the lock is held: waiting for it may take a while.
     let now = ctx.now();
     if let store::HolderChange::Renew { ttl } = change
         && now.checked_add(ttl).is_none()
     {
         return Err(Error::usage(format!("--ttl {ttl} overflows the clock")));
     }
-    let tx = ctx.begin(&mut *store, &resource)?;
     let request = store::HolderRequest {
         owner: &holder.owner,
         epoch: holder.epoch,

@@ -196,8 +196,8 @@ fn stage_and_publish(
     let mut staged = atomic::stage(doc, source, existing.as_ref())?;
 
     failpoint!("write.before_lock");
-    let now = ctx.now();
     let tx = ctx.begin(store, resource)?;
+    let now = ctx.now();
     let lease = issuing_lease(&*tx, resource, args)?;
     check_issued_owner(resource, args, lease.as_ref())?;
     let record = tx.sink(resource)?;
