@@ -326,3 +326,32 @@ fn warn_retry(e: &Error, backoff: Duration) {
         backoff.as_secs_f64()
     );
 }
+
+/// Removes the downloads (`.fencepost/incoming-PID-*`) of processes that are gone: a
+/// `mirror` killed mid-download leaves one. Returns how many.
+pub(crate) fn remove_dead_downloads(ctx: &Ctx) -> Result<usize> {
+    let dir = ctx.root.join(STATE_DIR);
+    let entries = std::fs::read_dir(&dir).map_err(Error::io("cannot read folder", dir.clone()))?;
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("incoming-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // EPERM: alive, another user's.
+        let alive = pid <= 0
+            || !matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            );
+        if !alive && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}

@@ -183,6 +183,10 @@ pub(crate) struct DocumentView {
 #[derive(Debug, Serialize)]
 pub(crate) struct Recovered {
     pub resources: Vec<RecoverLine>,
+    /// With a shared store: the orphan blobs removed (contents uploaded by writes that
+    /// never published them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blobs_removed: Option<usize>,
 }
 
 /// What `recover` did for one resource, or why it could not.

@@ -33,9 +33,18 @@ pub(crate) struct RecoverArgs {
     /// the state file's root. A state file refuses every other root.
     #[arg(long)]
     pub root_moved: bool,
+
+    /// With --store: remove contents uploaded by writes that never published them once
+    /// they are older than this (seconds or with units): a write still uploading is
+    /// younger.
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub grace: String,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
+    if let Some(remote) = &ctx.remote {
+        return run_remote(ctx, remote, args);
+    }
     // Bad input changes nothing, not even the root's record.
     let only = ctx.resource_opt(args.resource.as_deref())?;
     // No state file: no write was ever made here to finish or undo, and the likely cause
@@ -103,7 +112,10 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
                 names.len()
             ),
             report: lines.join("\n"),
-            done: Recovered { resources: actions },
+            done: Recovered {
+                resources: actions,
+                blobs_removed: None,
+            },
         });
     }
     let plain = if lines.is_empty() {
@@ -113,7 +125,10 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
     };
     Ok(Report::new(
         plain,
-        Outcome::Recovered(Recovered { resources: actions }),
+        Outcome::Recovered(Recovered {
+            resources: actions,
+            blobs_removed: None,
+        }),
     ))
 }
 
@@ -126,4 +141,65 @@ fn recover_one(ctx: &Ctx, store: &mut dyn Store, name: &str, pin: &[u8]) -> Resu
     let done = ctx.recover(&*tx, &resource)?;
     tx.commit()?;
     Ok(done)
+}
+
+/// `recover` with a shared store: removes orphan blobs older than `--grace`, then, with a
+/// mirror root, recovers the mirror's documents as a local root's and removes downloads
+/// its dead processes left.
+fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<Report> {
+    let grace = crate::clock::parse_duration(
+        &args.grace,
+        crate::clock::ClockKind::Wall,
+        "--grace",
+        crate::clock::Zero::Allowed,
+    )?;
+    if args.root_moved {
+        return Err(Error::usage(
+            "--root-moved is for a local root's state file; a mirror root is bound to its store",
+        ));
+    }
+    let only = ctx.resource_opt(args.resource.as_deref())?;
+    let mut store = ctx.store()?;
+    let removed = store
+        .blobs()
+        .ok_or(Error::Internal(
+            "a shared store without a place for contents",
+        ))?
+        .collect(std::time::Duration::from_millis(grace.unsigned_abs()))?;
+    drop(store);
+    let mut lines = vec![format!(
+        "{removed} orphan blob(s) removed from {}",
+        remote.url.shown
+    )];
+    let mut resources = Vec::new();
+    if remote.mirror && ctx.db.exists() {
+        let stale = crate::mirror::remove_dead_downloads(ctx)?;
+        if stale > 0 {
+            lines.push(format!("{stale} unfinished download(s) removed"));
+        }
+        let local = Ctx {
+            remote: None,
+            here: None,
+            ..ctx.clone()
+        };
+        let local_args = RecoverArgs {
+            resource: only.map(|r| r.to_string().into()),
+            root_moved: false,
+            grace: args.grace.clone(),
+        };
+        let report = run(&local, &local_args)?;
+        if report.plain != "nothing to recover" {
+            lines.push(report.plain);
+        }
+        if let Outcome::Recovered(done) = report.outcome {
+            resources = done.resources;
+        }
+    }
+    Ok(Report::new(
+        lines.join("\n"),
+        Outcome::Recovered(Recovered {
+            resources,
+            blobs_removed: Some(removed),
+        }),
+    ))
 }

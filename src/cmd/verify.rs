@@ -36,6 +36,9 @@ pub(crate) struct VerifyArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
+    if ctx.remote.is_some() {
+        return run_remote(ctx, args);
+    }
     let only = ctx.resource_opt(args.resource.as_deref())?;
     let resource = only.as_ref().map(ToString::to_string);
     // No state file is not "all is well": `verify || alert` must alert.
@@ -78,7 +81,11 @@ pub(crate) fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
             Err(e) => found("error", e.to_string()),
         }
     }
-    let checked = names.len();
+    conclude(resource, names.len(), problems)
+}
+
+/// The answer: `ok`, or exit 9 listing every problem.
+fn conclude(resource: Option<String>, checked: usize, problems: Vec<Problem>) -> Result<Report> {
     if problems.is_empty() {
         let verified = Verified {
             resource,
@@ -117,6 +124,17 @@ fn check(
     content: Option<&Content>,
     found: &mut impl FnMut(&'static str, String),
 ) -> Result<()> {
+    check_lease(lease, content, found);
+    check_document(ctx, resource, content, found)
+}
+
+/// A completed lease whose epoch never published, or published less than the content
+/// recorded.
+fn check_lease(
+    lease: Option<&Lease>,
+    content: Option<&Content>,
+    found: &mut impl FnMut(&'static str, String),
+) {
     if let Some(l) = lease
         && l.state == LeaseState::Completed
     {
@@ -135,6 +153,15 @@ fn check(
             Some(_) => {}
         }
     }
+}
+
+/// The document on disk against the content the sink recorded.
+fn check_document(
+    ctx: &Ctx,
+    resource: &Resource,
+    content: Option<&Content>,
+    found: &mut impl FnMut(&'static str, String),
+) -> Result<()> {
     let doc = match locate(&ctx.root, resource, false) {
         Ok(Some(doc)) => doc,
         Ok(None) => {
@@ -209,4 +236,110 @@ fn permission_denied(e: &Error) -> bool {
 
 fn short(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
+}
+
+/// `verify` with a shared store: the lease rules and every published blob against its
+/// recorded size and SHA-256 (read in full); with a mirror root, also the mirror: a
+/// version it does not hold yet (`behind`), and its own documents as a local root's
+/// (`drifted`, `missing`, crashed applies...).
+fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
+    let only = ctx.resource_opt(args.resource.as_deref())?;
+    let resource = only.as_ref().map(ToString::to_string);
+    let mut store = ctx.read_store("nothing to verify")?;
+    let (names, rows) = {
+        let tx = store.snapshot()?;
+        let names = match &only {
+            Some(r) => {
+                ctx.refuse_unseen(&*tx, r, "nothing to verify")?;
+                vec![r.to_string()]
+            }
+            None => tx.resources()?,
+        };
+        let mut rows = Vec::new();
+        for name in &names {
+            let lease = tx.lease_named(name)?;
+            let content = tx.sink_named(name)?.and_then(|s| s.content);
+            rows.push((name.clone(), lease, content, tx.published(name)?));
+        }
+        (names, rows)
+    };
+    let mut problems = Vec::new();
+    let mirror = ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists();
+    let mirrored = if mirror {
+        mirror_records(ctx)?
+    } else {
+        Vec::new()
+    };
+    for (name, lease, content, published) in rows {
+        let mut found = |kind, message: String| {
+            problems.push(Problem {
+                resource: name.clone(),
+                problem: kind,
+                message,
+            });
+        };
+        check_lease(lease.as_ref(), content.as_ref(), &mut found);
+        let Some(published) = published else {
+            continue;
+        };
+        let blobs = store.blobs().ok_or(Error::Internal(
+            "a shared store without a place for contents",
+        ))?;
+        if let Err(e) = blobs.read(&published, &mut std::io::sink()) {
+            found("damaged", e.to_string());
+        }
+        if mirror {
+            let held = mirrored.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
+            match held {
+                Some(c) if c.epoch == published.epoch && c.sha256 == published.sha256 => {}
+                Some(c) => found(
+                    "behind",
+                    format!(
+                        "the mirror holds epoch {}, the store publishes epoch {} (run `fencepost mirror`)",
+                        c.epoch, published.epoch
+                    ),
+                ),
+                None => found(
+                    "behind",
+                    format!(
+                        "the mirror does not hold epoch {} yet (run `fencepost mirror`)",
+                        published.epoch
+                    ),
+                ),
+            }
+        }
+    }
+    if mirror {
+        let local = Ctx {
+            remote: None,
+            here: None,
+            ..ctx.clone()
+        };
+        let local_args = VerifyArgs {
+            resource: only.map(|r| r.to_string().into()),
+        };
+        match run(&local, &local_args) {
+            Ok(_) => {}
+            Err(Error::Diverged { found, .. }) => problems.extend(found.problems),
+            // A resource the mirror has not seen yet is `behind`, reported above.
+            Err(Error::Usage { .. }) if args.resource.is_some() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    conclude(resource, names.len(), problems)
+}
+
+/// The mirror root's recorded contents, by resource name.
+fn mirror_records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
+    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
+        return Ok(Vec::new());
+    };
+    let tx = local.snapshot()?;
+    let mut held = Vec::new();
+    for name in tx.resources()? {
+        if let Some(content) = tx.sink_named(&name)?.and_then(|s| s.content) {
+            held.push((name, content));
+        }
+    }
+    Ok(held)
 }
