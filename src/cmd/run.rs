@@ -30,7 +30,8 @@ mod job;
 /// Claim RESOURCE, run CMD while renewing the lease, then complete (or release) it.
 ///
 /// CMD runs in its own process group with FENCEPOST_RESOURCE, FENCEPOST_EPOCH,
-/// FENCEPOST_OWNER, FENCEPOST_ROOT and FENCEPOST_DB set, so inside it a plain
+/// FENCEPOST_OWNER, FENCEPOST_ROOT and FENCEPOST_DB (with --store: FENCEPOST_STORE, and
+/// FENCEPOST_ROOT for a mirror root) set, so inside it a plain
 /// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch. The lease is
 /// renewed every TTL/3. If a renewal is refused (taken over) or cannot be made before
 /// the deadline, CMD's group gets SIGTERM (and SIGCONT), then SIGKILL after --grace, and
@@ -304,13 +305,28 @@ fn spawn(
         .env("FENCEPOST_RESOURCE", &lease.resource)
         .env("FENCEPOST_EPOCH", lease.holder.epoch.to_string())
         .env("FENCEPOST_OWNER", &lease.holder.owner)
-        .env("FENCEPOST_ROOT", &ctx.root)
-        // Absolute, so a child that changes folder still finds the state file.
-        .env(
-            "FENCEPOST_DB",
-            std::path::absolute(&ctx.db).unwrap_or_else(|_| ctx.db.clone()),
-        )
         .process_group(0);
+    match &ctx.remote {
+        Some(remote) => {
+            command
+                .env("FENCEPOST_STORE", &remote.url.url)
+                .env_remove("FENCEPOST_DB");
+            if remote.mirror {
+                command.env("FENCEPOST_ROOT", &ctx.root);
+            } else {
+                command.env_remove("FENCEPOST_ROOT");
+            }
+        }
+        None => {
+            command
+                .env("FENCEPOST_ROOT", &ctx.root)
+                // Absolute, so a child that changes folder still finds the state file.
+                .env(
+                    "FENCEPOST_DB",
+                    std::path::absolute(&ctx.db).unwrap_or_else(|_| ctx.db.clone()),
+                );
+        }
+    }
     if json {
         command.stdout(Stdio::piped());
     }
