@@ -34,7 +34,7 @@ bindir() {
     pg_config --bindir
   else
     local found
-    found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
     [ -n "$found" ] || {
       echo "$0: no PostgreSQL server programs (initdb) found; set FENCEPOST_TEST_PGBIN" >&2
       exit 1

@@ -30,6 +30,7 @@ fn cluster_script() -> PathBuf {
 }
 
 /// The variable's value, or `None` after saying the test is skipped (a panic under CI).
+#[track_caller]
 fn required_var(name: &str) -> Option<String> {
     match std::env::var(name) {
         Ok(value) if !value.is_empty() => Some(value),
