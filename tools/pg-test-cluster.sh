@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for the test suite, listening on a Unix socket only.
 #
-#   tools/pg-test-cluster.sh start DIR   make a cluster in DIR (if new) and start it; prints,
-#                                        for eval,
-#                                        the two variables the PostgreSQL tests read:
-#                                        FENCEPOST_TEST_STORE (the URL) and
-#                                        FENCEPOST_TEST_PGBIN (the server's programs)
-#   tools/pg-test-cluster.sh crash DIR   stop it the way a crash does (pg_ctl -m immediate:
-#                                        no checkpoint, the next start replays the WAL)
-#   tools/pg-test-cluster.sh stop DIR    stop it if it runs and remove it (DIR too, when
-#                                        nothing else is in it)
+#   tools/pg-test-cluster.sh start DIR   make a cluster in DIR (if new) and start it;
+#                                        prints, for eval, the two variables the
+#                                        PostgreSQL tests read: FENCEPOST_TEST_STORE
+#                                        (the URL) and FENCEPOST_TEST_PGBIN (the
+#                                        server's programs)
+#   tools/pg-test-cluster.sh crash DIR   stop it the way a crash does (pg_ctl -m
+#                                        immediate: no checkpoint, the next start
+#                                        replays the WAL)
+#   tools/pg-test-cluster.sh stop DIR    stop it if it runs and remove it (DIR too,
+#                                        when nothing else is in it)
 #
 # The cluster lives in DIR/data, logs to DIR/log and puts its socket in DIR itself, so
 # clusters in different folders never collide and none takes a TCP port. Authentication
 # is trust (with no TCP port, only users of this machine who can reach DIR connect), the
-# superuser is `postgres`, and the server keeps
-# PostgreSQL's default durability (fsync on, synchronous_commit on). Run as root, the
-# cluster belongs to the `postgres` user (the server refuses to run as root); run as
-# anyone else, to that user. The programs come from FENCEPOST_TEST_PGBIN when it is set,
-# else from `pg_config --bindir`, else from the newest /usr/lib/postgresql/*/bin.
+# superuser is `postgres`, and the server keeps PostgreSQL's default durability (fsync
+# on, synchronous_commit on). Run as root, the cluster belongs to the `postgres` user
+# (the server refuses to run as root); run as anyone else, to that user. The programs
+# come from FENCEPOST_TEST_PGBIN when it is set, else from `pg_config --bindir`, else
+# from the newest /usr/lib/postgresql/*/bin.
 set -euo pipefail
 
 usage() {
