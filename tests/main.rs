@@ -13,6 +13,7 @@ mod leases;
 mod model;
 mod operator;
 mod paths;
+mod pg_support;
 mod powerloss;
 mod readme;
 mod reports;

@@ -1,0 +1,233 @@
+//! A real PostgreSQL server for the tests that run fencepost against one.
+//!
+//! [`store`] gives each test a database of its own on the server that
+//! `FENCEPOST_TEST_STORE` names (a URL, `postgresql:///postgres?host=/sock&user=postgres`;
+//! `tools/pg-test-cluster.sh start DIR` starts one and prints it), dropped when the test
+//! ends, so tests never see each other's tables. [`PrivateCluster`] starts a whole server
+//! of its own, from the programs in `FENCEPOST_TEST_PGBIN`, for the tests that crash or
+//! restart it.
+//!
+//! Without the variable the test says "skipped", as the root-only tests do; under
+//! `CI=true` it fails instead. With the variable set, a server that cannot be reached
+//! fails the test: a broken server never passes as a skip.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use postgres::{Client, NoTls};
+use tempfile::TempDir;
+
+/// The variable naming the shared test server.
+const STORE_VAR: &str = "FENCEPOST_TEST_STORE";
+/// The variable naming the folder of the server's programs (`initdb`, `pg_ctl`).
+const PGBIN_VAR: &str = "FENCEPOST_TEST_PGBIN";
+
+/// The script that starts, crashes and stops a test cluster; the suite and people use it.
+fn cluster_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/pg-test-cluster.sh")
+}
+
+/// The variable's value, or `None` after saying the test is skipped (a panic under CI).
+#[track_caller]
+fn required_var(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ => {
+            let why = format!(
+                "set {name} to run the PostgreSQL tests \
+                 (eval \"$(tools/pg-test-cluster.sh start DIR)\" sets it)"
+            );
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{why}: the PostgreSQL tests cannot be skipped under CI");
+            }
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// Connects to `url`, failing the test if the server does not answer.
+#[track_caller]
+pub(crate) fn connect(url: &str) -> Client {
+    match Client::connect(url, NoTls) {
+        Ok(client) => client,
+        Err(e) => panic!("connect to {url}: {}", chain(&e)),
+    }
+}
+
+/// An error with its causes, `a: b: c` (the driver's own message omits the cause).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// `url` naming the database `dbname` instead of its own, on the same server as the same
+/// user: `postgresql://AUTHORITY/DB?PARAMS` with DB replaced (and a `dbname` parameter,
+/// which would override it, dropped).
+pub(crate) fn with_dbname(url: &str, dbname: &str) -> String {
+    let (scheme, rest) = url
+        .split_once("://")
+        .unwrap_or_else(|| panic!("{STORE_VAR} must be a postgresql:// URL, not {url:?}"));
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = path
+        .split_once('/')
+        .map_or(path, |(authority, _)| authority);
+    let params: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("dbname="))
+        .collect();
+    let mut out = format!("{scheme}://{authority}/{dbname}");
+    if !params.is_empty() {
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+/// A database of its own for one test, on the server `FENCEPOST_TEST_STORE` names;
+/// dropped (with its sessions) when the value is.
+#[derive(Debug)]
+pub(crate) struct TestStore {
+    /// The URL the database was made through (the server's `postgres` database).
+    admin: String,
+    name: String,
+    url: String,
+}
+
+/// A fresh, empty database for this test, or `None` (the test is skipped) when
+/// `FENCEPOST_TEST_STORE` is unset. Panics if the server cannot be reached.
+#[track_caller]
+pub(crate) fn store() -> Option<TestStore> {
+    let admin = required_var(STORE_VAR)?;
+    let name = format!("fp_{:016x}", fastrand::u64(..));
+    if let Err(e) = connect(&admin).batch_execute(&format!("CREATE DATABASE {name}")) {
+        panic!("create database {name} through {admin}: {}", chain(&e));
+    }
+    let url = with_dbname(&admin, &name);
+    Some(TestStore { admin, name, url })
+}
+
+impl TestStore {
+    /// The database's URL, for `--store` and `FENCEPOST_STORE`.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A session on the database, to look at what fencepost left there.
+    #[track_caller]
+    pub(crate) fn client(&self) -> Client {
+        connect(&self.url)
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        // FORCE ends the sessions a killed or paused fencepost may have left behind.
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let dropped = Client::connect(&self.admin, NoTls).and_then(|mut c| c.batch_execute(&sql));
+        if let Err(e) = dropped {
+            let e = chain(&e);
+            eprintln!("warning: could not drop test database {}: {e}", self.name);
+        }
+    }
+}
+
+/// A PostgreSQL server of the test's own, in a temp folder, for tests that crash and
+/// restart it; stopped and removed when dropped.
+#[derive(Debug)]
+pub(crate) struct PrivateCluster {
+    dir: TempDir,
+    pgbin: String,
+}
+
+impl PrivateCluster {
+    /// Makes and starts a cluster with the programs in `FENCEPOST_TEST_PGBIN`, or `None`
+    /// (the test is skipped) when that is unset. Panics if the cluster does not start.
+    #[track_caller]
+    pub(crate) fn start() -> Option<PrivateCluster> {
+        let pgbin = required_var(PGBIN_VAR)?;
+        // The system's temp folder, not the build's: the socket's path must stay short
+        // (about 100 bytes) and reachable by the `postgres` user.
+        let dir = tempfile::Builder::new()
+            .prefix("fencepost-pg-")
+            .tempdir()
+            .expect("temp dir for a cluster");
+        let cluster = PrivateCluster { dir, pgbin };
+        cluster.script("start");
+        Some(cluster)
+    }
+
+    /// The URL of the cluster's `postgres` database, as the superuser `postgres`.
+    pub(crate) fn url(&self) -> String {
+        format!(
+            "postgresql:///postgres?host={}&user=postgres",
+            self.dir.path().display()
+        )
+    }
+
+    /// The folder holding the cluster (its data, log and socket).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Stops the server as a crash would (`pg_ctl stop -m immediate`): no shutdown
+    /// checkpoint, sessions cut; the next start replays the WAL.
+    #[track_caller]
+    pub(crate) fn stop_immediate(&self) {
+        self.script("crash");
+    }
+
+    /// Starts the server again on the same data, after [`Self::stop_immediate`].
+    #[track_caller]
+    pub(crate) fn start_again(&self) {
+        self.script("start");
+    }
+
+    /// Runs `tools/pg-test-cluster.sh ACTION DIR`; panics with its output if it fails.
+    #[track_caller]
+    fn script(&self, action: &str) -> String {
+        let out = Command::new(cluster_script())
+            .arg(action)
+            .arg(self.dir.path())
+            .env(PGBIN_VAR, &self.pgbin)
+            .output()
+            .expect("run tools/pg-test-cluster.sh");
+        assert!(
+            out.status.success(),
+            "tools/pg-test-cluster.sh {action} {}: {}\n{}",
+            self.dir.path().display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let stopped = Command::new(cluster_script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .env(PGBIN_VAR, &self.pgbin)
+            .status();
+        if !matches!(stopped, Ok(s) if s.success()) {
+            eprintln!(
+                "warning: could not stop the cluster in {}",
+                self.dir.path().display()
+            );
+        }
+    }
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the test suite, listening on a Unix socket only.
+#
+#   tools/pg-test-cluster.sh start DIR   make a cluster in DIR (if new) and start it;
+#                                        prints, for eval, the two variables the
+#                                        PostgreSQL tests read: FENCEPOST_TEST_STORE
+#                                        (the URL) and FENCEPOST_TEST_PGBIN (the
+#                                        server's programs)
+#   tools/pg-test-cluster.sh crash DIR   stop it the way a crash does (pg_ctl -m
+#                                        immediate: no checkpoint, the next start
+#                                        replays the WAL)
+#   tools/pg-test-cluster.sh stop DIR    stop it if it runs and remove it (DIR too,
+#                                        when nothing else is in it)
+#
+# The cluster lives in DIR/data, logs to DIR/log and puts its socket in DIR itself, so
+# clusters in different folders never collide and none takes a TCP port. Authentication
+# is trust (with no TCP port, only users of this machine who can reach DIR connect), the
+# superuser is `postgres`, and the server keeps PostgreSQL's default durability (fsync
+# on, synchronous_commit on). Run as root, the cluster belongs to the `postgres` user
+# (the server refuses to run as root); run as anyone else, to that user. The programs
+# come from FENCEPOST_TEST_PGBIN when it is set, else from `pg_config --bindir`, else
+# from the newest /usr/lib/postgresql/*/bin.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 start|crash|stop DIR" >&2
+  exit 2
+}
+[ $# -eq 2 ] || usage
+action=$1
+dir=$2
+
+bindir() {
+  if [ -n "${FENCEPOST_TEST_PGBIN:-}" ]; then
+    echo "$FENCEPOST_TEST_PGBIN"
+  elif command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
+    pg_config --bindir
+  else
+    local found
+    found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+    [ -n "$found" ] || {
+      echo "$0: no PostgreSQL server programs (initdb) found; set FENCEPOST_TEST_PGBIN" >&2
+      exit 1
+    }
+    echo "$found"
+  fi
+}
+# The programs, checked when first needed (stopping a cluster that never started needs none).
+programs() {
+  bin=$(bindir)
+  [ -x "$bin/initdb" ] || {
+    echo "$0: $bin/initdb is missing" >&2
+    exit 1
+  }
+}
+
+# Runs a server program as the cluster's owner.
+as_owner() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+[ "$action" != start ] || mkdir -p "$dir"
+[ -d "$dir" ] || {
+  echo "$0: $dir: no such folder" >&2
+  exit 1
+}
+dir=$(cd "$dir" && pwd -P)
+# The server programs change to their own folders; the caller's may be closed to them.
+cd /
+
+start() {
+  programs
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    [ "$(id -u)" -ne 0 ] || chown postgres: "$dir"
+    # Open to every user (the socket itself is), for tests that run fencepost as another.
+    chmod 755 "$dir"
+    as_owner "$bin/initdb" --pgdata="$dir/data" --username=postgres --auth=trust \
+      --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1 || {
+      cat "$dir/initdb.log" >&2
+      echo "$0: initdb failed in $dir/data" >&2
+      exit 1
+    }
+  fi
+  as_owner "$bin/pg_ctl" start --pgdata="$dir/data" --log="$dir/log" --wait --silent \
+    -o "-c listen_addresses='' -c unix_socket_directories='$dir'" || {
+    cat "$dir/log" >&2 || true
+    echo "$0: the server in $dir/data did not start" >&2
+    exit 1
+  }
+  # pg_ctl --wait returns once the postmaster answers; ask as a client would.
+  "$bin/pg_isready" --quiet --host="$dir" --username=postgres --dbname=postgres --timeout=30 || {
+    cat "$dir/log" >&2 || true
+    echo "$0: the server in $dir/data does not accept connections" >&2
+    exit 1
+  }
+  printf 'export FENCEPOST_TEST_STORE=%q\n' "postgresql:///postgres?host=$dir&user=postgres"
+  printf 'export FENCEPOST_TEST_PGBIN=%q\n' "$bin"
+}
+
+running() {
+  [ -f "$dir/data/postmaster.pid" ] || return 1
+  programs
+  as_owner "$bin/pg_ctl" status --pgdata="$dir/data" >/dev/null 2>&1
+}
+
+case $action in
+  start) start ;;
+  crash)
+    programs
+    as_owner "$bin/pg_ctl" stop --pgdata="$dir/data" --mode=immediate --wait --silent ;;
+  stop)
+    if running; then
+      as_owner "$bin/pg_ctl" stop --pgdata="$dir/data" --mode=fast --wait --silent
+    fi
+    # Only what start made: a DIR that holds anything else is left in place.
+    rm -rf -- "$dir/data" "$dir/log" "$dir/initdb.log" "$dir"/.s.PGSQL.*
+    rmdir --ignore-fail-on-non-empty -- "$dir"
+    ;;
+  *) usage ;;
+esac
