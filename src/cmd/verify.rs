@@ -290,43 +290,55 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         }
         if mirror {
             let held = mirrored.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
-            match held {
-                Some(c) if c.epoch == published.epoch && c.sha256 == published.sha256 => {}
-                Some(c) => found(
-                    "behind",
-                    format!(
-                        "the mirror holds epoch {}, the store publishes epoch {} (run `fencepost mirror`)",
-                        c.epoch, published.epoch
-                    ),
-                ),
-                None => found(
-                    "behind",
-                    format!(
-                        "the mirror does not hold epoch {} yet (run `fencepost mirror`)",
-                        published.epoch
-                    ),
-                ),
-            }
+            check_behind(held, published.epoch, &published.sha256, &mut found);
         }
     }
     if mirror {
-        let local = Ctx {
-            remote: None,
-            here: None,
-            ..ctx.clone()
-        };
-        let local_args = VerifyArgs {
-            resource: only.map(|r| r.to_string().into()),
-        };
-        match run(&local, &local_args) {
-            Ok(_) => {}
-            Err(Error::Diverged { found, .. }) => problems.extend(found.problems),
-            // A resource the mirror has not seen yet is `behind`, reported above.
-            Err(Error::Usage { .. }) if args.resource.is_some() => {}
-            Err(e) => return Err(e),
-        }
+        problems.extend(verify_mirror_root(ctx, only.as_ref())?);
     }
     conclude(resource, names.len(), problems)
+}
+
+/// A mirror that does not hold the version the store publishes (`held`: what it holds).
+fn check_behind(
+    held: Option<&Content>,
+    epoch: i64,
+    sha256: &str,
+    found: &mut impl FnMut(&'static str, String),
+) {
+    match held {
+        Some(c) if c.epoch == epoch && c.sha256 == sha256 => {}
+        Some(c) => found(
+            "behind",
+            format!(
+                "the mirror holds epoch {}, the store publishes epoch {epoch} (run `fencepost mirror`)",
+                c.epoch
+            ),
+        ),
+        None => found(
+            "behind",
+            format!("the mirror does not hold epoch {epoch} yet (run `fencepost mirror`)"),
+        ),
+    }
+}
+
+/// The mirror root's own problems, as `verify` finds them on a local root.
+fn verify_mirror_root(ctx: &Ctx, only: Option<&Resource>) -> Result<Vec<Problem>> {
+    let local = Ctx {
+        remote: None,
+        here: None,
+        ..ctx.clone()
+    };
+    let local_args = VerifyArgs {
+        resource: only.map(|r| r.to_string().into()),
+    };
+    match run(&local, &local_args) {
+        Ok(_) => Ok(Vec::new()),
+        Err(Error::Diverged { found, .. }) => Ok(found.problems),
+        // A resource the mirror has not seen yet is `behind`, reported by the caller.
+        Err(Error::Usage { .. }) if only.is_some() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The mirror root's recorded contents, by resource name.
