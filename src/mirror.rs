@@ -26,10 +26,13 @@ pub(crate) const MIRROR_URL: &str = "mirror_url";
 /// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
 /// decides for it, and a local version would be overwritten by the next apply.
 pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn, what: &str) -> Result<()> {
-    let Some(url) = tx.meta_bytes(MIRROR_OF)?.and(tx.meta_bytes(MIRROR_URL)?) else {
+    if tx.meta_bytes(MIRROR_OF)?.is_none() {
         return Ok(());
-    };
-    let url = String::from_utf8_lossy(&url).into_owned();
+    }
+    let url = tx
+        .meta_bytes(MIRROR_URL)?
+        .map(|u| String::from_utf8_lossy(&u).into_owned())
+        .unwrap_or_default();
     Err(Error::usage_hint(
         format!(
             "{} is a mirror of the store {url}: it takes no {what} of its own",
