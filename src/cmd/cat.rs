@@ -9,10 +9,9 @@ use super::{Ctx, Report};
 use crate::error::{Error, Result};
 use crate::outcome::{Outcome, Printed};
 
-/// Print RESOURCE's current content from the shared store (--store), for readers on a
-/// host without a mirror root.
+/// Print RESOURCE's current content from the shared store (--store).
 ///
-/// The bytes are checked against the SHA-256 the store recorded before any is printed
+/// For readers on a host without a mirror root. The bytes are checked against the SHA-256 the store recorded before any is printed
 /// (they are gathered in an unnamed temporary file first, so memory stays flat): a
 /// damaged copy prints nothing and exits 1.
 ///
