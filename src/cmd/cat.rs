@@ -11,9 +11,9 @@ use crate::outcome::{Outcome, Printed};
 
 /// Print RESOURCE's current content from the shared store (--store).
 ///
-/// For readers on a host without a mirror root. The bytes are checked against the SHA-256 the store recorded before any is printed
-/// (they are gathered in an unnamed temporary file first, so memory stays flat): a
-/// damaged copy prints nothing and exits 1.
+/// For readers on a host without a mirror root. The bytes are checked against the
+/// SHA-256 the store recorded before any is printed (they are gathered in an unnamed
+/// temporary file first, so memory stays flat): a damaged copy prints nothing and exits 1.
 ///
 /// Example:
 ///   fencepost cat reports/daily.md --store "$FENCEPOST_STORE" > daily.md
