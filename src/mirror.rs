@@ -16,6 +16,7 @@ use crate::cmd::{Ctx, Remote};
 use crate::error::{Error, Result};
 use crate::outcome::{Applied, Mirrored};
 use crate::resource::{Resource, STATE_DIR};
+use crate::sink::Content;
 use crate::store::{Published, Store, Txn};
 
 /// The state file's setting naming the store a mirror root copies (its identity).
@@ -357,4 +358,19 @@ pub(crate) fn remove_dead_downloads(ctx: &Ctx) -> Result<usize> {
         }
     }
     Ok(removed)
+}
+
+/// The mirror root's recorded contents, by resource name.
+pub(crate) fn records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
+    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
+        return Ok(Vec::new());
+    };
+    let tx = local.snapshot()?;
+    let mut held = Vec::new();
+    for name in tx.resources()? {
+        if let Some(content) = tx.sink_named(&name)?.and_then(|s| s.content) {
+            held.push((name, content));
+        }
+    }
+    Ok(held)
 }

@@ -118,12 +118,19 @@ fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Res
         }
         None => tx.resources()?,
     };
+    // A mirror root's own records, to tell a mirror that is behind from one that drifted.
+    let held = if ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists() {
+        Some(crate::mirror::records(ctx)?)
+    } else {
+        None
+    };
     let mut rows = Vec::with_capacity(names.len());
     for name in names {
         let (lease, sink) = (tx.lease_named(&name)?, tx.sink_named(&name)?);
         let doc = match ctx.stored(&name) {
             Err(e) => DocState::problem("invalid", &e),
             Ok(resource) => document(ctx, &resource, sink.as_ref())
+                .map(|doc| behind(doc, held.as_deref(), &name, sink.as_ref()))
                 .unwrap_or_else(|e| DocState::problem("error", &e)),
         };
         rows.push(Row {
@@ -134,6 +141,33 @@ fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Res
         });
     }
     Ok(rows)
+}
+
+/// On a mirror root (`held`: its records), a document that differs from the store's
+/// version because the mirror has not applied it yet is `behind`, not `drifted`.
+fn behind(
+    doc: DocState,
+    held: Option<&[(String, crate::sink::Content)]>,
+    name: &str,
+    sink: Option<&SinkRecord>,
+) -> DocState {
+    let Some(held) = held else {
+        return doc;
+    };
+    let published = sink.and_then(|s| s.content.as_ref());
+    let mirrored = held.iter().find(|(n, _)| n == name).map(|(_, c)| c);
+    let applied = match (published, mirrored) {
+        (Some(p), Some(m)) => p.epoch == m.epoch && p.sha256 == m.sha256,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    if applied || !matches!(doc.state, "drifted" | "missing" | "absent") {
+        return doc;
+    }
+    DocState {
+        state: "behind",
+        ..doc
+    }
 }
 
 /// How the document compares with the sink's record. A document this user may not read

@@ -266,7 +266,7 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let mut problems = Vec::new();
     let mirror = ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists();
     let mirrored = if mirror {
-        mirror_records(ctx)?
+        crate::mirror::records(ctx)?
     } else {
         Vec::new()
     };
@@ -339,19 +339,4 @@ fn verify_mirror_root(ctx: &Ctx, only: Option<&Resource>) -> Result<Vec<Problem>
         Err(Error::Usage { .. }) if only.is_some() => Ok(Vec::new()),
         Err(e) => Err(e),
     }
-}
-
-/// The mirror root's recorded contents, by resource name.
-fn mirror_records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
-    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
-        return Ok(Vec::new());
-    };
-    let tx = local.snapshot()?;
-    let mut held = Vec::new();
-    for name in tx.resources()? {
-        if let Some(content) = tx.sink_named(&name)?.and_then(|s| s.content) {
-            held.push((name, content));
-        }
-    }
-    Ok(held)
 }
