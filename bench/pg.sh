@@ -34,6 +34,7 @@ bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 [[ -n $bin && -x $bin/initdb && -x $bin/pg_ctl ]] ||
   skip "no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb); install the postgresql package to measure them"
 command -v psql >/dev/null || skip "no psql on PATH"
+[[ -x /usr/bin/time ]] || skip "no /usr/bin/time (the time package)"
 
 # Run the server's tools as `postgres` when we are root (initdb refuses root), else as us.
 as_pg=()
