@@ -261,7 +261,7 @@ fn the_reproduction_against_a_store_gives_the_state_files_rows() {
         .take_while(|l| l.starts_with("  "))
         .filter(|l| !l.trim_end().ends_with(".settings.store"))
         .collect::<Vec<_>>();
-    assert_eq!(aside.len(), 5, "set aside: {aside:#?}");
+    assert_eq!(aside.len(), 4, "set aside: {aside:#?}");
     assert!(
         aside.iter().all(|l| l.contains("rollback")),
         "set aside: {aside:#?}"
