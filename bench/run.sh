@@ -57,4 +57,7 @@ out=bench/RESULTS.md
 python3 bench/bench.py $smoke --fp "$target/$host/release/fencepost" \
   --fp-dynamic "$target/release/fencepost" --floor "$target/bench/floor" \
   --shim "$target/bench/lockhold.so" --work "$work" --out "$out"
+# The PostgreSQL rows, appended as a section of their own: bench/pg.sh starts a private
+# cluster (and stops it), or says "skipped" without the server binaries.
+bash bench/pg.sh $smoke --fp "$target/$host/release/fencepost" --work "$work" --out "$out"
 echo "bench/run.sh: wrote $out" >&2

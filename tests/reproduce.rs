@@ -1,6 +1,8 @@
 //! The experiment of docs/protocol.md ("The results the reproduction shows"), reproduced by `fixtures/reproduce.sh` (bash scenario scripts
 //! driving this build's binary as separate processes) and checked against the archived
-//! record `fixtures/expected.json`, so a change in behaviour fails the suite.
+//! record `fixtures/expected.json`, so a change in behaviour fails the suite. With
+//! `FENCEPOST_TEST_STORE` (a PostgreSQL server URL whose user may CREATE DATABASE), also
+//! against a store, whose run must give the state file's rows.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -197,4 +199,197 @@ fn a_build_without_failpoints_is_refused_clearly() {
         "stderr:\n{stderr}"
     );
     assert_eq!(stdout, "", "nothing runs without failpoints");
+}
+
+/// The PostgreSQL server the store tests may use (`FENCEPOST_TEST_STORE`), or `None` after
+/// saying the test is skipped.
+fn test_store_or_skipped() -> Option<String> {
+    match std::env::var("FENCEPOST_TEST_STORE") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "skipped: needs FENCEPOST_TEST_STORE (a PostgreSQL server URL whose user may \
+                 CREATE DATABASE)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs a binary built with --features failpoints"
+)]
+fn the_reproduction_against_a_store_gives_the_state_files_rows() {
+    let Some(server) = test_store_or_skipped() else {
+        return;
+    };
+    // A fresh run on a state file, then the same scenarios on the store, compared with it
+    // field by field (only the documented crash fields of rollback-crash set aside).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let local = dir.path().join("state-file.json");
+    let local = local.to_str().expect("utf-8 path");
+    let (code, stdout, stderr) = reproduce(&harness::bin(), &["--output", local]);
+    assert_eq!(
+        code, 0,
+        "state file run\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    let (code, stdout, stderr) =
+        reproduce(&harness::bin(), &["--store", &server, "--check", local]);
+    assert_eq!(
+        code, 0,
+        "the store's run differs from the state file's\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for wanted in [
+        "All 8 rows agree with docs/protocol.md",
+        "Against a store (--store)",
+        "--check: this run (on a store) matches",
+        "scenarios.rollback-crash.events[6].response.resources[*].action (what recover did)",
+    ] {
+        assert!(
+            stdout.contains(wanted),
+            "{wanted:?} missing from the output:\n{stdout}"
+        );
+    }
+    // Nothing beyond the crash's fields (and each scenario's store marker) set aside.
+    let aside = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("--check: this run (on a store)"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter(|l| !l.trim_end().ends_with(".settings.store"))
+        .collect::<Vec<_>>();
+    assert_eq!(aside.len(), 4, "set aside: {aside:#?}");
+    assert!(
+        aside.iter().all(|l| l.contains("rollback")),
+        "set aside: {aside:#?}"
+    );
+}
+
+/// Runs one scenario script on its own, with `envs` added to its environment.
+fn scenario(name: &str, args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new("bash")
+        .arg(fixtures().join("scenarios").join(format!("{name}.sh")))
+        .args(args)
+        .env("FENCEPOST", harness::bin())
+        .env("TMPDIR", harness::scratch())
+        .envs(envs.iter().copied())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run a scenario script");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs a binary built with --features failpoints"
+)]
+fn an_exported_store_setting_does_not_reach_the_state_file_run() {
+    // A user's FENCEPOST_STORE (here a server that does not exist) must not send the
+    // fixtures' commands to a store: without --store they run on the state file.
+    let (code, stdout, stderr) = scenario(
+        "fenced",
+        &[],
+        &[(
+            "FENCEPOST_STORE",
+            "postgresql:///nowhere?host=/nonexistent/socket/dir&user=nobody",
+        )],
+    );
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("-> stale (exit 5), document now new (B)"),
+        "stdout:\n{stdout}"
+    );
+    assert!(!stdout.contains("store: database"), "stdout:\n{stdout}");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "failpoints"),
+    ignore = "needs a binary built with --features failpoints"
+)]
+fn a_store_that_is_not_a_postgres_url_is_refused_before_anything_runs() {
+    let (code, stdout, stderr) = scenario("fenced", &["--store", "mysql://db/x"], &[]);
+    assert_eq!(code, 2, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("--store mysql://db/x is not a postgres:// or postgresql:// URL"),
+        "stderr:\n{stderr}"
+    );
+    assert_eq!(stdout, "", "nothing runs");
+}
+
+/// Runs `python3 fixtures/record.py compare EXPECTED ACTUAL`.
+fn compare_records(expected: &Path, actual: &Path) -> (i32, String, String) {
+    let out = Command::new("python3")
+        .arg(fixtures().join("record.py"))
+        .arg("compare")
+        .args([expected, actual])
+        .output()
+        .expect("run python3 fixtures/record.py");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_store_run_may_differ_from_the_archive_only_where_the_crash_lands() {
+    // A record made as a store run would be: every scenario marked, and rollback-crash's
+    // state right after the crash and recover's action as a store gives them.
+    let text = std::fs::read_to_string(fixtures().join("expected.json")).expect("read archive");
+    let mut record: Value = serde_json::from_str(&text).expect("archive is JSON");
+    for scenario in record["scenarios"]
+        .as_object_mut()
+        .expect("scenarios")
+        .values_mut()
+    {
+        scenario["settings"]["store"] = "postgresql".into();
+    }
+    let crash = &mut record["scenarios"]["rollback-crash"]["events"];
+    for event in crash.as_array_mut().expect("events") {
+        if event["snapshot"] == "after-failure" {
+            event["response"]["resources"][0]["document"]["state"] = "matches".into();
+            event["document_after"] = "old (A)".into();
+            event["files"] = serde_json::json!(["doc.md"]);
+        }
+        if event["verb"] == "recover" {
+            event["response"]["resources"][0]["action"] = "nothing to do".into();
+        }
+    }
+    record["tables"]["rollback"][1]["recovery"] = "`fencepost recover`: nothing to do".into();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("store.json");
+    let save = |value: &Value| {
+        std::fs::write(&store, serde_json::to_string_pretty(value).expect("json")).expect("write")
+    };
+    save(&record);
+    let (code, stdout, stderr) = compare_records(&fixtures().join("expected.json"), &store);
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("this run (on a store) matches"),
+        "stdout:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("tables.rollback[crash]: right after the failure, recovery"),
+        "stdout:\n{stdout}"
+    );
+
+    // Anything else still counts: the document at the end of the unfenced scenario.
+    record["scenarios"]["unfenced"]["final"]["documents"]["doc.md"]["label"] = "new (B)".into();
+    save(&record);
+    let (code, stdout, stderr) = compare_records(&fixtures().join("expected.json"), &store);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("1 difference(s)"), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("scenarios.unfenced.final.documents.doc.md.label"),
+        "stderr:\n{stderr}"
+    );
 }
