@@ -122,7 +122,9 @@ fn apply(
         owner: published.owner.clone(),
         from: Some(incoming.path.clone()),
         allow_empty: true,
-        unfenced: false,
+        // An unfenced version (the unprotected sink, kept to reproduce the failure it
+        // allows) lands on mirrors as it landed in the store.
+        unfenced: published.unfenced,
         applied: true,
     };
     match crate::cmd::write::run(mirror, &args) {

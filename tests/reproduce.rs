@@ -253,7 +253,8 @@ fn the_reproduction_against_a_store_gives_the_state_files_rows() {
             "{wanted:?} missing from the output:\n{stdout}"
         );
     }
-    // Nothing beyond the crash's fields (and each scenario's store marker) set aside.
+    // Nothing beyond the crash's fields, the count of orphan uploads its `recover`
+    // reports, and each scenario's store marker set aside.
     let aside = stdout
         .lines()
         .skip_while(|l| !l.starts_with("--check: this run (on a store)"))
@@ -261,7 +262,7 @@ fn the_reproduction_against_a_store_gives_the_state_files_rows() {
         .take_while(|l| l.starts_with("  "))
         .filter(|l| !l.trim_end().ends_with(".settings.store"))
         .collect::<Vec<_>>();
-    assert_eq!(aside.len(), 4, "set aside: {aside:#?}");
+    assert_eq!(aside.len(), 5, "set aside: {aside:#?}");
     assert!(
         aside.iter().all(|l| l.contains("rollback")),
         "set aside: {aside:#?}"

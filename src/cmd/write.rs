@@ -314,6 +314,7 @@ fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>
         content,
         owner: how.owner,
         blob: None,
+        unfenced: args.unfenced,
     };
     tx.record_write(resource, &write)?;
     let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)

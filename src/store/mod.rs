@@ -85,6 +85,9 @@ pub(crate) struct Published {
     pub size: u64,
     pub blob: i64,
     pub owner: Option<String>,
+    /// Published by an `--unfenced` write: mirrors apply it unfenced too, as the
+    /// reproduction of the unprotected sink needs.
+    pub unfenced: bool,
 }
 
 /// Documents' contents kept in the store itself: immutable blobs, uploaded before the
@@ -217,6 +220,8 @@ pub(crate) struct WriteRecord<'a> {
     pub owner: Option<&'a str>,
     /// The blob holding the content, in a store that keeps contents.
     pub blob: Option<i64>,
+    /// Written with `--unfenced` (mirrors apply it the same way).
+    pub unfenced: bool,
 }
 
 /// A holder's change to its own lease.

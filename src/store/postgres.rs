@@ -79,7 +79,8 @@ const MIGRATIONS: &[&str] = &["
         size          bigint,
         written_at    bigint,
         owner         text,
-        blob          bigint REFERENCES fencepost_blob (id)
+        blob          bigint REFERENCES fencepost_blob (id),
+        unfenced      boolean NOT NULL DEFAULT false
     );
     CREATE TABLE fencepost_log (
         id         bigserial PRIMARY KEY,
@@ -653,14 +654,15 @@ impl Txn for PgTxn<'_> {
             content,
             owner,
             blob,
+            unfenced,
         } = *write;
         let size = i64::try_from(content.size).unwrap_or(i64::MAX);
         self.execute(
             "INSERT INTO fencepost_sink
-                 (resource, fence, content_epoch, sha256, size, written_at, owner, blob)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 (resource, fence, content_epoch, sha256, size, written_at, owner, blob, unfenced)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (resource) DO UPDATE SET fence = $2, content_epoch = $3, sha256 = $4,
-                 size = $5, written_at = $6, owner = $7, blob = $8",
+                 size = $5, written_at = $6, owner = $7, blob = $8, unfenced = $9",
             &[
                 &resource.as_str(),
                 &fence,
@@ -670,6 +672,7 @@ impl Txn for PgTxn<'_> {
                 &content.written_at,
                 &owner,
                 &blob,
+                &unfenced,
             ],
         )?;
         self.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &resource.as_str()])?;
@@ -776,7 +779,7 @@ impl Txn for PgTxn<'_> {
 
     fn published(&self, resource: &str) -> Result<Option<Published>> {
         let row = self.query_opt(
-            "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner
+            "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner, s.unfenced
              FROM fencepost_sink s WHERE s.resource = $1 AND s.blob IS NOT NULL",
             &[&resource],
         )?;
@@ -787,12 +790,13 @@ impl Txn for PgTxn<'_> {
             size: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
             blob: r.get(3),
             owner: r.get(4),
+            unfenced: r.get(5),
         }))
     }
 
     fn all_published(&self) -> Result<Vec<Published>> {
         let rows = self.query(
-            "SELECT resource, content_epoch, sha256, size, blob, owner
+            "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced
              FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY resource",
             &[],
         )?;
@@ -805,6 +809,7 @@ impl Txn for PgTxn<'_> {
                 size: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
                 blob: r.get(4),
                 owner: r.get(5),
+                unfenced: r.get(6),
             })
             .collect())
     }

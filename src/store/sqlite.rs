@@ -605,6 +605,7 @@ impl Txn for SqliteTxn<'_> {
             content,
             owner,
             blob: _,
+            unfenced: _,
         } = *write;
         let file = content.file;
         self.tx

@@ -107,6 +107,7 @@ fn publish(
                     content: &content,
                     owner: owner.as_deref(),
                     blob: Some(used),
+                    unfenced: args.unfenced,
                 },
             )?;
             let mut event = Event::new(now, resource.as_str(), EventKind::Write)
