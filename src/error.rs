@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::outcome::{Recovered, RefusalDetail, RunFailed, Verified};
+use crate::outcome::{RefusalDetail, RunFailed, Verified};
 
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +68,7 @@ pub(crate) enum Error {
         found: Verified,
     },
 
-    /// A command that works through every resource (`recover`) could not finish some:
+    /// A command that works through every resource (`recover`, `mirror`) could not finish some:
     /// it went on with the others, `report` says what it did and did not do, one line
     /// each, and it exits with the first failure's code.
     #[error("{message}")]
@@ -76,7 +76,8 @@ pub(crate) enum Error {
         code: i32,
         message: String,
         report: String,
-        done: Recovered,
+        /// What it did: the command's answer, whose `outcome` the error's replaces.
+        done: Box<crate::outcome::Outcome>,
     },
 
     /// `run`: the command failed; run exits with the command's own code.

@@ -61,6 +61,7 @@ pub(crate) fn sync(ctx: &Ctx, store: &mut dyn Store, only: Option<&str>) -> Resu
         .ok_or(Error::Internal("a mirror without a store"))?;
     let wanted = {
         let tx = store.snapshot()?;
+        tx.check_clock(ctx.clock.kind())?;
         match only {
             Some(name) => tx.published(name)?.into_iter().collect(),
             None => tx.all_published()?,
@@ -78,7 +79,22 @@ pub(crate) fn sync(ctx: &Ctx, store: &mut dyn Store, only: Option<&str>) -> Resu
         return Ok(done);
     }
     for published in wanted {
-        let applied = apply(&mirror, store, remote, &published)?;
+        // One document this host cannot hold (its path is a file here, or a symlink)
+        // must not keep the others from being copied.
+        let applied = match apply(&mirror, store, remote, &published) {
+            Ok(applied) => applied,
+            Err(e @ (Error::Remote { .. } | Error::RemoteBusy { .. } | Error::Internal(_))) => {
+                return Err(e);
+            }
+            Err(e) => Applied {
+                resource: published.resource.clone(),
+                epoch: published.epoch,
+                sha256: published.sha256.clone(),
+                outcome: "failed",
+                error: Some(e.to_string()),
+                code: e.exit_code(),
+            },
+        };
         done.applied.push(applied);
     }
     Ok(done)
@@ -111,6 +127,8 @@ fn apply(
         epoch: published.epoch,
         sha256: published.sha256.clone(),
         outcome,
+        error: None,
+        code: 0,
     };
     if up_to_date(mirror, &resource, published)? {
         return Ok(seen("current"));
@@ -169,44 +187,17 @@ fn check_binding(
         .identity()
         .ok_or(Error::Internal("a shared store without an identity"))?
         .to_string();
-    let local = match resource {
-        Some(resource) => Some(mirror.create_store(resource)?),
-        None => crate::store::open(&mirror.db, mirror.busy, false)?,
+    let Some(resource) = resource else {
+        return check_root(mirror, remote, &id);
     };
-    let Some(mut local) = local else {
-        return Ok(());
-    };
+    let mut local = mirror.create_store(resource)?;
     let tx = local.immediate()?;
-    match tx.meta_bytes(MIRROR_OF)? {
-        Some(bound) if bound == id.as_bytes() => Ok(()),
-        Some(_) => {
-            let url = tx
-                .meta_bytes(MIRROR_URL)?
-                .map(|u| String::from_utf8_lossy(&u).into_owned())
-                .unwrap_or_default();
-            Err(Error::usage_hint(
-                format!(
-                    "{} mirrors another store ({url}), not {}",
-                    mirror.root.display(),
-                    remote.url.shown
-                ),
-                "one store per mirror root: pass that store, or another --root",
-            ))
-        }
-        None if !tx.resources()?.is_empty() => Err(Error::usage_hint(
-            format!(
-                "{} is a publish root with leases of its own, not a mirror of {}",
-                mirror.root.display(),
-                remote.url.shown
-            ),
-            "mirror into a new folder (--root DIR)",
-        )),
-        None => {
-            tx.set_meta_bytes(MIRROR_OF, id.as_bytes())?;
-            tx.set_meta_bytes(MIRROR_URL, remote.url.shown.as_bytes())?;
-            tx.commit()
-        }
+    if !bound(mirror, remote, &*tx, &id)? {
+        tx.set_meta_bytes(MIRROR_OF, id.as_bytes())?;
+        tx.set_meta_bytes(MIRROR_URL, remote.url.shown.as_bytes())?;
+        tx.commit()?;
     }
+    Ok(())
 }
 
 /// A downloaded version, removed when dropped.
@@ -375,4 +366,45 @@ pub(crate) fn records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
         }
     }
     Ok(held)
+}
+
+/// Refuses, when a shared store is opened with a root, a root that is not a mirror of it:
+/// one bound to another store, or a publish root with leases of its own. A root with no
+/// state file yet, or an empty one, becomes this store's mirror with its first document.
+pub(crate) fn check_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<()> {
+    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
+        return Ok(());
+    };
+    bound(ctx, remote, &*local.snapshot()?, id).map(|_| ())
+}
+
+/// Whether the root's state file (`tx`) is bound to the store `id` already; refuses one
+/// bound to another store, or unbound with leases or records of its own.
+fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn Txn, id: &str) -> Result<bool> {
+    match tx.meta_bytes(MIRROR_OF)? {
+        Some(bound) if bound == id.as_bytes() => Ok(true),
+        Some(_) => {
+            let url = tx
+                .meta_bytes(MIRROR_URL)?
+                .map(|u| String::from_utf8_lossy(&u).into_owned())
+                .unwrap_or_default();
+            Err(Error::usage_hint(
+                format!(
+                    "{} mirrors another store ({url}), not {}",
+                    ctx.root.display(),
+                    remote.url.shown
+                ),
+                "one store per mirror root: pass that store, or another --root (FENCEPOST_ROOT)",
+            ))
+        }
+        None if !tx.resources()?.is_empty() => Err(Error::usage_hint(
+            format!(
+                "{} is a publish root with leases of its own, not a mirror of {}",
+                ctx.root.display(),
+                remote.url.shown
+            ),
+            "with --store, run outside that root, or pass --root DIR of a mirror (or of a new folder)",
+        )),
+        None => Ok(false),
+    }
 }

@@ -265,13 +265,19 @@ pub(crate) struct Mirrored {
 }
 
 /// One resource of a `mirror` pass: `applied` (the mirror now holds this version),
-/// `current` (it held it already), `stale` (it holds a newer epoch: this one came late).
+/// `current` (it held it already), `stale` (it holds a newer epoch: this one came late),
+/// `failed` (it could not be applied on this host: `error` says why; the others were).
 #[derive(Debug, Serialize)]
 pub(crate) struct Applied {
     pub resource: String,
     pub epoch: i64,
     pub sha256: String,
     pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The exit code of the failure (`failed` only).
+    #[serde(skip)]
+    pub code: i32,
 }
 
 /// `cat`: the version printed.

@@ -41,6 +41,7 @@ pub(crate) fn run(ctx: &Ctx, args: &CatArgs, json: bool) -> Result<Report> {
     let mut store = ctx.read_store("nothing to print")?;
     let published = {
         let tx = store.snapshot()?;
+        tx.check_clock(ctx.clock.kind())?;
         match tx.published(resource.as_str())? {
             Some(p) => p,
             None => {
@@ -52,21 +53,36 @@ pub(crate) fn run(ctx: &Ctx, args: &CatArgs, json: bool) -> Result<Report> {
         }
     };
     let mut held = tempfile::tempfile().map_err(Error::io("cannot create", "a temporary file"))?;
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut held);
     store
         .blobs()
         .ok_or(Error::Internal(
             "a shared store without a place for contents",
         ))?
-        .read(
-            &published,
-            &mut std::io::BufWriter::with_capacity(1 << 20, &mut held),
-        )?;
+        .read(&published, &mut buffered)?;
+    buffered
+        .flush()
+        .map_err(Error::io("cannot write", "a temporary file"))?;
+    drop(buffered);
+    // What was checked is what is printed: the whole of it reached the temporary file.
+    let kept = held
+        .stream_position()
+        .map_err(Error::io("cannot read back", "a temporary file"))?;
+    if kept != published.size {
+        return Err(Error::Internal(
+            "the temporary file lost bytes it was given",
+        ));
+    }
     held.rewind()
         .map_err(Error::io("cannot read back", "a temporary file"))?;
     let mut out = std::io::stdout().lock();
-    std::io::copy(&mut held, &mut out)
-        .and_then(|_| out.flush())
-        .map_err(Error::io("cannot write", "stdout"))?;
+    match std::io::copy(&mut held, &mut out).and_then(|_| out.flush()) {
+        // A reader that stopped reading (`| head`) is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        done => {
+            done.map_err(Error::io("cannot write", "stdout"))?;
+        }
+    }
     let printed = Printed {
         resource: resource.to_string(),
         epoch: published.epoch,

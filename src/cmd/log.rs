@@ -52,8 +52,12 @@ pub(crate) struct LogArgs {
 pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     if args.prune {
-        let mut store = crate::store::open(&ctx.db, ctx.busy, false)?
-            .ok_or_else(|| ctx.no_state_file("nothing to prune"))?;
+        let mut store = if ctx.remote.is_some() {
+            ctx.store()?
+        } else {
+            crate::store::open(&ctx.db, ctx.busy, false)?
+                .ok_or_else(|| ctx.no_state_file("nothing to prune"))?
+        };
         let tx = store.immediate()?;
         ctx.check_root(&*tx)?;
         let dropped = tx.prune(ctx.log_keep, None)?;

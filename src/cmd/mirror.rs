@@ -71,6 +71,26 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
     let mut store = ctx.store()?;
     let done = crate::mirror::sync(ctx, &mut *store, only.as_ref().map(|r| r.as_str()))?;
     let plain = plain(&done);
+    let failed: Vec<_> = done
+        .applied
+        .iter()
+        .filter(|a| a.outcome == "failed")
+        .collect();
+    if let Some(first) = failed.first() {
+        // The others were copied; say which were not, and exit with the first's code.
+        return Err(Error::Partial {
+            code: first.code,
+            message: format!(
+                "{} of {} document(s) not mirrored; first: {}: {}",
+                failed.len(),
+                done.applied.len(),
+                first.resource,
+                first.error.as_deref().unwrap_or("")
+            ),
+            report: plain,
+            done: Box::new(Outcome::Mirrored(done)),
+        });
+    }
     Ok(Report::new(plain, Outcome::Mirrored(done)))
 }
 
@@ -80,7 +100,10 @@ fn plain(done: &Mirrored) -> String {
         .applied
         .iter()
         .filter(|a| a.outcome != "current")
-        .map(|a| format!("{} {} (epoch {})", a.outcome, a.resource, a.epoch))
+        .map(|a| match &a.error {
+            Some(why) => format!("{} {} (epoch {}): {why}", a.outcome, a.resource, a.epoch),
+            None => format!("{} {} (epoch {})", a.outcome, a.resource, a.epoch),
+        })
         .collect();
     if lines.is_empty() {
         format!("up to date ({} documents)", done.applied.len())

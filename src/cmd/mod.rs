@@ -106,13 +106,18 @@ impl Ctx {
     /// Opens the shared store: `None` when its database has no fencepost schema yet and
     /// `create` is false.
     fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
-        let opened = store::postgres::PgStore::open(&remote.url, self.busy, create)?;
-        Ok(opened.map(|s| {
-            if let Some(clock) = store::Store::server_clock(&s) {
-                let _ = self.server_clock.set(clock);
-            }
-            Box::new(s) as Box<dyn Store>
-        }))
+        let Some(opened) = store::postgres::PgStore::open(&remote.url, self.busy, create)? else {
+            return Ok(None);
+        };
+        if let Some(clock) = store::Store::server_clock(&opened) {
+            let _ = self.server_clock.set(clock);
+        }
+        if remote.mirror
+            && let Some(id) = store::Store::identity(&opened)
+        {
+            crate::mirror::check_root(self, remote, id)?;
+        }
+        Ok(Some(Box::new(opened)))
     }
 
     /// "Nothing was ever claimed in this store".
@@ -206,8 +211,11 @@ impl Ctx {
         }
         Err(Error::usage_hint(
             format!(
-                "the state file at {} has never seen {resource}: {what}",
-                self.db.display()
+                "{} has never seen {resource}: {what}",
+                self.remote.as_ref().map_or_else(
+                    || format!("the state file at {}", self.db.display()),
+                    |r| format!("the store {}", r.url.shown)
+                )
             ),
             format!(
                 "`fencepost status` lists the resources it knows; names are relative to {}",
@@ -309,9 +317,13 @@ impl Ctx {
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
     pub(crate) fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
-        if self.remote.as_ref().is_some_and(|r| !r.mirror) {
+        match &self.remote {
             // No root on this host: the name is the store's, as typed.
-            return Resource::parse(raw);
+            Some(remote) if !remote.mirror => return Resource::parse(raw),
+            // The store's names are the same on every host: never resolved through this
+            // host's symlinks (a mirror refuses to apply a name that would be).
+            Some(_) => return self.spelled(raw),
+            None => {}
         }
         let spelled = self.spelled(raw)?;
         root::refuse_nested(&self.root, &spelled)?;

@@ -112,10 +112,10 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
                 names.len()
             ),
             report: lines.join("\n"),
-            done: Recovered {
+            done: Box::new(Outcome::Recovered(Recovered {
                 resources: actions,
                 blobs_removed: None,
-            },
+            })),
         });
     }
     let plain = if lines.is_empty() {

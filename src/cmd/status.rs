@@ -80,8 +80,13 @@ pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
     // still answered for, by its spelling: status always reports, here `unreachable`.
     let only = match args.resource.as_deref() {
         Some(raw) => {
-            let spelled = ctx.spelled(raw)?;
-            Some(crate::resource::canonical(&ctx.root, &spelled).unwrap_or(spelled))
+            if ctx.remote.is_some() {
+                // The store's names are never resolved through this host's symlinks.
+                Some(ctx.resource(raw)?)
+            } else {
+                let spelled = ctx.spelled(raw)?;
+                Some(crate::resource::canonical(&ctx.root, &spelled).unwrap_or(spelled))
+            }
         }
         None => None,
     };

@@ -248,6 +248,7 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let mut store = ctx.read_store("nothing to verify")?;
     let (names, rows) = {
         let tx = store.snapshot()?;
+        tx.check_clock(ctx.clock.kind())?;
         let names = match &only {
             Some(r) => {
                 ctx.refuse_unseen(&*tx, r, "nothing to verify")?;

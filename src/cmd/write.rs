@@ -82,6 +82,9 @@ mod remote;
 
 pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     let resource = ctx.resource(&args.resource)?;
+    if args.applied {
+        refuse_resolved(ctx, args, &resource)?;
+    }
     check_epoch(args.epoch)?;
     if let Some(owner) = &args.owner {
         check_owner(owner)?;
@@ -117,6 +120,23 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         _ => ("replay", "nothing was changed (a replay)".to_string()),
     };
     Ok(Report::new(plain, outcome).changed(changed))
+}
+
+/// A mirror holds the store's names as real paths: a name that reaches its document
+/// through a symlink on this host would be another resource here than on other hosts.
+fn refuse_resolved(ctx: &Ctx, args: &WriteArgs, resource: &Resource) -> Result<()> {
+    let spelled = ctx.spelled(&args.resource)?;
+    if spelled == *resource {
+        return Ok(());
+    }
+    Err(Error::usage_hint(
+        format!(
+            "{spelled} reaches through a symlink in the mirror root {} (to {resource}): \
+             not applied",
+            ctx.root.display()
+        ),
+        "a mirror root holds the store's names as real paths: remove the symlink",
+    ))
 }
 
 /// The content to publish: `--from FILE`, or stdin (never a terminal).

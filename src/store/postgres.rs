@@ -61,7 +61,10 @@ const MIGRATIONS: &[&str] = &["
         sha256     text,
         size       bigint,
         complete   boolean NOT NULL DEFAULT false,
-        created_at timestamptz NOT NULL DEFAULT now()
+        created_at timestamptz NOT NULL DEFAULT now(),
+        -- When a resource last stopped pointing at it: `recover` keeps it for its grace
+        -- period from then, for readers that learnt of it just before.
+        released_at timestamptz
     );
     CREATE INDEX fencepost_blob_by_hash ON fencepost_blob (sha256) WHERE complete;
     CREATE TABLE fencepost_chunk (
@@ -180,23 +183,55 @@ impl StoreUrl {
     }
 }
 
-/// The URL with any password replaced by `***`, for messages and logs.
+/// The URL with any password replaced by `***`, for messages and logs: the one in the
+/// authority (`user:secret@`) and every query parameter whose name, percent-decoded and
+/// in any case, is `password`.
 pub(crate) fn redact(url: &str) -> String {
-    let mut shown = url.to_string();
-    if let Some(rest) = url.split_once("://").map(|(_, r)| r)
-        && let Some(at) = rest.find('@')
-        && let Some(colon) = rest[..at].find(':')
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut shown = base.to_string();
+    if let Some((scheme, rest)) = base.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
     {
-        let start = url.len() - rest.len() + colon + 1;
-        let end = url.len() - rest.len() + at;
-        shown.replace_range(start..end, "***");
+        shown = format!("{scheme}://{user}:***@{host}");
     }
-    // A password given as a query parameter.
-    if let Some(q) = shown.find("password=") {
-        let end = shown[q..].find('&').map_or(shown.len(), |e| q + e);
-        shown.replace_range(q + "password=".len()..end, "***");
+    if query.is_empty() && !url.contains('?') {
+        return shown;
     }
-    shown
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((key, _)) if percent_decoded(key).eq_ignore_ascii_case("password") => {
+                format!("{key}=***")
+            }
+            _ => param.to_string(),
+        })
+        .collect();
+    format!("{shown}?{}", params.join("&"))
+}
+
+/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 kept as escapes).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_string())
 }
 
 impl PgStore {
@@ -296,10 +331,12 @@ fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Optio
         }
         Err(e) => return Err(pg_error(shown, busy, e)),
     };
+    // Read with `try_get`: a table of that name with other column types is someone else's.
     let value = |key: &str| {
         rows.iter()
-            .find(|r| r.get::<_, &str>(0) == key)
-            .and_then(|r| String::from_utf8(r.get::<_, Vec<u8>>(1)).ok())
+            .find(|r| r.try_get::<_, &str>(0).is_ok_and(|k| k == key))
+            .and_then(|r| r.try_get::<_, Vec<u8>>(1).ok())
+            .and_then(|v| String::from_utf8(v).ok())
     };
     if value("application").as_deref() != Some("fencepost") {
         return Err(foreign(shown, "fencepost_meta"));
@@ -312,7 +349,7 @@ fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Optio
         )));
     }
     let id = value("id").ok_or_else(|| foreign(shown, "fencepost_meta"))?;
-    let now: i64 = rows.first().map_or(0, |r| r.get(2));
+    let now: i64 = rows.first().and_then(|r| r.try_get(2).ok()).unwrap_or(0);
     Ok(Some((id, now)))
 }
 
@@ -401,6 +438,43 @@ impl Store for PgStore {
 }
 
 impl PgStore {
+    /// Streams a blob's chunks to `out` and checks them against the record.
+    fn read_chunks(&mut self, published: &Published, out: &mut dyn Write) -> Result<()> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let fail = |e| pg_error(&shown, busy, e);
+        let select = self
+            .client
+            .prepare("SELECT data FROM fencepost_chunk WHERE blob = $1 AND seq = $2")
+            .map_err(fail)?;
+        let mut hasher = Sha256::new();
+        let mut size: u64 = 0;
+        let mut seq: i32 = 0;
+        while let Some(row) = self
+            .client
+            .query_opt(&select, &[&published.blob, &seq])
+            .map_err(fail)?
+        {
+            let data: &[u8] = row.get(0);
+            hasher.update(data);
+            size += data.len() as u64;
+            out.write_all(data)
+                .map_err(Error::io("cannot write", "the output"))?;
+            seq += 1;
+        }
+        let sha256 = crate::atomic::hex(&hasher.finalize());
+        if sha256 != published.sha256 || size != published.size {
+            return Err(Error::Remote {
+                message: format!(
+                    "the store's copy of {} (epoch {}) does not match its record: \
+                     {size} bytes with SHA-256 {sha256}, recorded {} bytes with {}",
+                    published.resource, published.epoch, published.size, published.sha256
+                ),
+                hint: Some("the store's tables were changed by hand, or damaged".to_string()),
+            });
+        }
+        Ok(())
+    }
+
     fn begin(&mut self, how: &str) -> Result<Box<dyn Txn + '_>> {
         let (shown, busy) = (self.shown.as_str(), self.busy);
         self.client
@@ -658,6 +732,12 @@ impl Txn for PgTxn<'_> {
         } = *write;
         let size = i64::try_from(content.size).unwrap_or(i64::MAX);
         self.execute(
+            "UPDATE fencepost_blob SET released_at = now()
+             WHERE id = (SELECT blob FROM fencepost_sink WHERE resource = $1)
+               AND id IS DISTINCT FROM $2",
+            &[&resource.as_str(), &blob],
+        )?;
+        self.execute(
             "INSERT INTO fencepost_sink
                  (resource, fence, content_epoch, sha256, size, written_at, owner, blob, unfenced)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -911,37 +991,16 @@ impl Blobs for PgStore {
     fn read(&mut self, published: &Published, out: &mut dyn Write) -> Result<()> {
         let (shown, busy) = (self.shown.clone(), self.busy);
         let fail = |e| pg_error(&shown, busy, e);
-        let select = self
-            .client
-            .prepare("SELECT data FROM fencepost_chunk WHERE blob = $1 AND seq = $2")
+        // Every chunk from one snapshot: removals committed meanwhile do not show.
+        self.client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .map_err(fail)?;
-        let mut hasher = Sha256::new();
-        let mut size: u64 = 0;
-        let mut seq: i32 = 0;
-        while let Some(row) = self
+        let read = self.read_chunks(published, out);
+        let end = self
             .client
-            .query_opt(&select, &[&published.blob, &seq])
-            .map_err(fail)?
-        {
-            let data: &[u8] = row.get(0);
-            hasher.update(data);
-            size += data.len() as u64;
-            out.write_all(data)
-                .map_err(Error::io("cannot write", "the output"))?;
-            seq += 1;
-        }
-        let sha256 = crate::atomic::hex(&hasher.finalize());
-        if sha256 != published.sha256 || size != published.size {
-            return Err(Error::Remote {
-                message: format!(
-                    "the store's copy of {} (epoch {}) does not match its record: \
-                     {size} bytes with SHA-256 {sha256}, recorded {} bytes with {}",
-                    published.resource, published.epoch, published.size, published.sha256
-                ),
-                hint: Some("the store's tables were changed by hand, or damaged".to_string()),
-            });
-        }
-        Ok(())
+            .batch_execute(if read.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        read?;
+        end.map_err(fail)
     }
 
     fn collect(&mut self, grace: Duration) -> Result<usize> {
@@ -952,7 +1011,8 @@ impl Blobs for PgStore {
             .client
             .query(
                 "SELECT id FROM fencepost_blob b
-                 WHERE created_at < now() - make_interval(secs => $1::bigint / 1000.0)
+                 WHERE coalesce(released_at, created_at)
+                       < now() - make_interval(secs => $1::bigint / 1000.0)
                    AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
                 &[&grace_ms],
             )
@@ -1049,5 +1109,41 @@ fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
             message: format!("store {shown}: {}", root_cause(&e)),
             hint: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_show_however_they_are_spelled() {
+        for (url, shown) in [
+            ("postgresql://app:s3cr3t@db/x", "postgresql://app:***@db/x"),
+            ("postgresql://app@db/x", "postgresql://app@db/x"),
+            (
+                "postgresql:///x?host=/run&password=s3cr3t&user=a",
+                "postgresql:///x?host=/run&password=***&user=a",
+            ),
+            (
+                "postgresql:///x?password=a&password=s3cr3t",
+                "postgresql:///x?password=***&password=***",
+            ),
+            (
+                "postgresql:///x?pass%77ord=s3cr3t",
+                "postgresql:///x?pass%77ord=***",
+            ),
+            (
+                "postgresql:///x?PASSWORD=s3cr3t",
+                "postgresql:///x?PASSWORD=***",
+            ),
+            (
+                "postgresql://u:p@h/x?password=q",
+                "postgresql://u:***@h/x?password=***",
+            ),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+            assert!(!redact(url).contains("s3cr3t"), "{url}");
+        }
     }
 }
