@@ -4,11 +4,13 @@
 //! PostgreSQL servers the store tests run against (`pg`). The builder every test uses
 //! is `harness`.
 
+mod backend;
 mod content;
 pub(crate) mod pg;
 mod process;
 mod state;
 
+pub(crate) use backend::{Backend, both_stores};
 pub(crate) use content::*;
 pub(crate) use process::*;
 pub(crate) use state::*;
