@@ -21,6 +21,7 @@ mod reproduce;
 mod roots;
 mod shapes;
 mod sink;
+mod stores;
 mod strace;
 mod torture;
 mod walls;

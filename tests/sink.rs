@@ -106,7 +106,11 @@ fn same_epoch_different_bytes_is_conflict_and_file_is_unchanged(env: &Backend) {
     assert_eq!(env.text("doc.md"), "v1");
     assert_eq!(env.stamp("doc.md"), before);
     assert_eq!(env.documents(), ["doc.md"]);
-    assert_eq!(env.debris(), Vec::<String>::new(), "nothing left after a conflict");
+    assert_eq!(
+        env.debris(),
+        Vec::<String>::new(),
+        "nothing left after a conflict"
+    );
     assert_eq!(row(env, "doc.md", 2)["document"]["state"], env.current());
 }
 

@@ -134,7 +134,8 @@ impl Backend {
     }
 
     /// What a write leaves behind when it did not publish, which must be nothing: temp
-    /// files and recovery links beside the documents, or blobs no resource points at.
+    /// files and recovery links beside the documents, or blobs of bytes no write ever
+    /// published (a version superseded since keeps its blob until `recover`).
     pub(crate) fn debris(&self) -> Vec<String> {
         match &self.pg {
             None => self
@@ -147,7 +148,9 @@ impl Backend {
                 .client()
                 .query(
                     "SELECT 'blob ' || id FROM fencepost_blob b
-                     WHERE NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
+                     WHERE NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+                       AND NOT EXISTS (SELECT 1 FROM fencepost_log l
+                                       WHERE l.event = 'write' AND l.sha256 = b.sha256)",
                     &[],
                 )
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
