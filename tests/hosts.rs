@@ -49,13 +49,13 @@ impl Host {
 
 /// `fencepost mirror --follow --json` on `host`, in the background; its stdout's lines
 /// arrive on a channel. Killed when dropped.
-struct Follower {
+pub(crate) struct Follower {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
 impl Follower {
-    fn start(host: &Host) -> Follower {
+    pub(crate) fn start(host: &Host) -> Follower {
         let mut child = Command::new(bin())
             .env_clear()
             .env("FENCEPOST_STORE", &host.url)

@@ -22,6 +22,7 @@ mod reproduce;
 mod roots;
 mod shapes;
 mod sink;
+mod store_crash;
 mod store_inputs;
 mod stores;
 mod strace;
