@@ -41,6 +41,18 @@ impl Host {
         self.root.fp(args).env("FENCEPOST_STORE", &self.url)
     }
 
+    /// Claims `res` as A at tick 0 and writes `bytes` under epoch 1 at tick 1.
+    #[track_caller]
+    pub(crate) fn claim_and_write(&self, res: &str, bytes: &str) {
+        self.fp(&["claim", res, "--owner", "A", "--ttl", "10"])
+            .now(0)
+            .expect_stdout(0, "1");
+        self.fp(&["write", res, "--epoch", "1"])
+            .now(1)
+            .stdin(bytes)
+            .expect_stdout(0, "written");
+    }
+
     /// The mirror's copy of `res`.
     pub(crate) fn file(&self, res: &str) -> Option<Vec<u8>> {
         self.root.read(res)
@@ -82,7 +94,7 @@ impl Follower {
 
     /// The next pass it reports, within `deadline`.
     #[track_caller]
-    fn next_pass(&self, deadline: Duration) -> Value {
+    pub(crate) fn next_pass(&self, deadline: Duration) -> Value {
         let line = self
             .lines
             .recv_timeout(deadline)
