@@ -15,13 +15,6 @@ use crate::harness::{Env, Run, bin};
 use crate::support::pg;
 use crate::support::{sha256_hex, spawn_paused};
 
-/// `url` with a server setting added to its `options`: e.g.
-/// `idle_in_transaction_session_timeout=1s`.
-pub(crate) fn with_setting(url: &str, setting: &str) -> String {
-    let encoded = setting.replace('=', "%3D");
-    format!("{url}&options=-c%20{encoded}")
-}
-
 /// A host: a mirror root of its own, its commands all pointed at the store.
 pub(crate) struct Host {
     pub root: Env,
@@ -144,7 +137,7 @@ fn logged_writes(host: &Host, res: &str) -> Vec<(Value, Value, Value)> {
 fn a_worker_paused_inside_its_commit_past_lease_and_idle_timeout_publishes_nothing() {
     let Some(store) = pg::store() else { return };
     // The server ends a session idle inside its transaction after 1 s: A's, paused.
-    let url = with_setting(store.url(), "idle_in_transaction_session_timeout=1s");
+    let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
     let (a, b, c) = (Host::new(&url), Host::new(&url), Host::new(&url));
     let a_bytes = b"A's report, prepared before the pause\n".to_vec();
     let b_bytes = b"B's report\n".to_vec();
