@@ -175,7 +175,94 @@ fn a_write_failing_before_commit_leaves_neither_epoch_nor_content(env: &Backend)
     }
 }
 
+/// The README's first table, third row: A's `write` process itself is paused after its
+/// content is staged (uploaded, for a store) and before it takes the lock; B takes over,
+/// writes and completes; A's write then finds B's epoch and is `stale`, its completion
+/// `lost`, and B's document stays, with nothing of A's left behind.
+fn a_worker_paused_inside_write_is_stale_after_the_takeover(env: &Backend) {
+    let lazy = ["--ttl", "10", "--lazy-fence"];
+    let claim = |owner: &str, now: i64| {
+        let mut args = vec!["claim", "doc.md", "--owner", owner];
+        args.extend(lazy);
+        env.fp(&args).now(now).expect(0).stdout.trim().to_string()
+    };
+    assert_eq!(claim("A", 0), "1");
+    let args = ["--json", "write", "doc.md", "--epoch", "1", "--owner", "A"];
+    let a = env.spawn_paused(&args, 11, b"old (A)", "write.before_lock");
+    assert_eq!(claim("B", 10), "2");
+    env.fp(&["write", "doc.md", "--epoch", "2", "--owner", "B"])
+        .now(10)
+        .stdin("new (B)")
+        .expect_stdout(0, "written");
+    env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "2"])
+        .now(10)
+        .expect_stdout(0, "completed");
+    let out = a.resume();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(
+        (j["outcome"].as_str(), j["fence"].as_i64()),
+        (Some("stale"), Some(2))
+    );
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(11)
+        .expect_stdout(4, "lost");
+    assert_eq!(env.text("doc.md"), "new (B)");
+    let r = row(env, "doc.md", 11);
+    assert_eq!(r["lease"]["owner"], "B", "{r}");
+    assert_eq!(r["lease"]["state"], "completed", "{r}");
+    assert_eq!(r["sink"]["content_epoch"], 2, "{r}");
+    assert_eq!(r["document"]["state"], env.current(), "{r}");
+    assert_eq!(env.debris(), Vec::<String>::new());
+}
+
+/// Claims racing on a fresh store (which they create together): of those on one
+/// resource exactly one gets epoch 1 and the others are `held`; those on resources of
+/// their own all get epoch 1.
+fn racing_first_claims_grant_one_epoch_and_hold_the_rest(env: &Backend) {
+    let results: Vec<(String, i32, String)> = std::thread::scope(|scope| {
+        let claims: Vec<_> = (0..8)
+            .map(|w| {
+                scope.spawn(move || {
+                    let res = if w % 2 == 0 {
+                        "doc.md".to_string()
+                    } else {
+                        format!("own{w}.md")
+                    };
+                    let owner = format!("w{w}");
+                    let done = env
+                        .fp(&["claim", &res, "--owner", &owner, "--ttl", "10"])
+                        .now(0)
+                        .output();
+                    (res, done.code, done.stdout.trim().to_string())
+                })
+            })
+            .collect();
+        claims
+            .into_iter()
+            .map(|c| c.join().expect("a claim"))
+            .collect()
+    });
+    let shared: Vec<_> = results.iter().filter(|(r, ..)| r == "doc.md").collect();
+    let won: Vec<_> = shared.iter().filter(|(_, code, _)| *code == 0).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    assert_eq!(won[0].2, "1", "{results:?}");
+    assert!(
+        shared
+            .iter()
+            .all(|(_, code, out)| (*code, out.as_str()) == (0, "1")
+                || (*code, out.as_str()) == (3, "held")),
+        "{results:?}"
+    );
+    for (res, code, out) in results.iter().filter(|(r, ..)| r != "doc.md") {
+        assert_eq!((*code, out.as_str()), (0, "1"), "{res}: {results:?}");
+    }
+    assert_eq!(row(env, "doc.md", 1)["lease"]["epoch"], 1);
+}
+
 both_stores!(
     the_readmes_sink_rules_hold,
+    a_worker_paused_inside_write_is_stale_after_the_takeover,
+    racing_first_claims_grant_one_epoch_and_hold_the_rest,
     a_write_failing_before_commit_leaves_neither_epoch_nor_content,
 );

@@ -12,8 +12,9 @@
 
 use std::os::unix::fs::MetadataExt as _;
 
-use crate::harness::{Done, Env, Run};
+use crate::harness::{Done, Env, Run, bin};
 use crate::support::pg::{self, TestStore};
+use crate::support::{Paused, spawn_paused, spawn_paused_command};
 
 /// Where a behaviour test keeps its state.
 pub(crate) struct Backend {
@@ -85,6 +86,28 @@ impl Backend {
             .now(now)
             .stdin(content)
             .expect(code)
+    }
+
+    /// `fencepost ARGS` at tick `now` with `stdin`, blocked at the failpoint `point` (see
+    /// `spawn_paused`).
+    pub(crate) fn spawn_paused(
+        &self,
+        args: &[&str],
+        now: i64,
+        stdin: &[u8],
+        point: &str,
+    ) -> Paused {
+        let Some(store) = &self.pg else {
+            return spawn_paused(&self.env, args, Some(now), stdin, point);
+        };
+        let mut cmd = std::process::Command::new(bin());
+        cmd.env_clear()
+            .env("FENCEPOST_STORE", store.url())
+            .current_dir(self.env.root())
+            .arg("--now")
+            .arg(now.to_string())
+            .args(args);
+        spawn_paused_command(cmd, stdin, point)
     }
 
     /// The document's current bytes: the file in the root, or what `cat` prints (`None`
