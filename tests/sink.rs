@@ -383,7 +383,7 @@ fn seed_main_scenario_late_write_of_taken_over_worker_is_stale(env: &Backend) {
     assert_eq!(r["sink"]["fence"], 2);
     assert_eq!(r["sink"]["content_epoch"], 2);
     assert_eq!(r["document"]["state"], env.current());
-    assert_eq!(document_sha256(env, &r), r["sink"]["sha256"]);
+    assert_eq!(document_sha256(env, r), r["sink"]["sha256"]);
 }
 
 #[test]
