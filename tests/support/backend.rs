@@ -1,12 +1,14 @@
 //! The two places the protocol's state can live, behind one interface, so that one test
 //! body proves a behaviour of both: a local publish root (its SQLite state file, the
-//! documents as files in it) and a PostgreSQL store (`--store`, no root on this host,
-//! the documents read back with `fencepost cat`).
+//! documents as files in it) and a PostgreSQL store (`--store`), seen from a host
+//! without a root (the documents read back with `fencepost cat`) and from a host with a
+//! mirror root (every command given `--root`, so each write applies there at once; the
+//! documents read from the mirror, which must hold what `cat` prints).
 //!
-//! [`both_stores!`] turns a list of test bodies, each a `fn(&Backend)`, into two tests
-//! apiece, `local::NAME` and `postgres::NAME`; the second says "skipped" without a
-//! server (see `pg`). The PostgreSQL half also checks, when the test ends, that no
-//! command made a file in the folder it ran in: without a root, nothing local exists.
+//! [`both_stores!`] turns a list of test bodies, each a `fn(&Backend)`, into three tests
+//! apiece, `local::NAME`, `postgres::NAME` and `postgres_mirror::NAME`; the last two say
+//! "skipped" without a server (see `pg`). The store without a root also checks, when the
+//! test ends, that no command made a file in the folder it ran in.
 
 #![allow(dead_code)]
 
@@ -18,10 +20,13 @@ use crate::support::{Paused, spawn_paused, spawn_paused_command};
 
 /// Where a behaviour test keeps its state.
 pub(crate) struct Backend {
-    /// The publish root (local), or the empty folder commands run in (PostgreSQL).
+    /// The publish root (local), the mirror root, or the empty folder commands run in
+    /// (a store without a root).
     env: Env,
-    /// The store's database, for PostgreSQL.
+    /// The store's schema, for PostgreSQL.
     pg: Option<TestStore>,
+    /// Commands against the store also get `--root`: the host's mirror.
+    mirror: bool,
 }
 
 impl Backend {
@@ -30,15 +35,28 @@ impl Backend {
         Backend {
             env: Env::new(),
             pg: None,
+            mirror: false,
         }
     }
 
-    /// A fresh PostgreSQL store, or `None` (the test is skipped) without a server.
+    /// A fresh PostgreSQL store, used without a root, or `None` (the test is skipped)
+    /// without a server.
     #[track_caller]
     pub(crate) fn postgres() -> Option<Backend> {
         Some(Backend {
             env: Env::new(),
             pg: Some(pg::store()?),
+            mirror: false,
+        })
+    }
+
+    /// A fresh PostgreSQL store, used from a host with a mirror root, or `None`.
+    #[track_caller]
+    pub(crate) fn postgres_mirror() -> Option<Backend> {
+        Some(Backend {
+            env: Env::new(),
+            pg: Some(pg::store()?),
+            mirror: true,
         })
     }
 
@@ -52,17 +70,19 @@ impl Backend {
         self.pg.as_ref().expect("a PostgreSQL backend").url()
     }
 
-    /// The folder commands run in: the publish root, or (PostgreSQL) an empty folder.
+    /// The folder commands run in: the publish root, the mirror root, or an empty folder.
     pub(crate) fn env(&self) -> &Env {
         &self.env
     }
 
     /// A `fencepost` invocation against this backend: `--root` for a local root; for a
-    /// store, `FENCEPOST_STORE` and no root (names are the store's).
+    /// store, `FENCEPOST_STORE` and no root (names are the store's), or `--root` the
+    /// mirror.
     pub(crate) fn fp(&self, args: &[&str]) -> Run {
         let run = self.env.fp(args);
         match &self.pg {
             None => run,
+            Some(store) if self.mirror => run.env("FENCEPOST_STORE", store.url()),
             Some(store) => run
                 .inside(self.env.root())
                 .env("FENCEPOST_STORE", store.url()),
@@ -100,6 +120,11 @@ impl Backend {
         let Some(store) = &self.pg else {
             return spawn_paused(&self.env, args, Some(now), stdin, point);
         };
+        if self.mirror {
+            let mut all = vec!["--store", store.url()];
+            all.extend(args);
+            return spawn_paused(&self.env, &all, Some(now), stdin, point);
+        }
         let mut cmd = std::process::Command::new(bin());
         cmd.env_clear()
             .env("FENCEPOST_STORE", store.url())
@@ -111,12 +136,43 @@ impl Backend {
     }
 
     /// The document's current bytes: the file in the root, or what `cat` prints (`None`
-    /// when nothing was published).
+    /// when nothing was published); for a mirror, its file, which must be what `cat`
+    /// prints.
     #[track_caller]
     pub(crate) fn read(&self, res: &str) -> Option<Vec<u8>> {
         if self.is_local() {
             return self.env.read(res);
         }
+        let served = self.cat(res);
+        if self.mirror {
+            let file = self.env.read(res);
+            assert_eq!(
+                file, served,
+                "the mirror's {res} is not what the store serves"
+            );
+        }
+        served
+    }
+
+    /// The document as the authority serves it: the root's file, or what `cat` prints,
+    /// whatever a mirror holds.
+    #[track_caller]
+    pub(crate) fn served(&self, res: &str) -> Option<Vec<u8>> {
+        if self.is_local() {
+            self.env.read(res)
+        } else {
+            self.cat(res)
+        }
+    }
+
+    /// Whether commands run with a mirror root.
+    pub(crate) fn is_mirror(&self) -> bool {
+        self.mirror
+    }
+
+    /// What `cat` prints, or `None` when nothing was published.
+    #[track_caller]
+    fn cat(&self, res: &str) -> Option<Vec<u8>> {
         let done = self.fp(&["cat", res]).output();
         match done.code {
             0 => {
@@ -140,12 +196,11 @@ impl Backend {
         String::from_utf8(bytes).expect("utf-8 document")
     }
 
-    /// The documents that exist, sorted: the root's files, or the resources the store
-    /// publishes content for.
+    /// The documents that exist, sorted: the root's (or mirror's) files, or the resources
+    /// the store publishes content for.
     pub(crate) fn documents(&self) -> Vec<String> {
         match &self.pg {
-            None => self.env.files(),
-            Some(store) => store
+            Some(store) if !self.mirror => store
                 .client()
                 .query(
                     "SELECT resource FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY 1",
@@ -153,21 +208,30 @@ impl Backend {
                 )
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
                 .unwrap_or_default(),
+            _ => self.env.files(),
         }
     }
 
     /// What a write leaves behind when it did not publish, which must be nothing: temp
-    /// files and recovery links beside the documents, or blobs of bytes no write ever
-    /// published (a version superseded since keeps its blob until `recover`).
+    /// files and recovery links beside the documents, a mirror's downloads, and blobs of
+    /// bytes no write ever published (a version superseded since keeps its blob until
+    /// `recover`).
     pub(crate) fn debris(&self) -> Vec<String> {
-        match &self.pg {
-            None => self
-                .env
-                .files()
-                .into_iter()
-                .filter(|f| f.contains(".fencepost-"))
-                .collect(),
-            Some(store) => store
+        let mut left: Vec<String> = self
+            .env
+            .files()
+            .into_iter()
+            .filter(|f| f.contains(".fencepost-"))
+            .collect();
+        if let Ok(dir) = std::fs::read_dir(self.env.path(".fencepost")) {
+            left.extend(
+                dir.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("incoming-")),
+            );
+        }
+        if let Some(store) = &self.pg {
+            let blobs = store
                 .client()
                 .query(
                     "SELECT 'blob ' || id FROM fencepost_blob b
@@ -176,9 +240,11 @@ impl Backend {
                                        WHERE l.event = 'write' AND l.sha256 = b.sha256)",
                     &[],
                 )
-                .map(|rows| rows.iter().map(|r| r.get(0)).collect())
-                .unwrap_or_default(),
+                .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect())
+                .unwrap_or_else(|_| Vec::new());
+            left.extend(blobs);
         }
+        left
     }
 
     /// What would change if the document were rewritten: the file's inode and times, or
@@ -186,17 +252,7 @@ impl Backend {
     #[track_caller]
     pub(crate) fn stamp(&self, res: &str) -> String {
         match &self.pg {
-            None => {
-                let m = std::fs::symlink_metadata(self.env.path(res)).expect("document exists");
-                format!(
-                    "inode {} mtime {}.{} ctime {}",
-                    m.ino(),
-                    m.mtime(),
-                    m.mtime_nsec(),
-                    m.ctime_nsec()
-                )
-            }
-            Some(store) => {
+            Some(store) if !self.mirror => {
                 let row = store
                     .client()
                     .query_one(
@@ -207,19 +263,33 @@ impl Backend {
                 let (blob, at): (Option<i64>, Option<i64>) = (row.get(0), row.get(1));
                 format!("blob {blob:?} written at {at:?}")
             }
+            _ => {
+                let m = std::fs::symlink_metadata(self.env.path(res)).expect("document exists");
+                format!(
+                    "inode {} mtime {}.{} ctime {}",
+                    m.ino(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime_nsec()
+                )
+            }
         }
     }
 
     /// `document.state` in `status` for a document that holds what the sink recorded:
-    /// `matches` (a file, hashed) or `stored` (the store keeps the bytes).
+    /// `matches` (a file, hashed) or `stored` (the store keeps the bytes, no file here).
     pub(crate) fn current(&self) -> &'static str {
-        if self.is_local() { "matches" } else { "stored" }
+        if self.pg.is_some() && !self.mirror {
+            "stored"
+        } else {
+            "matches"
+        }
     }
 }
 
 impl Drop for Backend {
     fn drop(&mut self) {
-        if self.pg.is_some() && !std::thread::panicking() {
+        if self.pg.is_some() && !self.mirror && !std::thread::panicking() {
             let left = std::fs::read_dir(self.env.root())
                 .map(|d| d.count())
                 .unwrap_or(0);
@@ -234,7 +304,8 @@ impl Drop for Backend {
     }
 }
 
-/// Makes `local::NAME` and `postgres::NAME` tests of each `NAME: fn(&Backend)`.
+/// Makes `local::NAME`, `postgres::NAME` and `postgres_mirror::NAME` tests of each
+/// `NAME: fn(&Backend)`.
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -250,6 +321,16 @@ macro_rules! both_stores {
                 #[test]
                 fn $name() {
                     if let Some(backend) = crate::support::Backend::postgres() {
+                        super::$name(&backend);
+                    }
+                }
+            )*
+        }
+        mod postgres_mirror {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(backend) = crate::support::Backend::postgres_mirror() {
                         super::$name(&backend);
                     }
                 }
