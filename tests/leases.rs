@@ -1,18 +1,16 @@
-//! The scheduler's side: claim, renew, complete, release, at the deadline boundary.
+//! The scheduler's side: claim, renew, complete, release, at the deadline boundary. Each
+//! behaviour runs against a local root and against a PostgreSQL store (`both_stores!`).
 
 use crate::harness::Env;
+use crate::support::{Backend, both_stores};
 
-#[test]
-fn first_claim_prints_epoch_one() {
-    let env = Env::new();
+fn first_claim_prints_epoch_one(env: &Backend) {
     env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
         .now(0)
         .expect_stdout(0, "1");
 }
 
-#[test]
-fn takeover_at_deadline_is_allowed() {
-    let env = Env::new();
+fn takeover_at_deadline_is_allowed(env: &Backend) {
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     let held = env
         .fp(&["--json", "claim", "doc.md", "--owner", "B", "--ttl", "10"])
@@ -27,7 +25,7 @@ fn takeover_at_deadline_is_allowed() {
 }
 
 /// `status RES --json` for one resource at tick `now`: its row.
-fn row(env: &Env, res: &str, now: i64) -> serde_json::Value {
+fn row(env: &Backend, res: &str, now: i64) -> serde_json::Value {
     let j = env.fp(&["--json", "status", res]).now(now).expect(0).json();
     j["resources"][0].clone()
 }
@@ -51,23 +49,19 @@ fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-#[test]
-fn claim_before_deadline_is_held_and_changes_nothing() {
-    let env = Env::new();
+fn claim_before_deadline_is_held_and_changes_nothing(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
-    let before = row(&env, "doc.md", 9);
+    let before = row(env, "doc.md", 9);
     env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
         .now(9)
         .expect_stdout(3, "held");
-    assert_eq!(row(&env, "doc.md", 9), before);
+    assert_eq!(row(env, "doc.md", 9), before);
     assert_eq!(before["lease"]["owner"], "A");
     assert_eq!(before["lease"]["epoch"], 1);
     assert_eq!(before["lease"]["deadline"], 10);
 }
 
-#[test]
-fn claim_at_deadline_records_new_owner_epoch_and_deadline() {
-    let env = Env::new();
+fn claim_at_deadline_records_new_owner_epoch_and_deadline(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     let j = env
         .fp(&["--json", "claim", "doc.md", "--owner", "B", "--ttl", "7"])
@@ -81,16 +75,14 @@ fn claim_at_deadline_records_new_owner_epoch_and_deadline() {
     assert_eq!(j["deadline"], 17);
     assert_eq!(j["previous"]["owner"], "A");
     assert_eq!(j["previous"]["state"], "expired");
-    let lease = &row(&env, "doc.md", 10)["lease"];
+    let lease = &row(env, "doc.md", 10)["lease"];
     assert_eq!(lease["owner"], "B");
     assert_eq!(lease["epoch"], 2);
     assert_eq!(lease["deadline"], 17);
     assert_eq!(lease["state"], "held");
 }
 
-#[test]
-fn renew_before_deadline_extends_it_and_delays_takeover() {
-    let env = Env::new();
+fn renew_before_deadline_extends_it_and_delays_takeover(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     env.fp(&[
         "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
@@ -112,9 +104,7 @@ fn renew_before_deadline_extends_it_and_delays_takeover() {
     assert_eq!(env.claim("doc.md", "B", 10, 19), 2);
 }
 
-#[test]
-fn renew_at_deadline_is_lost() {
-    let env = Env::new();
+fn renew_at_deadline_is_lost(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     let v = holder("renew", "doc.md", "A", 1);
     let mut a = args(&v);
@@ -124,16 +114,14 @@ fn renew_at_deadline_is_lost() {
     assert_eq!(j["epoch"], 1);
     assert_eq!(j["reason"], "the lease expired");
     // The refused renew did not move the deadline: B can take over at 10.
-    assert_eq!(row(&env, "doc.md", 10)["lease"]["deadline"], 10);
+    assert_eq!(row(env, "doc.md", 10)["lease"]["deadline"], 10);
     assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
 }
 
-#[test]
-fn taken_over_holder_cannot_renew_complete_or_release() {
-    let env = Env::new();
+fn taken_over_holder_cannot_renew_complete_or_release(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
-    let before = row(&env, "doc.md", 11);
+    let before = row(env, "doc.md", 11);
     for verb in ["renew", "complete", "release"] {
         let v = holder(verb, "doc.md", "A", 1);
         let mut a = args(&v);
@@ -153,13 +141,11 @@ fn taken_over_holder_cannot_renew_complete_or_release() {
             "{verb}: {}",
             done.stderr
         );
-        assert_eq!(row(&env, "doc.md", 11), before, "{verb} changed the lease");
+        assert_eq!(row(env, "doc.md", 11), before, "{verb} changed the lease");
     }
 }
 
-#[test]
-fn plain_refusal_prints_outcome_word() {
-    let env = Env::new();
+fn plain_refusal_prints_outcome_word(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     env.claim("doc.md", "B", 10, 10);
     env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
@@ -167,9 +153,7 @@ fn plain_refusal_prints_outcome_word() {
         .expect_stdout(4, "lost");
 }
 
-#[test]
-fn same_name_reclaim_gets_new_epoch_and_old_epoch_is_refused() {
-    let env = Env::new();
+fn same_name_reclaim_gets_new_epoch_and_old_epoch_is_refused(env: &Backend) {
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     env.write("doc.md", 1, "first", 1, 0);
     assert_eq!(env.claim("doc.md", "A", 10, 10), 2);
@@ -200,9 +184,7 @@ fn same_name_reclaim_gets_new_epoch_and_old_epoch_is_refused() {
     .expect_stdout(0, "21");
 }
 
-#[test]
-fn complete_after_expiry_is_refused_and_records_nothing() {
-    let env = Env::new();
+fn complete_after_expiry_is_refused_and_records_nothing(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     let j = env
         .fp(&[
@@ -214,14 +196,12 @@ fn complete_after_expiry_is_refused_and_records_nothing() {
     assert_eq!(j["outcome"], "lost");
     assert_eq!(j["reason"], "the lease expired");
     assert_eq!(j["lease"]["state"], "expired");
-    let lease = &row(&env, "doc.md", 10)["lease"];
+    let lease = &row(env, "doc.md", 10)["lease"];
     assert_eq!(lease["state"], "expired");
     assert_eq!(lease["result"], serde_json::Value::Null);
 }
 
-#[test]
-fn complete_by_wrong_owner_is_refused() {
-    let env = Env::new();
+fn complete_by_wrong_owner_is_refused(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     let j = env
         .fp(&[
@@ -231,12 +211,10 @@ fn complete_by_wrong_owner_is_refused() {
         .expect(4)
         .json_contract();
     assert_eq!(j["reason"], "the lease belongs to another owner");
-    assert_eq!(row(&env, "doc.md", 5)["lease"]["state"], "held");
+    assert_eq!(row(env, "doc.md", 5)["lease"]["state"], "held");
 }
 
-#[test]
-fn holder_commands_on_unclaimed_resource_are_lost() {
-    let env = Env::new();
+fn holder_commands_on_unclaimed_resource_are_lost(env: &Backend) {
     env.claim("other.md", "X", 10, 0);
     let j = env
         .fp(&[
@@ -249,9 +227,7 @@ fn holder_commands_on_unclaimed_resource_are_lost() {
     assert_eq!(j["lease"], serde_json::Value::Null);
 }
 
-#[test]
-fn release_lets_next_claim_succeed_at_once_with_next_epoch() {
-    let env = Env::new();
+fn release_lets_next_claim_succeed_at_once_with_next_epoch(env: &Backend) {
     assert_eq!(env.claim("doc.md", "A", 100, 0), 1);
     let j = env
         .fp(&[
@@ -262,7 +238,7 @@ fn release_lets_next_claim_succeed_at_once_with_next_epoch() {
         .json_contract();
     assert_eq!(j["outcome"], "released");
     assert_eq!(j["epoch"], 1);
-    assert_eq!(row(&env, "doc.md", 5)["lease"]["state"], "released");
+    assert_eq!(row(env, "doc.md", 5)["lease"]["state"], "released");
     // Long before the old deadline of 100.
     assert_eq!(env.claim("doc.md", "B", 10, 6), 2);
     // A released lease cannot be released, renewed or completed again.
@@ -271,9 +247,7 @@ fn release_lets_next_claim_succeed_at_once_with_next_epoch() {
         .expect_stdout(4, "lost");
 }
 
-#[test]
-fn release_twice_is_refused() {
-    let env = Env::new();
+fn release_twice_is_refused(env: &Backend) {
     env.claim("doc.md", "A", 100, 0);
     env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "1"])
         .now(5)
@@ -288,9 +262,7 @@ fn release_twice_is_refused() {
     assert_eq!(j["reason"], "the lease was already released");
 }
 
-#[test]
-fn complete_records_result_in_status() {
-    let env = Env::new();
+fn complete_records_result_in_status(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     let j = env
         .fp(&[
@@ -301,13 +273,13 @@ fn complete_records_result_in_status() {
         .json_contract();
     assert_eq!(j["outcome"], "completed");
     assert_eq!(j["result"], "42 rows");
-    let lease = &row(&env, "doc.md", 9)["lease"];
+    let lease = &row(env, "doc.md", 9)["lease"];
     assert_eq!(lease["state"], "completed");
     assert_eq!(lease["result"], "42 rows");
     assert_eq!(lease["owner"], "A");
     assert_eq!(lease["epoch"], 1);
     // The result is kept after the deadline passes.
-    assert_eq!(row(&env, "doc.md", 50)["lease"]["result"], "42 rows");
+    assert_eq!(row(env, "doc.md", 50)["lease"]["result"], "42 rows");
     // A finished lease cannot be completed again.
     let again = env
         .fp(&[
@@ -317,26 +289,22 @@ fn complete_records_result_in_status() {
         .expect(4)
         .json_contract();
     assert_eq!(again["reason"], "the lease was already completed");
-    assert_eq!(row(&env, "doc.md", 9)["lease"]["result"], "42 rows");
+    assert_eq!(row(env, "doc.md", 9)["lease"]["result"], "42 rows");
 }
 
-#[test]
-fn claim_after_complete_gets_next_epoch() {
-    let env = Env::new();
+fn claim_after_complete_gets_next_epoch(env: &Backend) {
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
         .now(3)
         .expect_stdout(0, "completed");
     // Before the old deadline: the finished lease does not block.
     assert_eq!(env.claim("doc.md", "B", 10, 4), 2);
-    let lease = &row(&env, "doc.md", 4)["lease"];
+    let lease = &row(env, "doc.md", 4)["lease"];
     assert_eq!(lease["owner"], "B");
     assert_eq!(lease["result"], serde_json::Value::Null);
 }
 
-#[test]
-fn epochs_never_repeat_across_claims_releases_and_expiries() {
-    let env = Env::new();
+fn epochs_never_repeat_across_claims_releases_and_expiries(env: &Backend) {
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     assert_eq!(env.claim("doc.md", "A", 10, 10), 2);
     env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "2"])
@@ -349,9 +317,7 @@ fn epochs_never_repeat_across_claims_releases_and_expiries() {
     assert_eq!(env.claim("doc.md", "A", 10, 12), 4);
 }
 
-#[test]
-fn leases_are_per_resource() {
-    let env = Env::new();
+fn leases_are_per_resource(env: &Backend) {
     assert_eq!(env.claim("a.md", "A", 10, 0), 1);
     assert_eq!(env.claim("b.md", "B", 10, 0), 1);
     env.fp(&["claim", "a.md", "--owner", "B", "--ttl", "10"])
@@ -359,9 +325,7 @@ fn leases_are_per_resource() {
         .expect_stdout(3, "held");
 }
 
-#[test]
-fn renew_prints_new_deadline_in_json() {
-    let env = Env::new();
+fn renew_prints_new_deadline_in_json(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     let j = env
         .fp(&[
@@ -374,12 +338,10 @@ fn renew_prints_new_deadline_in_json() {
     assert_eq!(j["resource"], "doc.md");
     assert_eq!(j["epoch"], 1);
     assert_eq!(j["deadline"], 34);
-    assert_eq!(row(&env, "doc.md", 4)["lease"]["deadline"], 34);
+    assert_eq!(row(env, "doc.md", 4)["lease"]["deadline"], 34);
 }
 
-#[test]
-fn claim_wait_takes_over_when_wall_clock_lease_expires() {
-    let env = Env::new();
+fn claim_wait_takes_over_when_wall_clock_lease_expires(env: &Backend) {
     // A's TTL leaves room for a slow machine to start the next claim before it ends.
     env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1500ms"])
         .expect_stdout(0, "1");
@@ -396,9 +358,7 @@ fn claim_wait_takes_over_when_wall_clock_lease_expires() {
     assert_eq!(j["owner"], "B");
 }
 
-#[test]
-fn claim_wait_gives_up_with_held_after_its_duration() {
-    let env = Env::new();
+fn claim_wait_gives_up_with_held_after_its_duration(env: &Backend) {
     env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1h"])
         .expect_stdout(0, "1");
     let j = env
@@ -411,16 +371,14 @@ fn claim_wait_gives_up_with_held_after_its_duration() {
     assert_eq!(j["holder"], "A");
 }
 
-#[test]
-fn claim_wait_with_logical_clock_is_bad_usage() {
-    let env = Env::new();
+fn claim_wait_with_logical_clock_is_bad_usage(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
     env.fp(&[
         "claim", "doc.md", "--owner", "B", "--ttl", "10", "--wait", "5s",
     ])
     .now(5)
     .expect(2);
-    let lease = &row(&env, "doc.md", 5)["lease"];
+    let lease = &row(env, "doc.md", 5)["lease"];
     assert_eq!(lease["owner"], "A");
 }
 
@@ -457,3 +415,28 @@ fn first_claims_racing_on_a_fresh_root_wait_instead_of_failing_busy() {
         }
     }
 }
+
+both_stores!(
+    first_claim_prints_epoch_one,
+    takeover_at_deadline_is_allowed,
+    claim_before_deadline_is_held_and_changes_nothing,
+    claim_at_deadline_records_new_owner_epoch_and_deadline,
+    renew_before_deadline_extends_it_and_delays_takeover,
+    renew_at_deadline_is_lost,
+    taken_over_holder_cannot_renew_complete_or_release,
+    plain_refusal_prints_outcome_word,
+    same_name_reclaim_gets_new_epoch_and_old_epoch_is_refused,
+    complete_after_expiry_is_refused_and_records_nothing,
+    complete_by_wrong_owner_is_refused,
+    holder_commands_on_unclaimed_resource_are_lost,
+    release_lets_next_claim_succeed_at_once_with_next_epoch,
+    release_twice_is_refused,
+    complete_records_result_in_status,
+    claim_after_complete_gets_next_epoch,
+    epochs_never_repeat_across_claims_releases_and_expiries,
+    leases_are_per_resource,
+    renew_prints_new_deadline_in_json,
+    claim_wait_takes_over_when_wall_clock_lease_expires,
+    claim_wait_gives_up_with_held_after_its_duration,
+    claim_wait_with_logical_clock_is_bad_usage,
+);

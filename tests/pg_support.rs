@@ -1,53 +1,82 @@
-//! The PostgreSQL test support itself: a store database is a fresh database of the
-//! test's own that goes away with it, and a private cluster keeps a committed row across
-//! an immediate stop and a restart. These run whenever `FENCEPOST_TEST_STORE` and
+//! The PostgreSQL test support itself: a store is a fresh schema of the test's own that
+//! goes away with it, its URL takes more server settings, and a private cluster keeps a
+//! committed row across an immediate stop and a restart. These run whenever `FENCEPOST_TEST_STORE` and
 //! `FENCEPOST_TEST_PGBIN` are set (CI sets both) and say "skipped" otherwise.
 
 use crate::support::pg::{self, PrivateCluster, with_dbname};
 
-/// Whether the server behind `admin` has a database called `name`.
-fn database_exists(admin: &str, name: &str) -> bool {
+/// Whether the database behind `admin` has a schema called `name`.
+fn schema_exists(admin: &str, name: &str) -> bool {
     pg::connect(admin)
         .query_one(
-            "SELECT count(*) FROM pg_database WHERE datname = $1",
+            "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
             &[&name],
         )
-        .expect("look up pg_database")
+        .expect("look up pg_namespace")
         .get::<_, i64>(0)
         == 1
 }
 
 #[test]
-fn a_store_database_is_the_tests_own_and_is_dropped_after_it() {
+fn a_store_schema_is_the_tests_own_and_is_dropped_after_it() {
     let Some(store) = pg::store() else { return };
-    let other = pg::store().expect("a second store database");
+    let other = pg::store().expect("a second store schema");
     assert_ne!(store.name(), other.name());
 
     let mut client = store.client();
-    let one: i32 = client.query_one("SELECT 1", &[]).expect("SELECT 1").get(0);
-    assert_eq!(one, 1);
     let current: String = client
-        .query_one("SELECT current_database()", &[])
-        .expect("current_database()")
+        .query_one("SELECT current_schema()::text", &[])
+        .expect("current_schema()")
         .get(0);
     assert_eq!(current, store.name());
     let tables: i64 = client
         .query_one(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+            "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()",
             &[],
         )
         .expect("count tables")
         .get(0);
-    assert_eq!(tables, 0, "a new store database is empty");
+    assert_eq!(tables, 0, "a new store schema is empty");
+    // A table made through the URL lands in the schema, out of the other's sight.
+    client
+        .batch_execute("CREATE TABLE fencepost_meta (key text)")
+        .expect("create a table");
+    let seen: Option<String> = other
+        .client()
+        .query_one("SELECT to_regclass('fencepost_meta')::text", &[])
+        .expect("to_regclass")
+        .get(0);
+    assert_eq!(seen, None, "one test's table is visible to another");
 
-    // A session still open on it does not keep it alive.
+    // A session still open on it (holding a lock) does not keep it alive.
     let admin = std::env::var("FENCEPOST_TEST_STORE").expect("set, since store() ran");
     let name = store.name().to_owned();
-    assert!(database_exists(&admin, &name));
+    client
+        .batch_execute("BEGIN; LOCK TABLE fencepost_meta")
+        .expect("hold a lock");
+    assert!(schema_exists(&admin, &name));
     drop(store);
-    assert!(!database_exists(&admin, &name), "{name} outlived its test");
+    assert!(!schema_exists(&admin, &name), "{name} outlived its test");
     assert!(client.query_one("SELECT 1", &[]).is_err());
-    assert!(database_exists(&admin, other.name()));
+    assert!(schema_exists(&admin, other.name()));
+}
+
+#[test]
+fn a_store_url_takes_more_server_settings() {
+    let Some(store) = pg::store() else { return };
+    let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
+    let mut client = pg::connect(&url);
+    let (path, idle): (String, String) = {
+        let row = client
+            .query_one(
+                "SELECT current_setting('search_path'),
+                        current_setting('idle_in_transaction_session_timeout')",
+                &[],
+            )
+            .expect("settings");
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((path.as_str(), idle.as_str()), (store.name(), "1s"));
 }
 
 #[test]

@@ -6,6 +6,8 @@
 use serde_json::Value;
 
 use crate::harness::{Done, Env};
+use crate::hosts::{Follower, Host};
+use crate::support::pg;
 
 /// Every key path of a JSON value, sorted.
 fn keys(value: &Value) -> Vec<String> {
@@ -337,6 +339,51 @@ fn verify_recover_and_man_keep_their_keys() {
         &env.fp(&["--json", "man", "--dir", dir]).expect(0),
         &["dir", "epoch", "outcome", "resource"],
     );
+}
+
+#[test]
+fn mirror_and_recover_with_a_store_keep_their_keys() {
+    let Some(store) = pg::store() else { return };
+    let writer = Host::new(store.url());
+    writer.claim_and_write("doc.md", "v1");
+    let mirrored = [
+        "applied",
+        "applied[].epoch",
+        "applied[].outcome",
+        "applied[].resource",
+        "applied[].sha256",
+        "epoch",
+        "outcome",
+        "resource",
+        "root",
+        "store",
+    ];
+    let mirror = Host::new(store.url());
+    assert_keys(&mirror.fp(&["--json", "mirror"]).expect(0), &mirrored);
+    assert_keys(
+        &mirror.fp(&["--json", "mirror", "doc.md"]).expect(0),
+        &mirrored,
+    );
+    // Each pass of --follow that applies something prints an object of the same keys.
+    let follows = Host::new(store.url());
+    let follower = Follower::start(&follows);
+    let pass = follower.next_pass(std::time::Duration::from_secs(30));
+    assert_eq!(keys(&pass), mirrored, "{pass}");
+    // recover says how many orphan blobs it removed; without a root it has no
+    // resources of its own to recover, with a mirror root it reports the mirror's.
+    let recovered = ["blobs_removed", "epoch", "outcome", "resource", "resources"];
+    let done = mirror
+        .fp(&["--json", "recover"])
+        .inside(Env::new().root())
+        .expect(0);
+    assert_keys(&done, &recovered);
+    let mut recovered = recovered.to_vec();
+    recovered.extend([
+        "resources[].action",
+        "resources[].resource",
+        "resources[].temps_removed",
+    ]);
+    assert_keys(&mirror.fp(&["--json", "recover"]).expect(0), &recovered);
 }
 
 #[test]

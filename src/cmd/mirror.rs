@@ -113,14 +113,15 @@ fn plain(done: &Mirrored) -> String {
 }
 
 /// With --follow: each pass that applied something, as it happens (a JSON object per
-/// line with --json).
+/// line with --json, with the keys of a single pass's answer, `resource` and `epoch`
+/// null as there).
 fn print_pass(done: &Mirrored, json: bool) {
     if done.applied.iter().all(|a| a.outcome == "current") {
         return;
     }
     let text = if json {
-        serde_json::json!({"outcome": "mirrored", "root": done.root, "store": done.store,
-                           "applied": done.applied})
+        serde_json::json!({"outcome": "mirrored", "resource": null, "epoch": null,
+                           "root": done.root, "store": done.store, "applied": done.applied})
         .to_string()
     } else {
         plain(done)

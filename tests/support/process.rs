@@ -92,22 +92,15 @@ pub(crate) fn spawn_paused_also(
     point: &str,
     also: &str,
 ) -> Paused {
-    let fifos = tempfile::Builder::new()
-        .prefix("fencepost-fifo-")
-        .tempdir()
-        .expect("fifo dir");
-    let base = fifos.path().join("fp");
-    let ready = PathBuf::from(format!("{}.ready", base.display()));
-    let resume = PathBuf::from(format!("{}.resume", base.display()));
-    mkfifo(&resume);
+    let fifos = Fifos::new();
     let mut cmd = command(env, args, now);
     if let Some((program, rest)) = wrapper.split_first() {
         // Another user must be able to signal and wait through the FIFOs.
         let open = |path: &Path, mode| {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod")
         };
-        open(fifos.path(), 0o777);
-        open(&resume, 0o666);
+        open(fifos.dir.path(), 0o777);
+        open(&fifos.resume, 0o666);
         let inner = cmd;
         cmd = Command::new(program);
         cmd.args(rest)
@@ -116,10 +109,53 @@ pub(crate) fn spawn_paused_also(
             .env_clear()
             .current_dir(env.root());
     }
+    start_paused(cmd, fifos, stdin, point, also)
+}
+
+/// Starts `cmd`, a `fencepost` command the caller built (its environment, folder and
+/// arguments), with `stdin`, and waits until it is blocked at `point`.
+pub(crate) fn spawn_paused_command(cmd: Command, stdin: &[u8], point: &str) -> Paused {
+    start_paused(cmd, Fifos::new(), stdin, point, "")
+}
+
+/// The FIFOs a paused process signals and waits on (`BASE.ready`, `BASE.resume`).
+struct Fifos {
+    dir: TempDir,
+    base: PathBuf,
+    ready: PathBuf,
+    resume: PathBuf,
+}
+
+impl Fifos {
+    fn new() -> Fifos {
+        let dir = tempfile::Builder::new()
+            .prefix("fencepost-fifo-")
+            .tempdir()
+            .expect("fifo dir");
+        let base = dir.path().join("fp");
+        let ready = PathBuf::from(format!("{}.ready", base.display()));
+        let resume = PathBuf::from(format!("{}.resume", base.display()));
+        mkfifo(&resume);
+        Fifos {
+            dir,
+            base,
+            ready,
+            resume,
+        }
+    }
+}
+
+/// Starts `cmd` with the failpoint `point` set to wait on `fifos` (and `also`), and waits
+/// until it is blocked there.
+fn start_paused(mut cmd: Command, fifos: Fifos, stdin: &[u8], point: &str, also: &str) -> Paused {
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let mut child = cmd
         .env(
             "FAILPOINTS",
-            format!("{point}=return(wait:{});{also}", base.display()),
+            format!("{point}=return(wait:{});{also}", fifos.base.display()),
         )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -132,7 +168,7 @@ pub(crate) fn spawn_paused_also(
     }
     let started = Instant::now();
     let pid = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready)
+        if let Ok(text) = std::fs::read_to_string(&fifos.ready)
             && let Some(line) = text.strip_suffix('\n')
         {
             break line.trim().parse::<u32>().expect("pid in the ready file");
@@ -160,8 +196,8 @@ pub(crate) fn spawn_paused_also(
         child: Some(child),
         pid,
         point: point.to_string(),
-        resume,
-        _fifos: fifos,
+        resume: fifos.resume.clone(),
+        _fifos: fifos.dir,
     }
 }
 

@@ -1,0 +1,243 @@
+//! Several hosts on one PostgreSQL store, each host a process with a mirror root of its
+//! own: a worker paused inside its publishing transaction past its lease and past the
+//! server's idle timeout never makes its version current on any host, and every mirror
+//! converges to the version that was committed.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::{Env, Run, bin};
+use crate::support::pg;
+use crate::support::{sha256_hex, spawn_paused};
+
+/// A host: a mirror root of its own, its commands all pointed at the store.
+pub(crate) struct Host {
+    pub root: Env,
+    url: String,
+}
+
+impl Host {
+    pub(crate) fn new(url: &str) -> Host {
+        Host {
+            root: Env::new(),
+            url: url.to_string(),
+        }
+    }
+
+    /// A `fencepost` command on this host: `--root` its mirror, `--store` the store.
+    pub(crate) fn fp(&self, args: &[&str]) -> Run {
+        self.root.fp(args).env("FENCEPOST_STORE", &self.url)
+    }
+
+    /// Claims `res` as A at tick 0 and writes `bytes` under epoch 1 at tick 1.
+    #[track_caller]
+    pub(crate) fn claim_and_write(&self, res: &str, bytes: &str) {
+        self.fp(&["claim", res, "--owner", "A", "--ttl", "10"])
+            .now(0)
+            .expect_stdout(0, "1");
+        self.fp(&["write", res, "--epoch", "1"])
+            .now(1)
+            .stdin(bytes)
+            .expect_stdout(0, "written");
+    }
+
+    /// The mirror's copy of `res`.
+    pub(crate) fn file(&self, res: &str) -> Option<Vec<u8>> {
+        self.root.read(res)
+    }
+}
+
+/// `fencepost mirror --follow --json` on `host`, in the background; its stdout's lines
+/// arrive on a channel. Killed when dropped.
+pub(crate) struct Follower {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Follower {
+    pub(crate) fn start(host: &Host) -> Follower {
+        let mut child = Command::new(bin())
+            .env_clear()
+            .env("FENCEPOST_STORE", &host.url)
+            .current_dir(host.root.root())
+            .arg("--root")
+            .arg(host.root.root())
+            .args(["--json", "mirror", "--follow"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn mirror --follow");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Follower { child, lines }
+    }
+
+    /// The next pass it reports, within `deadline`.
+    #[track_caller]
+    pub(crate) fn next_pass(&self, deadline: Duration) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(deadline)
+            .expect("mirror --follow reported no pass in time");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `path` holds `want`, failing after `deadline`; never a fixed sleep.
+#[track_caller]
+pub(crate) fn wait_for_file(path: &Path, want: &[u8], deadline: Duration) {
+    let start = Instant::now();
+    loop {
+        if std::fs::read(path).ok().as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "{} never came to hold the expected {} bytes",
+            path.display(),
+            want.len()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The `write` events the store's log holds for `res`: (owner, epoch, sha256).
+fn logged_writes(host: &Host, res: &str) -> Vec<(Value, Value, Value)> {
+    let log = host.fp(&["--json", "log", res]).now(20).expect(0).json();
+    log["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["event"] == "write")
+        .map(|e| (e["owner"].clone(), e["epoch"].clone(), e["sha256"].clone()))
+        .collect()
+}
+
+#[test]
+fn a_worker_paused_inside_its_commit_past_lease_and_idle_timeout_publishes_nothing() {
+    let Some(store) = pg::store() else { return };
+    // The server ends a session idle inside its transaction after 1 s: A's, paused.
+    let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
+    let (a, b, c) = (Host::new(&url), Host::new(&url), Host::new(&url));
+    let a_bytes = b"A's report, prepared before the pause\n".to_vec();
+    let b_bytes = b"B's report\n".to_vec();
+    let res = "doc.md";
+
+    a.fp(&["claim", res, "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .expect_stdout(0, "1");
+    // A third host follows the store. Its first pass applies what is published already,
+    // and it listens before that pass: once it reports, no later publish is missed.
+    b.fp(&["claim", "hello.md", "--owner", "B", "--ttl", "10"])
+        .now(0)
+        .expect_stdout(0, "1");
+    b.fp(&["write", "hello.md", "--epoch", "1"])
+        .now(0)
+        .stdin("hello")
+        .expect_stdout(0, "written");
+    let follower = Follower::start(&c);
+    let first = follower.next_pass(Duration::from_secs(30));
+    assert_eq!(first["applied"][0]["resource"], "hello.md", "{first}");
+    assert_eq!(c.file("hello.md").as_deref(), Some(&b"hello"[..]));
+
+    // A's write stops inside its transaction: the sink's rules passed, the resource's
+    // row is locked, the sink points at A's blob, COMMIT not yet sent.
+    let args = [
+        "--store", &url, "write", res, "--epoch", "1", "--owner", "A",
+    ];
+    let paused = spawn_paused(&a.root, &args, Some(5), &a_bytes, "txn.before_commit");
+
+    // B takes over at the deadline. Its claim waits for A's row lock until the server
+    // ends A's session, then finds A's lease expired.
+    let j = b
+        .fp(&["--json", "claim", res, "--owner", "B", "--ttl", "10"])
+        .now(10)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["epoch"], 2, "{j}");
+    assert_eq!(j["previous"]["owner"], "A", "{j}");
+    b.fp(&["write", res, "--epoch", "2", "--owner", "B"])
+        .now(11)
+        .stdin(b_bytes.clone())
+        .expect_stdout(0, "written");
+    // B's own mirror took the version at once; the follower takes it from the notice.
+    assert_eq!(b.file(res), Some(b_bytes.clone()));
+    wait_for_file(&c.root.path(res), &b_bytes, Duration::from_secs(30));
+    b.fp(&["complete", res, "--owner", "B", "--epoch", "2"])
+        .now(12)
+        .expect_stdout(0, "completed");
+
+    // A resumes: its session is gone, so its COMMIT cannot happen.
+    let out = paused.resume();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "A's late commit: {stderr}");
+    assert!(stderr.starts_with("fencepost: "), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+
+    // The store: B's version is current, A's never was.
+    let status = a.fp(&["--json", "status", res]).now(13).expect(0).json();
+    let row = &status["resources"][0];
+    assert_eq!(row["sink"]["content_epoch"], 2, "{row}");
+    assert_eq!(row["sink"]["sha256"], sha256_hex(&b_bytes), "{row}");
+    assert_eq!(row["lease"]["owner"], "B", "{row}");
+    assert_eq!(row["lease"]["state"], "completed", "{row}");
+    let cat = Command::new(bin())
+        .env_clear()
+        .args(["--store", &url, "cat", res])
+        .current_dir(crate::harness::scratch())
+        .output()
+        .expect("run cat");
+    assert_eq!(cat.stdout, b_bytes);
+    assert_eq!(
+        logged_writes(&a, res),
+        [(
+            Value::from("B"),
+            Value::from(2),
+            Value::from(sha256_hex(&b_bytes))
+        )]
+    );
+
+    // Every mirror converges to B's bytes: A's by a pass of its own, B's and the
+    // follower's already there.
+    let j = a.fp(&["--json", "mirror"]).expect(0).json();
+    assert_eq!(j["applied"][0]["outcome"], "applied", "{j}");
+    assert_eq!(j["applied"][0]["epoch"], 2, "{j}");
+    b.fp(&["mirror"])
+        .expect_stdout(0, "up to date (2 documents)");
+    for host in [&a, &b, &c] {
+        assert_eq!(host.file(res), Some(b_bytes.clone()));
+        host.fp(&["verify"]).now(13).expect(0);
+    }
+    let pass = follower.next_pass(Duration::from_secs(30));
+    let applied = pass["applied"].as_array().expect("applied");
+    assert_eq!(applied.len(), 1, "{pass}");
+    assert_eq!(applied[0]["resource"], res, "{pass}");
+    assert_eq!(applied[0]["epoch"], 2, "{pass}");
+    assert_eq!(applied[0]["sha256"], sha256_hex(&b_bytes), "{pass}");
+    assert!(
+        follower.lines.try_recv().is_err(),
+        "the follower applied something after B's version"
+    );
+    drop(follower);
+    drop(store);
+}

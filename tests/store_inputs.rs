@@ -1,0 +1,369 @@
+//! Bad input with `--store`: each is one `fencepost:` line (and a hint) with its exit
+//! code, and changes nothing, neither in the store nor on this host: an unreachable
+//! server, a database whose `fencepost_*` table someone else made, a mirror root pointed
+//! at another store or asked for a claim of its own, options that contradict `--store`,
+//! a resource locked by another session past `--busy-timeout`; and the orphan blob a
+//! writer killed after its upload leaves, which `recover` removes.
+
+use std::path::Path;
+
+use postgres::Client;
+
+use crate::harness::{Env, Run};
+use crate::hosts::Host;
+use crate::support::pg::{self, TestStore};
+
+/// Every row of every table of the store, as text, sorted: what "nothing changed"
+/// compares.
+fn dump(client: &mut Client) -> Vec<String> {
+    let tables: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() ORDER BY 1",
+            &[],
+        )
+        .expect("list tables")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut rows = Vec::new();
+    for table in tables {
+        let sql = format!("SELECT {table}::text FROM {table} ORDER BY 1");
+        for row in client.query(&sql, &[]).expect("read a table") {
+            rows.push(format!("{table}: {}", row.get::<_, String>(0)));
+        }
+    }
+    rows
+}
+
+/// Names in `dir`, sorted (hidden ones included).
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A `fencepost` command against `url` run in `dir` without a root.
+fn in_folder(dir: &Env, url: &str, args: &[&str]) -> Run {
+    dir.fp(args).inside(dir.root()).env("FENCEPOST_STORE", url)
+}
+
+/// A published version of `res` in `store` (claimed by A at tick 0, written at 1).
+fn publish(store: &TestStore, res: &str, bytes: &str) {
+    let dir = Env::new();
+    in_folder(
+        &dir,
+        store.url(),
+        &["claim", res, "--owner", "A", "--ttl", "10"],
+    )
+    .now(0)
+    .expect_stdout(0, "1");
+    in_folder(&dir, store.url(), &["write", res, "--epoch", "1"])
+        .now(1)
+        .stdin(bytes)
+        .expect_stdout(0, "written");
+}
+
+#[test]
+fn an_unreachable_server_is_exit_1_and_creates_nothing_here() {
+    // A socket folder with no server in it: nothing listens, nothing is there to start.
+    let empty = tempfile::tempdir().expect("temp dir");
+    let url = format!(
+        "postgresql:///fencepost?host={}&user=postgres",
+        empty.path().display()
+    );
+    let cwd = Env::new();
+    let mirror = Env::new();
+    let cases: [(&[&str], &str); 6] = [
+        (&["claim", "doc.md", "--owner", "A", "--ttl", "10"], ""),
+        (&["write", "doc.md", "--epoch", "1"], "bytes"),
+        (&["status"], ""),
+        (&["cat", "doc.md"], ""),
+        (&["log"], ""),
+        (&["verify"], ""),
+    ];
+    for (args, stdin) in cases {
+        let done = in_folder(&cwd, &url, args).stdin(stdin).expect(1);
+        let first = done.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("fencepost: cannot reach the store postgresql:///fencepost?"),
+            "{args:?}: {}",
+            done.stderr
+        );
+        assert!(done.stderr.contains("hint: "), "{args:?}: {}", done.stderr);
+        // With a root given, it is a mirror: not even its .fencepost/ is made.
+        cwd.fp(args)
+            .root(mirror.root())
+            .env("FENCEPOST_STORE", &url)
+            .stdin(stdin)
+            .expect(1);
+    }
+    cwd.fp(&["mirror"])
+        .root(mirror.root())
+        .env("FENCEPOST_STORE", &url)
+        .expect(1);
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+    assert_eq!(entries(mirror.root()), Vec::<String>::new());
+    assert_eq!(entries(empty.path()), Vec::<String>::new());
+}
+
+#[test]
+fn options_that_contradict_the_store_are_bad_usage() {
+    let cwd = Env::new();
+    let url = "postgresql:///fencepost?host=/nonexistent&user=postgres";
+    // --db and --store name two places for the state.
+    let db = cwd.path("elsewhere.db");
+    let db = db.to_str().expect("utf-8 path");
+    let done = in_folder(&cwd, url, &["--db", db, "status"]).expect(2);
+    assert!(done.stderr.contains("--db and --store"), "{}", done.stderr);
+    in_folder(
+        &cwd,
+        url,
+        &["--db", db, "claim", "d.md", "-o", "A", "-t", "10"],
+    )
+    .expect(2);
+    // Not a PostgreSQL URL, or not a URL at all.
+    for bad in [
+        "mysql://localhost/db",
+        "/var/lib/fencepost/state.db",
+        "postgresql://host:notaport/db",
+    ] {
+        let done = cwd
+            .fp(&["claim", "d.md", "-o", "A", "-t", "10"])
+            .inside(cwd.root())
+            .env("FENCEPOST_STORE", bad)
+            .expect(2);
+        assert!(done.stderr.contains("--store"), "{bad}: {}", done.stderr);
+    }
+    // cat reads a store; a root's documents are files.
+    let done = cwd.fp(&["cat", "d.md"]).inside(cwd.root()).expect(2);
+    assert!(done.stderr.contains("--store"), "{}", done.stderr);
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}
+
+#[test]
+fn a_database_with_a_foreign_fencepost_table_is_refused_and_left_alone() {
+    let Some(store) = pg::store() else { return };
+    let mut client = store.client();
+    client
+        .batch_execute(
+            "CREATE TABLE fencepost_lease (id int PRIMARY KEY, note text);
+             INSERT INTO fencepost_lease VALUES (1, 'theirs')",
+        )
+        .expect("someone else's table");
+    let before = dump(&mut client);
+    let cwd = Env::new();
+    for args in [
+        &["claim", "doc.md", "--owner", "A", "--ttl", "10"][..],
+        &["status"],
+        &["cat", "doc.md"],
+        &["write", "doc.md", "--epoch", "1"],
+    ] {
+        let done = in_folder(&cwd, store.url(), args)
+            .now(0)
+            .stdin("x")
+            .expect(2);
+        assert!(
+            done.stderr
+                .contains("has a table fencepost_lease that fencepost did not make"),
+            "{args:?}: {}",
+            done.stderr
+        );
+    }
+    assert_eq!(dump(&mut client), before);
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}
+
+#[test]
+fn a_mirror_root_takes_one_store_and_no_claim_or_write_of_its_own() {
+    let Some(first) = pg::store() else { return };
+    let second = pg::store().expect("a second store");
+    publish(&first, "doc.md", "first store's");
+    publish(&second, "doc.md", "second store's");
+    let host = Host::new(first.url());
+    host.fp(&["mirror"])
+        .expect_stdout(0, "applied doc.md (epoch 1)");
+    let files = || {
+        let state = std::fs::read(host.root.path(".fencepost/state.db")).ok();
+        (host.root.files(), host.file("doc.md"), state)
+    };
+    let before = files();
+
+    // Pointed at the second store, the mirror is refused.
+    let done = host
+        .fp(&["mirror"])
+        .env("FENCEPOST_STORE", second.url())
+        .expect(2);
+    assert!(
+        done.stderr.contains("mirrors another store"),
+        "{}",
+        done.stderr
+    );
+    // A write through the second store is the second store's (a replay there); the
+    // mirror it would then update refuses it, which is a warning: the write is made.
+    let done = host
+        .fp(&["write", "doc.md", "--epoch", "1"])
+        .env("FENCEPOST_STORE", second.url())
+        .now(2)
+        .stdin("second store's")
+        .output();
+    assert_eq!((done.code, done.stdout.trim()), (0, "replay"), "{done:?}");
+    assert!(
+        done.stderr
+            .starts_with("fencepost: warning: published, but the mirror")
+            && done.stderr.contains("mirrors another store"),
+        "{}",
+        done.stderr
+    );
+    let mut store2 = second.client();
+    let store2_before = dump(&mut store2);
+
+    // Without --store, the mirror root takes no claim or write: the hint names the store.
+    // (On the wall clock, as the mirror's own state file: with --now, the clock's
+    // refusal comes first.)
+    for (args, stdin) in [
+        (&["claim", "doc.md", "--owner", "L", "--ttl", "10"][..], ""),
+        (&["write", "doc.md", "--epoch", "1"], "local"),
+    ] {
+        let done = host.root.fp(args).stdin(stdin).expect(2);
+        assert!(
+            done.stderr.contains("is a mirror of the store"),
+            "{}",
+            done.stderr
+        );
+        let hint = done.stderr.lines().nth(1).unwrap_or_default();
+        assert!(
+            hint.starts_with("hint: ") && hint.contains(first.url()),
+            "{args:?}: {}",
+            done.stderr
+        );
+    }
+    assert_eq!(files(), before);
+    assert_eq!(dump(&mut store2), store2_before);
+
+    // A publish root with leases of its own is no mirror either.
+    let local = Env::new();
+    local
+        .fp(&["claim", "own.md", "--owner", "L", "--ttl", "10"])
+        .now(0)
+        .expect_stdout(0, "1");
+    let done = local
+        .fp(&["mirror"])
+        .env("FENCEPOST_STORE", first.url())
+        .expect(2);
+    assert!(done.stderr.contains("leases of its own"), "{}", done.stderr);
+    assert_eq!(local.files(), Vec::<String>::new());
+}
+
+#[test]
+fn a_row_locked_past_the_busy_timeout_is_busy_and_changes_nothing() {
+    let Some(store) = pg::store() else { return };
+    publish(&store, "doc.md", "v1");
+    let cwd = Env::new();
+    let mut holder = store.client();
+    let mut lock = holder.transaction().expect("BEGIN");
+    let locked = lock
+        .query(
+            "SELECT resource FROM fencepost_lock WHERE resource = 'doc.md' FOR UPDATE",
+            &[],
+        )
+        .expect("lock the row");
+    assert_eq!(locked.len(), 1);
+    let before = dump(&mut store.client());
+    let cases: [(&[&str], &str); 3] = [
+        (&["claim", "doc.md", "--owner", "B", "--ttl", "10"], ""),
+        (&["write", "doc.md", "--epoch", "1"], "v2"),
+        (
+            &[
+                "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+            ],
+            "",
+        ),
+    ];
+    for (args, stdin) in cases {
+        let mut all = vec!["--busy-timeout", "300ms", "--json"];
+        all.extend(args);
+        let done = in_folder(&cwd, store.url(), &all)
+            .now(5)
+            .stdin(stdin)
+            .expect(7);
+        let j = done.json_contract();
+        assert_eq!(j["outcome"], "busy", "{args:?}: {j}");
+    }
+    // Other resources are not held up.
+    in_folder(
+        &cwd,
+        store.url(),
+        &["claim", "other.md", "-o", "B", "-t", "10"],
+    )
+    .now(5)
+    .expect_stdout(0, "1");
+    lock.rollback().expect("ROLLBACK");
+    let mut after = dump(&mut store.client());
+    after.retain(|r| !r.contains("other.md"));
+    let mut before = before;
+    before.retain(|r| !r.contains("other.md"));
+    // The refusals' log lines aside (busy is not logged), nothing changed.
+    assert_eq!(after, before);
+    in_folder(&cwd, store.url(), &["write", "doc.md", "--epoch", "1"])
+        .now(6)
+        .stdin("v1")
+        .expect_stdout(0, "replay");
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}
+
+#[test]
+fn recover_removes_the_blob_of_a_writer_killed_after_its_upload() {
+    let Some(store) = pg::store() else { return };
+    publish(&store, "doc.md", "published");
+    let cwd = Env::new();
+    in_folder(
+        &cwd,
+        store.url(),
+        &["claim", "doc.md", "-o", "B", "-t", "10"],
+    )
+    .now(10)
+    .expect_stdout(0, "2");
+    let blobs = |client: &mut Client| -> i64 {
+        client
+            .query_one("SELECT count(*) FROM fencepost_blob", &[])
+            .expect("count blobs")
+            .get(0)
+    };
+    let mut client = store.client();
+    let published = blobs(&mut client);
+    // Killed after the whole upload, before the fenced transaction; and in the middle of
+    // uploading (after the first chunk of a two-chunk document).
+    let big = "x".repeat((1 << 20) + 10);
+    for (point, content) in [
+        ("write.before_lock", "unpublished"),
+        ("write.uploading", &big[..]),
+    ] {
+        let done = in_folder(&cwd, store.url(), &["write", "doc.md", "--epoch", "2"])
+            .now(11)
+            .stdin(content)
+            .env("FAILPOINTS", &format!("{point}=return(abort)"))
+            .output();
+        assert_eq!(done.code, -1, "{point}: killed by SIGABRT: {done:?}");
+    }
+    assert_eq!(blobs(&mut client), published + 2);
+    let before = dump(&mut client);
+    // Younger than the grace period: kept (a write may still be uploading it).
+    let j = in_folder(&cwd, store.url(), &["--json", "recover"])
+        .expect(0)
+        .json();
+    assert_eq!(j["blobs_removed"], 0, "{j}");
+    assert_eq!(dump(&mut client), before);
+    let j = in_folder(&cwd, store.url(), &["--json", "recover", "--grace", "0"])
+        .expect(0)
+        .json();
+    assert_eq!(j["blobs_removed"], 2, "{j}");
+    assert_eq!(blobs(&mut client), published);
+    let done = in_folder(&cwd, store.url(), &["cat", "doc.md"]).expect(0);
+    assert_eq!(done.stdout, "published");
+    in_folder(&cwd, store.url(), &["verify"]).now(12).expect(0);
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}

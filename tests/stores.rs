@@ -1,0 +1,268 @@
+//! Behaviours checked against both stores besides the lease and sink tests: the README's
+//! table of the sink's rules, row by row with its exit codes, and a write that fails or
+//! crashes just before its COMMIT, which must leave neither its epoch nor its content.
+
+use serde_json::Value;
+
+use crate::support::{Backend, both_stores};
+
+/// The README's table of the sink's rules: (the condition, the outcome word, the exit
+/// code), one per row; a row without "exit N" succeeds (0).
+fn readme_sink_rules() -> Vec<(String, String, i32)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let table = readme
+        .split_once("| epoch E compared with the sink | result |")
+        .expect("the sink's rules table in README.md")
+        .1;
+    let mut rows = Vec::new();
+    for line in table.lines().skip(2) {
+        let Some(cells) = line.strip_prefix('|').and_then(|l| l.strip_suffix('|')) else {
+            break;
+        };
+        let (condition, result) = cells.split_once('|').expect("two cells");
+        let word = result
+            .split('`')
+            .nth(1)
+            .expect("the result names its outcome in backquotes");
+        let code = result.split_once("exit ").map_or(0, |(_, n)| {
+            n.split(',')
+                .next()
+                .unwrap_or(n)
+                .trim()
+                .parse()
+                .expect("exit N")
+        });
+        rows.push((condition.trim().to_string(), word.to_string(), code));
+    }
+    rows
+}
+
+/// A `--json` write of `content` to `res` under `epoch` (and `owner`) at tick `now`.
+fn write(
+    env: &Backend,
+    res: &str,
+    epoch: i64,
+    owner: Option<&str>,
+    content: &str,
+    now: i64,
+    code: i32,
+) -> Value {
+    let epoch = epoch.to_string();
+    let mut args = vec!["--json", "write", res, "--epoch", &epoch];
+    if let Some(owner) = owner {
+        args.extend(["--owner", owner]);
+    }
+    env.fp(&args)
+        .now(now)
+        .stdin(content)
+        .expect(code)
+        .json_contract()
+}
+
+/// `status RES --json` at tick `now`: the resource's row.
+fn row(env: &Backend, res: &str, now: i64) -> Value {
+    env.fp(&["--json", "status", res]).now(now).expect(0).json()["resources"][0].clone()
+}
+
+/// The history a row of the README's table starts from, on `res`, and the write under
+/// test: (epoch, owner, content).
+fn set_up_row(
+    env: &Backend,
+    condition: &str,
+    res: &str,
+) -> (i64, Option<&'static str>, &'static str) {
+    env.claim(res, "A", 10, 0);
+    env.write(res, 1, "one", 1, 0);
+    if condition.starts_with("E lower") {
+        env.claim(res, "B", 10, 10);
+        env.write(res, 2, "two", 11, 0);
+        (1, None, "late")
+    } else if condition.starts_with("E equal, same bytes") {
+        (1, None, "one")
+    } else if condition.starts_with("E equal, different bytes") {
+        (1, None, "other")
+    } else if condition.starts_with("E higher than accepted") {
+        env.claim(res, "B", 10, 10);
+        (2, None, "two")
+    } else if condition.starts_with("E never issued") {
+        // Issued to another owner (the row's parenthesis); an epoch never issued at all
+        // is checked after it.
+        (1, Some("B"), "other")
+    } else {
+        panic!("a row of the README's sink table this test does not know: {condition}");
+    }
+}
+
+/// Each row of the README's table, on resources of its own: the write the row describes
+/// gets the row's outcome and exit code, in JSON and plain output alike; a refusal
+/// changes neither the document nor the records and leaves nothing behind.
+fn the_readmes_sink_rules_hold(env: &Backend) {
+    let rules = readme_sink_rules();
+    assert_eq!(rules.len(), 5, "{rules:?}");
+    for (i, (condition, word, code)) in rules.into_iter().enumerate() {
+        for json in [true, false] {
+            let res = &format!("row{i}-{json}.md");
+            let (epoch, owner, content) = set_up_row(env, &condition, res);
+            let before = (env.read(res), row(env, res, 12));
+            if json {
+                let j = write(env, res, epoch, owner, content, 12, code);
+                assert_eq!(j["outcome"], word.as_str(), "{condition}: {j}");
+            } else {
+                let epoch = epoch.to_string();
+                let mut args = vec!["write", res, "--epoch", &epoch];
+                args.extend(owner.iter().flat_map(|o| ["--owner", o]));
+                env.fp(&args)
+                    .now(12)
+                    .stdin(content)
+                    .expect_stdout(code, &word);
+            }
+            let after = (env.read(res), row(env, res, 12));
+            if word == "written" {
+                assert_eq!(after.0.as_deref(), Some(content.as_bytes()), "{condition}");
+                assert_eq!(after.1["sink"]["content_epoch"], epoch, "{condition}");
+            } else {
+                assert_eq!(after, before, "{condition}: {word} changed something");
+            }
+            assert_eq!(env.debris(), Vec::<String>::new(), "{condition}");
+            if word == "unissued" {
+                let j = write(env, res, 9, None, "made up", 12, code);
+                assert_eq!(j["outcome"], word.as_str(), "an epoch never issued: {j}");
+                assert_eq!((env.read(res), row(env, res, 12)), before);
+            }
+        }
+    }
+}
+
+/// A write that fails, or crashes, after deciding and recording its epoch but before its
+/// COMMIT: neither its epoch nor its content stays (after `recover`, for the crash of a
+/// local write, whose renamed file it undoes), nothing is left behind, and the same
+/// write then succeeds.
+fn a_write_failing_before_commit_leaves_neither_epoch_nor_content(env: &Backend) {
+    for (i, action) in ["fail", "abort"].into_iter().enumerate() {
+        let res = &format!("doc{i}.md");
+        env.claim(res, "A", 10, 0);
+        env.write(res, 1, "old (A)", 1, 0);
+        env.fp(&["claim", res, "--owner", "B", "--ttl", "10", "--lazy-fence"])
+            .now(10)
+            .expect_stdout(0, "2");
+        let before = row(env, res, 11);
+        assert_eq!(before["sink"]["fence"], 1);
+        let failed = env
+            .fp(&["write", res, "--epoch", "2"])
+            .now(11)
+            .stdin("new (B)")
+            .env("FAILPOINTS", &format!("txn.before_commit=return({action})"));
+        if action == "fail" {
+            failed.expect(1);
+        } else {
+            let done = failed.output();
+            assert_eq!(done.code, -1, "killed by SIGABRT: {done:?}");
+            env.fp(&["recover", res, "--grace", "0"]).now(11).expect(0);
+        }
+        let after = row(env, res, 11);
+        assert_eq!(after["sink"], before["sink"], "{action}: {after}");
+        assert_eq!(
+            after["document"]["state"],
+            env.current(),
+            "{action}: {after}"
+        );
+        assert_eq!(env.text(res), "old (A)", "{action}");
+        assert_eq!(env.debris(), Vec::<String>::new(), "{action}");
+        env.write(res, 2, "new (B)", 12, 0);
+        assert_eq!(env.text(res), "new (B)", "{action}");
+        assert_eq!(row(env, res, 12)["sink"]["content_epoch"], 2, "{action}");
+    }
+}
+
+/// The README's first table, third row: A's `write` process itself is paused after its
+/// content is staged (uploaded, for a store) and before it takes the lock; B takes over,
+/// writes and completes; A's write then finds B's epoch and is `stale`, its completion
+/// `lost`, and B's document stays, with nothing of A's left behind.
+fn a_worker_paused_inside_write_is_stale_after_the_takeover(env: &Backend) {
+    let lazy = ["--ttl", "10", "--lazy-fence"];
+    let claim = |owner: &str, now: i64| {
+        let mut args = vec!["claim", "doc.md", "--owner", owner];
+        args.extend(lazy);
+        env.fp(&args).now(now).expect(0).stdout.trim().to_string()
+    };
+    assert_eq!(claim("A", 0), "1");
+    let args = ["--json", "write", "doc.md", "--epoch", "1", "--owner", "A"];
+    let a = env.spawn_paused(&args, 11, b"old (A)", "write.before_lock");
+    assert_eq!(claim("B", 10), "2");
+    env.fp(&["write", "doc.md", "--epoch", "2", "--owner", "B"])
+        .now(10)
+        .stdin("new (B)")
+        .expect_stdout(0, "written");
+    env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "2"])
+        .now(10)
+        .expect_stdout(0, "completed");
+    let out = a.resume();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(
+        (j["outcome"].as_str(), j["fence"].as_i64()),
+        (Some("stale"), Some(2))
+    );
+    env.fp(&["complete", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(11)
+        .expect_stdout(4, "lost");
+    assert_eq!(env.text("doc.md"), "new (B)");
+    let r = row(env, "doc.md", 11);
+    assert_eq!(r["lease"]["owner"], "B", "{r}");
+    assert_eq!(r["lease"]["state"], "completed", "{r}");
+    assert_eq!(r["sink"]["content_epoch"], 2, "{r}");
+    assert_eq!(r["document"]["state"], env.current(), "{r}");
+    assert_eq!(env.debris(), Vec::<String>::new());
+}
+
+/// Claims racing on a fresh store (which they create together): of those on one
+/// resource exactly one gets epoch 1 and the others are `held`; those on resources of
+/// their own all get epoch 1.
+fn racing_first_claims_grant_one_epoch_and_hold_the_rest(env: &Backend) {
+    let results: Vec<(String, i32, String)> = std::thread::scope(|scope| {
+        let claims: Vec<_> = (0..8)
+            .map(|w| {
+                scope.spawn(move || {
+                    let res = if w % 2 == 0 {
+                        "doc.md".to_string()
+                    } else {
+                        format!("own{w}.md")
+                    };
+                    let owner = format!("w{w}");
+                    let done = env
+                        .fp(&["claim", &res, "--owner", &owner, "--ttl", "10"])
+                        .now(0)
+                        .output();
+                    (res, done.code, done.stdout.trim().to_string())
+                })
+            })
+            .collect();
+        claims
+            .into_iter()
+            .map(|c| c.join().expect("a claim"))
+            .collect()
+    });
+    let shared: Vec<_> = results.iter().filter(|(r, ..)| r == "doc.md").collect();
+    let won: Vec<_> = shared.iter().filter(|(_, code, _)| *code == 0).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    assert_eq!(won[0].2, "1", "{results:?}");
+    assert!(
+        shared
+            .iter()
+            .all(|(_, code, out)| (*code, out.as_str()) == (0, "1")
+                || (*code, out.as_str()) == (3, "held")),
+        "{results:?}"
+    );
+    for (res, code, out) in results.iter().filter(|(r, ..)| r != "doc.md") {
+        assert_eq!((*code, out.as_str()), (0, "1"), "{res}: {results:?}");
+    }
+    assert_eq!(row(env, "doc.md", 1)["lease"]["epoch"], 1);
+}
+
+both_stores!(
+    the_readmes_sink_rules_hold,
+    a_worker_paused_inside_write_is_stale_after_the_takeover,
+    racing_first_claims_grant_one_epoch_and_hold_the_rest,
+    a_write_failing_before_commit_leaves_neither_epoch_nor_content,
+);
