@@ -534,7 +534,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             here: None,
             state_files: root::StateFiles::default(),
             remote: None,
-            server_clock: std::cell::OnceCell::new(),
+            server_clock: std::cell::Cell::new(None),
         });
     }
     // Real time even under --now; zero means "do not wait at all" (exit 7 at once if
@@ -593,7 +593,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         how: place.how,
         here: place.here.filter(|_| typed),
         remote,
-        server_clock: std::cell::OnceCell::new(),
+        server_clock: std::cell::Cell::new(None),
     })
 }
 

@@ -39,7 +39,7 @@ pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn, what: &str) -> Result
             "{} is a mirror of the store {url}: it takes no {what} of its own",
             ctx.root.display()
         ),
-        format!("{what} through the store: pass --store {url} (FENCEPOST_STORE)"),
+        format!("{what} through the store: pass --store '{url}' (FENCEPOST_STORE)"),
     ))
 }
 
@@ -54,7 +54,12 @@ fn local(ctx: &Ctx) -> Ctx {
 
 /// Brings the mirror root up to the store: every published resource, or only `only`.
 /// Applies what is newer and reports each resource it looked at.
-pub(crate) fn sync(ctx: &Ctx, store: &mut dyn Store, only: Option<&str>) -> Result<Mirrored> {
+pub(crate) fn sync(
+    ctx: &Ctx,
+    store: &mut dyn Store,
+    only: Option<&str>,
+    look: Look,
+) -> Result<Mirrored> {
     let remote = ctx
         .remote
         .as_ref()
@@ -81,7 +86,7 @@ pub(crate) fn sync(ctx: &Ctx, store: &mut dyn Store, only: Option<&str>) -> Resu
     for published in wanted {
         // One document this host cannot hold (its path is a file here, or a symlink)
         // must not keep the others from being copied.
-        let applied = match apply(&mirror, store, remote, &published) {
+        let applied = match apply(&mirror, store, remote, &published, look) {
             Ok(applied) => applied,
             Err(e @ (Error::Remote { .. } | Error::RemoteBusy { .. } | Error::Internal(_))) => {
                 return Err(e);
@@ -104,7 +109,7 @@ pub(crate) fn sync(ctx: &Ctx, store: &mut dyn Store, only: Option<&str>) -> Resu
 /// up at once. The write is published already, so a failure here is a warning (the
 /// next `mirror` applies it).
 pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn Store, resource: &Resource) {
-    if let Err(e) = sync(ctx, store, Some(resource.as_str())) {
+    if let Err(e) = sync(ctx, store, Some(resource.as_str()), Look::Identity) {
         let _ = writeln!(
             std::io::stderr(),
             "fencepost: warning: published, but the mirror at {} was not updated: {e}",
@@ -119,6 +124,7 @@ fn apply(
     store: &mut dyn Store,
     remote: &Remote,
     published: &Published,
+    look: Look,
 ) -> Result<Applied> {
     let resource = mirror.stored(&published.resource)?;
     check_binding(mirror, store, remote, Some(&resource))?;
@@ -130,7 +136,7 @@ fn apply(
         error: None,
         code: 0,
     };
-    if up_to_date(mirror, &resource, published)? {
+    if up_to_date(mirror, &resource, published, look)? {
         return Ok(seen("current"));
     }
     let incoming = download(mirror, store, published)?;
@@ -154,24 +160,45 @@ fn apply(
     }
 }
 
+/// How closely a pass looks at documents the mirror's state file says it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Hash each one: an edit in place is found and repaired (`mirror`).
+    Hash,
+    /// Only check it is the file apply renamed into place, by inode and size, reading no
+    /// document (`mirror --follow`'s passes, which a 1 GiB document would make slow).
+    Identity,
+}
+
 /// Whether the mirror's state file records this version and its document holds it.
-fn up_to_date(mirror: &Ctx, resource: &Resource, published: &Published) -> Result<bool> {
+fn up_to_date(
+    mirror: &Ctx,
+    resource: &Resource,
+    published: &Published,
+    look: Look,
+) -> Result<bool> {
     let Some(mut local) = crate::store::open_read_only(&mirror.db, mirror.busy)? else {
         return Ok(false);
     };
     let tx = local.snapshot()?;
-    let recorded = tx.sink(resource)?.and_then(|r| r.content);
-    let same = recorded.is_some_and(|c| c.epoch == published.epoch && c.sha256 == published.sha256);
-    if !same {
+    let Some(recorded) = tx.sink(resource)?.and_then(|r| r.content) else {
+        return Ok(false);
+    };
+    if recorded.epoch != published.epoch || recorded.sha256 != published.sha256 {
         return Ok(false);
     }
     let Some(doc) = crate::resource::locate(&mirror.root, resource, false)? else {
         return Ok(false);
     };
-    if crate::atomic::inspect_document(&doc)?.is_none() {
+    let Some(entry) = crate::atomic::inspect_document(&doc)? else {
         return Ok(false);
+    };
+    if look == Look::Hash {
+        return Ok(crate::atomic::hash_document(&doc)?.0 == published.sha256);
     }
-    Ok(crate::atomic::hash_document(&doc)?.0 == published.sha256)
+    Ok(recorded
+        .file
+        .is_some_and(|f| f.ino == entry.ino && f.size == entry.size))
 }
 
 /// Binds the mirror root's state file to the store on first use (creating the root with
@@ -293,19 +320,19 @@ fn run_session(
     backoff: &mut Duration,
 ) -> Result<()> {
     blobs(store)?.listen()?;
-    report(&sync(ctx, store, None)?);
+    report(&sync(ctx, store, None, Look::Identity)?);
     *backoff = Duration::from_millis(100);
     loop {
         let names = blobs(store)?.wait(rescan)?;
         if names.is_empty() {
-            report(&sync(ctx, store, None)?);
+            report(&sync(ctx, store, None, Look::Identity)?);
             continue;
         }
         let mut names = names;
         names.sort();
         names.dedup();
         for name in names {
-            report(&sync(ctx, store, Some(&name))?);
+            report(&sync(ctx, store, Some(&name), Look::Identity)?);
         }
     }
 }

@@ -19,7 +19,10 @@ use crate::outcome::{Mirrored, Outcome};
 /// own. Prints one line per document applied (or `up to date`).
 ///
 /// With --follow it keeps running: it wakes on each publish (the store notifies), checks
-/// everything every --rescan, and reconnects with back-off when the connection drops.
+/// everything every --rescan, and reconnects with back-off when the connection drops. Its
+/// passes know a document they hold by inode and size; a plain `mirror` hashes each one
+/// and repairs one edited in place. A document this host cannot hold (its path is a file
+/// here, or reaches through a symlink) is listed as failed, and the others are copied.
 ///
 /// Example:
 ///   fencepost mirror --store postgresql:///fencepost?host=/run/postgresql --root /srv/reports --follow
@@ -69,7 +72,12 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
         return Err(Error::Internal("mirror --follow stopped following"));
     }
     let mut store = ctx.store()?;
-    let done = crate::mirror::sync(ctx, &mut *store, only.as_ref().map(|r| r.as_str()))?;
+    let done = crate::mirror::sync(
+        ctx,
+        &mut *store,
+        only.as_ref().map(|r| r.as_str()),
+        crate::mirror::Look::Hash,
+    )?;
     let plain = plain(&done);
     let failed: Vec<_> = done
         .applied

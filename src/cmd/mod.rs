@@ -51,7 +51,7 @@ pub(crate) struct Ctx {
     /// The shared store (`--store`), when the state is not a local state file.
     pub remote: Option<Remote>,
     /// The store's clock, once a shared store has been opened (see [`Ctx::now`]).
-    pub server_clock: std::cell::OnceCell<(i64, std::time::Instant)>,
+    pub server_clock: std::cell::Cell<Option<(i64, std::time::Instant)>>,
 }
 
 /// A shared store named by `--store`, and whether a local root mirrors it.
@@ -110,7 +110,7 @@ impl Ctx {
             return Ok(None);
         };
         if let Some(clock) = store::Store::server_clock(&opened) {
-            let _ = self.server_clock.set(clock);
+            self.server_clock.set(Some(clock));
         }
         if remote.mirror
             && let Some(id) = store::Store::identity(&opened)
@@ -239,6 +239,10 @@ impl Ctx {
         if self.remote.is_some() {
             let tx = store.immediate()?;
             tx.lock(resource)?;
+            if let Some(now) = tx.server_now() {
+                self.server_clock
+                    .set(Some((now, std::time::Instant::now())));
+            }
             crate::failpoints::failpoint!("txn.after_begin");
             tx.bind_clock(self.clock.kind())?;
             return Ok(tx);

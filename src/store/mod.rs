@@ -126,6 +126,12 @@ pub(crate) trait Txn {
         Ok(())
     }
 
+    /// A shared store's clock (ms since the Unix epoch) read once [`Txn::lock`] was
+    /// granted; `None` for a store on this host's clock.
+    fn server_now(&self) -> Option<i64> {
+        None
+    }
+
     /// The content a shared store publishes for `resource` (`None`: none yet, or a store
     /// without blobs).
     fn published(&self, _resource: &str) -> Result<Option<Published>> {

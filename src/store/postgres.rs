@@ -18,8 +18,9 @@
 //! older than its grace period. Blobs are found again by their SHA-256, so publishing
 //! bytes the store already holds keeps one copy.
 //!
-//! Deadlines are on the server's clock (read once per process at connect and counted on
-//! with the local monotonic clock), so hosts' clocks do not matter; `--now` ticks bind the
+//! Deadlines are on the server's clock (read at connect, and again once a resource's lock
+//! is granted, and counted on from there with the local monotonic clock), so hosts'
+//! clocks do not matter; `--now` ticks bind the
 //! store to logical time as they bind a state file.
 
 use std::cell::{Cell, RefCell};
@@ -143,6 +144,8 @@ pub(crate) struct PgStore {
     id: String,
     /// The server's clock at connect, in ms since the epoch, and when that was here.
     server_clock: (i64, Instant),
+    /// The session's `synchronous_commit` for publishing (uploads lower it for a while).
+    durable: &'static str,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -251,12 +254,23 @@ impl PgStore {
                 ))?
             }
         };
-        let (id, server_now) = header;
         let here = Instant::now();
-        client
-            .batch_execute("SET synchronous_commit = on")
-            .map_err(fail)?;
+        // An acknowledged write must be on disk (and on synchronous standbys) at COMMIT:
+        // a server or role that does not wait is overruled for fencepost's sessions; one
+        // that waits longer (remote_apply) is kept.
+        let durable = match header.synchronous_commit.as_str() {
+            "remote_write" => "remote_write",
+            "remote_apply" => "remote_apply",
+            _ => "on",
+        };
+        if durable != header.synchronous_commit {
+            client
+                .batch_execute("SET synchronous_commit = on")
+                .map_err(fail)?;
+        }
+        let (id, server_now) = (header.id, header.now);
         Ok(Some(PgStore {
+            durable,
             client,
             shown: url.shown.clone(),
             busy,
@@ -290,6 +304,9 @@ fn connect(url: &StoreUrl, busy: Duration) -> Result<Client> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(10));
     }
+    // A `mirror --follow` across a network learns of a dead peer in about a minute, not
+    // the two hours of the system's default.
+    config.keepalives_idle(Duration::from_secs(30));
     config.connect(NoTls).map_err(|e| Error::Remote {
         message: format!("cannot reach the store {}: {}", url.shown, root_cause(&e)),
         hint: Some(
@@ -313,11 +330,22 @@ fn root_cause(e: &postgres::Error) -> String {
     text
 }
 
+/// What a store says of itself at connect.
+struct Header {
+    /// Its identity, made with its schema.
+    id: String,
+    /// The server's clock, ms since the Unix epoch.
+    now: i64,
+    /// The session's `synchronous_commit`.
+    synchronous_commit: String,
+}
+
 /// The store's identity and the server's clock, or `None` for a database without a
 /// fencepost schema. Refuses a schema that is not fencepost's, or newer than this build.
-fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Option<(String, i64)>> {
+fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Option<Header>> {
     let rows = client.query(
-        "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+        "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                current_setting('synchronous_commit')
          FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
         &[],
     );
@@ -350,7 +378,15 @@ fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Optio
     }
     let id = value("id").ok_or_else(|| foreign(shown, "fencepost_meta"))?;
     let now: i64 = rows.first().and_then(|r| r.try_get(2).ok()).unwrap_or(0);
-    Ok(Some((id, now)))
+    let synchronous_commit: String = rows
+        .first()
+        .and_then(|r| r.try_get(3).ok())
+        .unwrap_or_default();
+    Ok(Some(Header {
+        id,
+        now,
+        synchronous_commit,
+    }))
 }
 
 /// A database without `fencepost_meta` may still hold one of our table names, made by
@@ -485,6 +521,7 @@ impl PgStore {
             shown,
             busy,
             open: Cell::new(true),
+            now: Cell::new(None),
         }))
     }
 }
@@ -495,6 +532,8 @@ pub(crate) struct PgTxn<'a> {
     shown: &'a str,
     busy: Duration,
     open: Cell<bool>,
+    /// The server's clock once the resource's lock was granted.
+    now: Cell<Option<i64>>,
 }
 
 impl Drop for PgTxn<'_> {
@@ -559,8 +598,8 @@ impl Txn for PgTxn<'_> {
                     ),
                     hint: Some(
                         "`fencepost status` (or `log`) tells whether it was; running the same \
-                         command again is safe (a write under the same epoch with the same \
-                         bytes is a replay)"
+                         command again is safe: a replay if it was made, else decided afresh \
+                         (`stale` if a newer epoch took over meanwhile)"
                             .to_string(),
                     ),
                 });
@@ -580,7 +619,18 @@ impl Txn for PgTxn<'_> {
             "SELECT 1 FROM fencepost_lock WHERE resource = $1 FOR UPDATE",
             &[&resource.as_str()],
         )?;
+        // Read after the lock is granted (a statement of its own: the one above may have
+        // waited), so decisions use the time they are made at.
+        let now = self.query_opt(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )?;
+        self.now.set(now.and_then(|r| r.try_get(0).ok()));
         Ok(())
+    }
+
+    fn server_now(&self) -> Option<i64> {
+        self.now.get()
     }
 
     fn bind_clock(&self, kind: ClockKind) -> Result<()> {
@@ -737,7 +787,7 @@ impl Txn for PgTxn<'_> {
                AND id IS DISTINCT FROM $2",
             &[&resource.as_str(), &blob],
         )?;
-        self.execute(
+        let pointed = self.client.borrow_mut().execute(
             "INSERT INTO fencepost_sink
                  (resource, fence, content_epoch, sha256, size, written_at, owner, blob, unfenced)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
@@ -754,7 +804,22 @@ impl Txn for PgTxn<'_> {
                 &blob,
                 &unfenced,
             ],
-        )?;
+        );
+        match pointed {
+            Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
+                return Err(Error::Remote {
+                    message: format!(
+                        "the content uploaded for {resource} was removed before it could be \
+                         published (`recover --grace` shorter than the upload): nothing was \
+                         published"
+                    ),
+                    hint: Some("write it again; give `recover` a longer --grace".to_string()),
+                });
+            }
+            pointed => {
+                pointed.map_err(self.fail())?;
+            }
+        }
         self.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &resource.as_str()])?;
         Ok(())
     }
@@ -974,7 +1039,7 @@ impl Blobs for PgStore {
             )
             .map_err(|e| fail(&shown, busy, e))?;
         self.client
-            .batch_execute("SET synchronous_commit = on")
+            .batch_execute(&format!("SET synchronous_commit = {}", self.durable))
             .map_err(|e| fail(&shown, busy, e))?;
         Ok(Blob { id, sha256, size })
     }
