@@ -194,28 +194,7 @@ fn a_worker_paused_inside_its_commit_past_lease_and_idle_timeout_publishes_nothi
     assert!(stderr.starts_with("fencepost: "), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "");
 
-    // The store: B's version is current, A's never was.
-    let status = a.fp(&["--json", "status", res]).now(13).expect(0).json();
-    let row = &status["resources"][0];
-    assert_eq!(row["sink"]["content_epoch"], 2, "{row}");
-    assert_eq!(row["sink"]["sha256"], sha256_hex(&b_bytes), "{row}");
-    assert_eq!(row["lease"]["owner"], "B", "{row}");
-    assert_eq!(row["lease"]["state"], "completed", "{row}");
-    let cat = Command::new(bin())
-        .env_clear()
-        .args(["--store", &url, "cat", res])
-        .current_dir(crate::harness::scratch())
-        .output()
-        .expect("run cat");
-    assert_eq!(cat.stdout, b_bytes);
-    assert_eq!(
-        logged_writes(&a, res),
-        [(
-            Value::from("B"),
-            Value::from(2),
-            Value::from(sha256_hex(&b_bytes))
-        )]
-    );
+    only_b_published(&a, &url, res, &b_bytes);
 
     // Every mirror converges to B's bytes: A's by a pass of its own, B's and the
     // follower's already there.
@@ -240,4 +219,30 @@ fn a_worker_paused_inside_its_commit_past_lease_and_idle_timeout_publishes_nothi
     );
     drop(follower);
     drop(store);
+}
+
+/// The store holds B's version as current and logs no write of A's.
+fn only_b_published(a: &Host, url: &str, res: &str, b_bytes: &[u8]) {
+    // The store: B's version is current, A's never was.
+    let status = a.fp(&["--json", "status", res]).now(13).expect(0).json();
+    let row = &status["resources"][0];
+    assert_eq!(row["sink"]["content_epoch"], 2, "{row}");
+    assert_eq!(row["sink"]["sha256"], sha256_hex(b_bytes), "{row}");
+    assert_eq!(row["lease"]["owner"], "B", "{row}");
+    assert_eq!(row["lease"]["state"], "completed", "{row}");
+    let cat = Command::new(bin())
+        .env_clear()
+        .args(["--store", url, "cat", res])
+        .current_dir(crate::harness::scratch())
+        .output()
+        .expect("run cat");
+    assert_eq!(cat.stdout, b_bytes);
+    assert_eq!(
+        logged_writes(a, res),
+        [(
+            Value::from("B"),
+            Value::from(2),
+            Value::from(sha256_hex(b_bytes))
+        )]
+    );
 }
