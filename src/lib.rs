@@ -534,6 +534,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             here: None,
             state_files: root::StateFiles::default(),
             remote: None,
+            applying: false,
             server_clock: std::cell::Cell::new(None),
         });
     }
@@ -593,6 +594,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         how: place.how,
         here: place.here.filter(|_| typed),
         remote,
+        applying: false,
         server_clock: std::cell::Cell::new(None),
     })
 }

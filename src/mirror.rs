@@ -26,7 +26,7 @@ pub(crate) const MIRROR_URL: &str = "mirror_url";
 
 /// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
 /// decides for it, and a local version would be overwritten by the next apply.
-pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn, what: &str) -> Result<()> {
+pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn) -> Result<()> {
     if tx.meta_bytes(MIRROR_OF)?.is_none() {
         return Ok(());
     }
@@ -36,18 +36,23 @@ pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn, what: &str) -> Result
         .unwrap_or_default();
     Err(Error::usage_hint(
         format!(
-            "{} is a mirror of the store {url}: it takes no {what} of its own",
+            "{} is a mirror of the store {url}: it takes no claim or write of its own",
             ctx.root.display()
         ),
-        format!("{what} through the store: pass --store '{url}' (FENCEPOST_STORE)"),
+        format!("claim and write through the store: pass --store '{url}' (FENCEPOST_STORE)"),
     ))
 }
 
-/// The mirror root's own context: its state file, names relative to it, no store.
-fn local(ctx: &Ctx) -> Ctx {
+/// The mirror root's own context: its state file, names relative to it, no store, and
+/// the wall clock whatever `--now` says. A mirror's clock only dates its applies (the
+/// store decided everything else), so one mirror root serves a store on logical ticks
+/// and one on the wall clock alike, and `--now` never binds it.
+pub(crate) fn local(ctx: &Ctx) -> Ctx {
     Ctx {
         remote: None,
         here: None,
+        clock: crate::clock::Clock::Wall,
+        applying: true,
         ..ctx.clone()
     }
 }
@@ -66,7 +71,6 @@ pub(crate) fn sync(
         .ok_or(Error::Internal("a mirror without a store"))?;
     let wanted = {
         let tx = store.snapshot()?;
-        tx.check_clock(ctx.clock.kind())?;
         match only {
             Some(name) => tx.published(name)?.into_iter().collect(),
             None => tx.all_published()?,
@@ -109,13 +113,18 @@ pub(crate) fn sync(
 /// up at once. The write is published already, so a failure here is a warning (the
 /// next `mirror` applies it).
 pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn Store, resource: &Resource) {
-    if let Err(e) = sync(ctx, store, Some(resource.as_str()), Look::Identity) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "fencepost: warning: published, but the mirror at {} was not updated: {e}",
-            ctx.root.display()
-        );
-    }
+    let why = match sync(ctx, store, Some(resource.as_str()), Look::Identity) {
+        Err(e) => e.to_string(),
+        Ok(done) => match done.applied.into_iter().find_map(|a| a.error) {
+            Some(why) => why,
+            None => return,
+        },
+    };
+    let _ = writeln!(
+        std::io::stderr(),
+        "fencepost: warning: published, but the mirror at {} was not updated: {why}",
+        ctx.root.display()
+    );
 }
 
 /// Applies one published version to the mirror, unless it holds it already.

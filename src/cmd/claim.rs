@@ -81,9 +81,6 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
         // Read once the lock is held: waiting for it may take a while.
         let tx = ctx.begin(&mut *store, &resource)?;
         let now = ctx.now();
-        if ctx.remote.is_none() {
-            crate::mirror::refuse_local_change(ctx, &*tx, "claim")?;
-        }
         let current = tx.lease(&resource)?;
         let epoch = match next_epoch(current.as_ref(), now) {
             Ok(epoch) => epoch,
@@ -139,7 +136,8 @@ fn check_request(ctx: &Ctx, args: &LeaseRequest) -> Result<(Resource, i64, Optio
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
     // document that is a symlink, a folder or a special file can never be written: refuse
     // the claim now, before any lease is recorded.
-    let local = ctx.remote.as_ref().is_none_or(|r| r.mirror);
+    // With a store, the document is the store's: a mirror root's copy is not checked here.
+    let local = ctx.remote.is_none();
     if local {
         super::refuse_state_path(ctx, &resource)?;
     }

@@ -50,6 +50,9 @@ pub(crate) struct Ctx {
     pub state_files: StateFiles,
     /// The shared store (`--store`), when the state is not a local state file.
     pub remote: Option<Remote>,
+    /// Applying a shared store's version to its mirror root (`mirror.rs`): the one kind of
+    /// change a mirror root takes.
+    pub applying: bool,
     /// The store's clock, once a shared store has been opened (see [`Ctx::now`]).
     pub server_clock: std::cell::Cell<Option<(i64, std::time::Instant)>>,
 }
@@ -106,8 +109,19 @@ impl Ctx {
     /// Opens the shared store: `None` when its database has no fencepost schema yet and
     /// `create` is false.
     fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
-        let Some(opened) = store::postgres::PgStore::open(&remote.url, self.busy, create)? else {
-            return Ok(None);
+        let opened = match store::postgres::PgStore::open(&remote.url, self.busy, false)? {
+            Some(opened) => opened,
+            None if !create => return Ok(None),
+            None => {
+                // A store without tables yet: a root bound to any store, or with leases
+                // of its own, is not its mirror; refused before the tables are made.
+                if remote.mirror {
+                    crate::mirror::check_root(self, remote, "")?;
+                }
+                store::postgres::PgStore::open(&remote.url, self.busy, true)?.ok_or(
+                    Error::Internal("a store opened to be created had no schema"),
+                )?
+            }
         };
         if let Some(clock) = store::Store::server_clock(&opened) {
             self.server_clock.set(Some(clock));
@@ -251,6 +265,10 @@ impl Ctx {
         let pin = self.root_pin();
         let tx = store.immediate()?;
         crate::failpoints::failpoint!("txn.after_begin");
+        // A mirror root takes only its store's versions; said before any clock binding.
+        if !self.applying {
+            crate::mirror::refuse_local_change(self, &*tx)?;
+        }
         self.bind(&*tx, &pin)?;
         self.recover(&*tx, resource)?;
         Ok(tx)

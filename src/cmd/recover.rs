@@ -177,11 +177,7 @@ fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<R
         if stale > 0 {
             lines.push(format!("{stale} unfinished download(s) removed"));
         }
-        let local = Ctx {
-            remote: None,
-            here: None,
-            ..ctx.clone()
-        };
+        let local = crate::mirror::local(ctx);
         let local_args = RecoverArgs {
             resource: only.map(|r| r.to_string().into()),
             root_moved: false,

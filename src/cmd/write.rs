@@ -162,11 +162,11 @@ fn content_source(args: &WriteArgs) -> Result<Source> {
 /// owner the epoch was not issued to), read from a snapshot before a byte is read or a
 /// folder made. Advisory only: the decision that counts is taken again under the lock.
 fn refuse_early(ctx: &Ctx, tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<()> {
+    if !ctx.applying && ctx.remote.is_none() {
+        crate::mirror::refuse_local_change(ctx, tx)?;
+    }
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(tx)?;
-    if !args.applied && ctx.remote.is_none() {
-        crate::mirror::refuse_local_change(ctx, tx, "write")?;
-    }
     let (lease, record) = (issuing_lease(tx, resource, args)?, tx.sink(resource)?);
     check_issued_owner(resource, args, lease.as_ref())?;
     if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
