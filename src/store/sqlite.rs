@@ -1020,6 +1020,24 @@ mod tests {
     }
 
     #[test]
+    fn the_header_tells_a_fresh_file_a_foreign_one_and_ours_apart() {
+        let conn = Connection::open_in_memory().expect("an in-memory database");
+        assert_eq!(header(&conn).expect("a header"), (0, 0, 0), "fresh");
+        conn.execute_batch("CREATE TABLE t (x); CREATE INDEX t_x ON t (x);")
+            .expect("a foreign schema");
+        assert_eq!(header(&conn).expect("a header"), (0, 0, 2), "foreign");
+        conn.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 7;"
+        ))
+        .expect("our id");
+        let (app_id, version, _) = header(&conn).expect("a header");
+        assert_eq!((app_id, version), (APPLICATION_ID, 7), "ours");
+        conn.execute_batch("PRAGMA application_id = 12345;")
+            .expect("another id");
+        assert_eq!(header(&conn).expect("a header").0, 12345, "another app");
+    }
+
+    #[test]
     fn an_early_busy_is_retried_until_the_attempt_succeeds() {
         let busy = Err("busy");
         assert_eq!(retried(&[busy, busy, busy, Ok(7)]), (Ok(7), 4));
