@@ -755,7 +755,8 @@ class Bench:
                      "harness working. Its numbers mean nothing; see `bench/RESULTS.md`.\n")
         L.append(f"Reproduce with `bench/run.sh` (full) or `bench/run.sh --smoke` (CI). Generated "
                  f"{time.strftime('%Y-%m-%d %H:%M %Z')} from fencepost {m['rev']}, release build "
-                 "statically linked (`-C target-feature=+crt-static`; row 1c and the lock-hold "
+                 "statically linked (`-C target-feature=+crt-static -C relocation-model=static`; row 1c "
+                 "and the lock-hold "
                  "rows, which need LD_PRELOAD, use the default dynamic build); "
                  f"the run took {(time.monotonic() - started) / 60:.1f} min.\n")
         L.append(f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem']} RAM, kernel {m['kernel']}; "

@@ -888,14 +888,29 @@ fn hold_shared(path: &Path, busy: Duration) -> Result<std::fs::File> {
 }
 
 /// What a state file says of itself: its application id, schema version and number of
-/// schema objects (0, 0, 0 for a file nobody has initialised).
+/// schema objects (0, 0, 0 for a file nobody has initialised). The objects are counted
+/// only when the id is 0: any other id settles whether the file is ours. Plain pragmas
+/// rather than one SELECT over `pragma_application_id` and `pragma_user_version`: those
+/// table-valued forms make SQLite declare a virtual table for each, in every process
+/// (3% of a claim's instructions, 1.3% of a write's). The reads share one read
+/// transaction (a savepoint, which also nests in a caller's transaction): read one by one,
+/// a first claim committing the schema in another process between them would give an
+/// id of 0 with a count of our tables, which reads as another application's file.
 fn header(conn: &Connection) -> rusqlite::Result<(i32, i64, i64)> {
-    conn.query_row(
-        "SELECT application_id, user_version, (SELECT count(*) FROM sqlite_schema)
-         FROM pragma_application_id, pragma_user_version",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )
+    conn.execute_batch("SAVEPOINT header")?;
+    let read = (|| -> rusqlite::Result<(i32, i64, i64)> {
+        let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let tables: i64 = if app_id == 0 {
+            conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?
+        } else {
+            0
+        };
+        Ok((app_id, version, tables))
+    })();
+    let released = conn.execute_batch("RELEASE header");
+    let read = read?;
+    released.map(|()| read)
 }
 
 /// SQLite's answer when a read-only connection would have to create a file.
@@ -1013,6 +1028,24 @@ mod tests {
             },
         );
         (done, tries)
+    }
+
+    #[test]
+    fn the_header_tells_a_fresh_file_a_foreign_one_and_ours_apart() {
+        let conn = Connection::open_in_memory().expect("an in-memory database");
+        assert_eq!(header(&conn).expect("a header"), (0, 0, 0), "fresh");
+        conn.execute_batch("CREATE TABLE t (x); CREATE INDEX t_x ON t (x);")
+            .expect("a foreign schema");
+        assert_eq!(header(&conn).expect("a header"), (0, 0, 2), "foreign");
+        conn.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = 7;"
+        ))
+        .expect("our id");
+        let (app_id, version, _) = header(&conn).expect("a header");
+        assert_eq!((app_id, version), (APPLICATION_ID, 7), "ours");
+        conn.execute_batch("PRAGMA application_id = 12345;")
+            .expect("another id");
+        assert_eq!(header(&conn).expect("a header").0, 12345, "another app");
     }
 
     #[test]
