@@ -53,7 +53,7 @@ pub(crate) struct Ctx {
     /// Applying a shared store's version to its mirror root (`mirror.rs`): the one kind of
     /// change a mirror root takes.
     pub applying: bool,
-    /// The store's clock, once a shared store has been opened (see [`Ctx::now`]).
+    /// The store's clock and when it was read here (see [`Ctx::now`]).
     pub server_clock: std::cell::Cell<Option<(i64, std::time::Instant)>>,
 }
 
@@ -95,8 +95,9 @@ impl Report {
 }
 
 impl Ctx {
-    /// The current time: `--now`'s tick, the shared store's clock once it is open, or
-    /// this host's wall clock.
+    /// The current time: `--now`'s tick; the shared store's clock, as read when the store
+    /// was opened or, later, when a resource's lock was granted, counted on from there
+    /// by this host's monotonic clock; or this host's wall clock.
     pub(crate) fn now(&self) -> i64 {
         match (self.clock, self.server_clock.get()) {
             (Clock::Wall, Some((base, at))) => {
