@@ -246,3 +246,26 @@ fn only_b_published(a: &Host, url: &str, res: &str, b_bytes: &[u8]) {
         )]
     );
 }
+
+#[test]
+fn a_claim_that_waited_for_the_lock_judges_the_lease_at_the_time_it_got_it() {
+    let Some(store) = pg::store() else { return };
+    // On the wall clock: A's lease lasts 3 s; A's write then holds the resource's row,
+    // paused inside its transaction, until the server ends its session after 5 s idle.
+    let url = store.url_with(&["idle_in_transaction_session_timeout=5s"]);
+    let (a, b) = (Host::new(&url), Host::new(&url));
+    a.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "3s"])
+        .expect_stdout(0, "1");
+    let args = ["--store", &url, "write", "doc.md", "--epoch", "1"];
+    let paused = spawn_paused(&a.root, &args, None, b"A's", "txn.before_commit");
+    // B asks while A's lease is live and waits for the row until A's session ends, past
+    // A's deadline: judged when B got the row, A's lease has expired, and B takes over.
+    let j = b
+        .fp(&["--json", "claim", "doc.md", "--owner", "B", "--ttl", "60s"])
+        .env("FENCEPOST_BUSY_TIMEOUT", "30s")
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["epoch"], 2, "{j}");
+    assert_eq!(j["previous"]["owner"], "A", "{j}");
+    assert_eq!(paused.resume().status.code(), Some(1));
+}
