@@ -364,3 +364,49 @@ fn recover_removes_the_blob_of_a_writer_killed_after_its_upload() {
     in_folder(&cwd, store.url(), &["verify"]).now(12).expect(0);
     assert_eq!(entries(cwd.root()), Vec::<String>::new());
 }
+
+#[test]
+fn a_foreign_meta_table_with_other_column_types_is_refused_not_a_panic() {
+    let Some(store) = pg::store() else { return };
+    let mut client = store.client();
+    client
+        .batch_execute(
+            "CREATE TABLE fencepost_meta (key text PRIMARY KEY, value text);
+             INSERT INTO fencepost_meta VALUES
+                 ('application', 'fencepost'), ('schema', '1'), ('id', 'x')",
+        )
+        .expect("someone else's table");
+    let before = dump(&mut client);
+    let cwd = Env::new();
+    let done = in_folder(
+        &cwd,
+        store.url(),
+        &["claim", "doc.md", "--owner", "A", "--ttl", "10"],
+    )
+    .expect(2);
+    assert!(
+        done.stderr
+            .contains("has a table fencepost_meta that fencepost did not make"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(dump(&mut client), before);
+}
+
+#[test]
+fn log_prune_with_a_store_prunes_the_stores_log() {
+    let Some(store) = pg::store() else { return };
+    publish(&store, "doc.md", "v1");
+    let count = |client: &mut Client| -> i64 {
+        client
+            .query_one("SELECT count(*) FROM fencepost_log", &[])
+            .expect("count")
+            .get(0)
+    };
+    let mut client = store.client();
+    assert_eq!(count(&mut client), 2);
+    let cwd = Env::new();
+    in_folder(&cwd, store.url(), &["log", "--prune", "--log-keep", "1"])
+        .expect_stdout(0, "pruned 1 event(s)");
+    assert_eq!(count(&mut client), 1);
+}
