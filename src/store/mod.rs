@@ -243,6 +243,18 @@ pub(crate) enum HolderChange<'a> {
     Release,
 }
 
+impl<'a> HolderChange<'a> {
+    /// The lease row's new state, deadline and result for this change made at `now`
+    /// (`None`: left as it is): what every store's compare-and-set writes.
+    pub(crate) fn columns(self, now: i64) -> (&'static str, Option<i64>, Option<&'a str>) {
+        match self {
+            HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),
+            HolderChange::Complete { result } => ("completed", None, result),
+            HolderChange::Release => ("released", None, None),
+        }
+    }
+}
+
 /// Opens the state store at `db` for changes, creating it if `create` and missing;
 /// `None` when it does not exist and `create` is false.
 pub(crate) fn open(db: &Path, busy: Duration, create: bool) -> Result<Option<Box<dyn Store>>> {

@@ -31,7 +31,7 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls, Row};
 use sha2::{Digest, Sha256};
 
-use super::{Blob, Blobs, HolderChange, HolderRequest, Published, Store, Txn, WriteRecord};
+use super::{Blob, Blobs, HolderRequest, Published, Store, Txn, WriteRecord};
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
@@ -726,11 +726,7 @@ impl Txn for PgTxn<'_> {
             now,
             change,
         } = *request;
-        let (state, deadline, result) = match change {
-            HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),
-            HolderChange::Complete { result } => ("completed", None, result),
-            HolderChange::Release => ("released", None, None),
-        };
+        let (state, deadline, result) = change.columns(now);
         let rows = self.execute(
             "UPDATE fencepost_lease SET state = $1, deadline = coalesce($2, deadline),
                  result = coalesce($3, result), updated_at = $4

@@ -35,7 +35,7 @@ use rusqlite::{
     params,
 };
 
-use super::{HolderChange, HolderRequest, Store, Txn, WriteRecord};
+use super::{HolderRequest, Store, Txn, WriteRecord};
 use crate::atomic;
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
@@ -543,11 +543,7 @@ impl Txn for SqliteTxn<'_> {
             now,
             change,
         } = *request;
-        let (state, deadline, result) = match change {
-            HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),
-            HolderChange::Complete { result } => ("completed", None, result),
-            HolderChange::Release => ("released", None, None),
-        };
+        let (state, deadline, result) = change.columns(now);
         let rows = self
             .tx
             .execute(
