@@ -86,6 +86,7 @@ class Bench:
         # lock with the LD_PRELOAD shim, which a static binary does not load.
         self.fp_dynamic = Path(args.fp_dynamic).resolve()
         self.floor = Path(args.floor).resolve()
+        self.link_order = args.link_order
         self.shim = Path(args.shim).resolve()
         self.work = Path(args.work).resolve()
         self.out = Path(args.out)
@@ -755,7 +756,9 @@ class Bench:
                      "harness working. Its numbers mean nothing; see `bench/RESULTS.md`.\n")
         L.append(f"Reproduce with `bench/run.sh` (full) or `bench/run.sh --smoke` (CI). Generated "
                  f"{time.strftime('%Y-%m-%d %H:%M %Z')} from fencepost {m['rev']}, release build "
-                 "statically linked (`-C target-feature=+crt-static -C relocation-model=static`; row 1c "
+                 "statically linked (`-C target-feature=+crt-static -C relocation-model=static`), "
+                 f"its functions laid out by `tools/link-order.txt` ({self.link_order} listed "
+                 "functions found in the build; row 1c "
                  "and the lock-hold "
                  "rows, which need LD_PRELOAD, use the default dynamic build); "
                  f"the run took {(time.monotonic() - started) / 60:.1f} min.\n")
@@ -878,6 +881,8 @@ def main():
     ap.add_argument("--shim", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--link-order", default="?/?",
+                    help="FOUND/LISTED: functions of tools/link-order.txt in the build")
     ap.add_argument("--only", default="", help="comma list of parts (debugging): "
                     "small,big,contention,lock,scale,startup,profiles")
     args = ap.parse_args()

@@ -5,8 +5,8 @@
 #   bench/run.sh --smoke    tiny sizes and few runs (CI), writes bench/RESULTS.smoke.md
 #
 # Builds the release binary twice: statically linked (glibc's crt-static, non-PIE, for the
-# host triple), which every row measures, and the default dynamically linked build, which
-# row 1c compares with it. Installs hyperfine / time / strace / flock / gcc with apt-get
+# host triple, functions laid out by tools/link-order.txt), which every row measures, and
+# the default dynamically linked build, which row 1c compares with it. Installs hyperfine / time / strace / flock / gcc with apt-get
 # if missing, compiles the floor program (bench/floor.c) and the lock-timing shim
 # (bench/lockhold.c) into target/bench/, then runs bench/bench.py. Scratch files go to
 # a fresh folder under $BENCH_DIR (default bench/.work), removed at the end; its
@@ -42,9 +42,16 @@ host=$(rustc -vV | sed -n 's/^host: //p')
 # The static build: a process starts about 0.5 ms sooner without the dynamic loader, and
 # a little sooner again when it need not relocate itself (non-PIE: no page of the binary
 # is rewritten at start-up; bench/notes.md). --target keeps the flags off build scripts
-# and proc macros.
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C relocation-model=static" \
+# and proc macros. rust-lld (Rust's default linker on x86_64 Linux) lays out the functions
+# that tools/link-order.txt lists side by side, so a command pages in its code with fewer
+# faults (tools/link-order.sh).
+order=$PWD/tools/link-order.txt
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C relocation-model=static \
+  -C link-arg=-Wl,--symbol-ordering-file=$order -C link-arg=-Wl,--no-warn-symbol-ordering" \
   cargo build --release --locked --target "$host"
+listed=$(wc -l < "$order")
+found=$(nm "$target/$host/release/fencepost" | awk 'NF == 3 {print $3}' | sort -u \
+  | comm -12 - <(sort -u "$order") | wc -l)
 mkdir -p "$target/bench"
 gcc -O2 -Wall -Wextra -o "$target/bench/floor" bench/floor.c
 gcc -O2 -Wall -Wextra -shared -fPIC -o "$target/bench/lockhold.so" bench/lockhold.c -ldl
@@ -58,7 +65,7 @@ out=bench/RESULTS.md
 [ -n "$smoke" ] && out=bench/RESULTS.smoke.md
 python3 bench/bench.py $smoke --fp "$target/$host/release/fencepost" \
   --fp-dynamic "$target/release/fencepost" --floor "$target/bench/floor" \
-  --shim "$target/bench/lockhold.so" --work "$work" --out "$out"
+  --shim "$target/bench/lockhold.so" --work "$work" --out "$out" --link-order "$found/$listed"
 # The PostgreSQL rows, appended as a section of their own: bench/pg.sh starts a private
 # cluster (and stops it), or says "skipped" without the server binaries.
 bash bench/pg.sh $smoke --fp "$target/$host/release/fencepost" --work "$work" --out "$out"
