@@ -3,10 +3,12 @@
 what this needs; this script runs every comparison side by side and writes the table.
 
 Ratios, not absolute times, are the result: the machines are shared and noisy. Every
-hyperfine comparison runs in ROUNDS rounds; each round runs all its commands back to back
+timed comparison runs in ROUNDS rounds; each round runs all its commands back to back
 (the order reversed every other round, so a drift in load hits both sides alike), and the
 round's ratio is median(A) / median(B). The table gives the median of the round ratios
-and their min-max spread. Rows measured outside hyperfine (memory, lock hold, latency
+and their min-max spread. Rows 1, 1c and 2 compare single processes of a few ms: they are
+spawned directly (bench/spawntime.c), sample by sample in turn, rather than through
+hyperfine's shell (see `spawned`). Rows measured otherwise (memory, lock hold, latency
 under load) say what their spread is taken over.
 """
 
@@ -20,6 +22,7 @@ import shutil
 import sqlite3
 import statistics
 import subprocess
+import random
 import sys
 import threading
 import time
@@ -86,6 +89,7 @@ class Bench:
         # lock with the LD_PRELOAD shim, which a static binary does not load.
         self.fp_dynamic = Path(args.fp_dynamic).resolve()
         self.floor = Path(args.floor).resolve()
+        self.spawntime = Path(args.spawntime).resolve()
         self.link_order = args.link_order
         self.shim = Path(args.shim).resolve()
         self.work = Path(args.work).resolve()
@@ -159,6 +163,39 @@ class Bench:
                 times[result["command"]] += result["times"]
         return medians, times
 
+    def spawned(self, tag, cmds, runs, warmup, rounds, cwd, prepare):
+        """Like `hyperfine`, but each sample is one command spawned directly by
+        bench/spawntime.c, with no shell around it, and the commands take turns sample by
+        sample (in a shuffled order) rather than run by run. cmds: [(name, argv)]; an
+        argument "{epoch}" becomes the epoch that `prepare` (a shell command, untimed, run
+        before every sample) wrote to the file `ep`. Returns ({name: [round medians]},
+        {name: [all times]})."""
+        medians = {n: [] for n, _ in cmds}
+        times = {n: [] for n, _ in cmds}
+        shuffle = random.Random(tag).shuffle
+        for r in range(rounds):
+            self.seq += 1
+            self.log(f"spawned {tag} round {r + 1}/{rounds}")
+            samples = {n: [] for n, _ in cmds}
+            for i in range(warmup + runs):
+                order = list(cmds)
+                shuffle(order)
+                for name, argv in order:
+                    self.sh(prepare, cwd=cwd)
+                    epoch = (Path(cwd) / "ep").read_text().strip()
+                    argv = [epoch if a == "{epoch}" else str(a) for a in argv]
+                    out = self.sh([str(self.spawntime), *argv], cwd=cwd).stdout.split()
+                    if len(out) != 3 or out[2] != "0":
+                        raise SystemExit(f"bench: {tag}: {name} failed ({out}): {argv}")
+                    if i >= warmup:
+                        samples[name].append(int(out[0]) / 1e9)
+            with open(self.logs / f"{self.seq:02d}-{tag}-r{r}.json", "w") as f:
+                json.dump(samples, f)
+            for name, ts in samples.items():
+                medians[name].append(statistics.median(ts))
+                times[name] += ts
+        return medians, times
+
     def ratio_row(self, num, title, medians, a, b, goal, limit=None, strict=False, note="",
                   fmt=fmt_time, verdict=None):
         ra, rb = medians[a], medians[b]
@@ -192,16 +229,17 @@ class Bench:
         self.claim(root, "doc.md")  # creates the state file
         fp = q(self.fp)
         prep = f"{fp} claim doc.md --owner bench --ttl 1ms > ep"
-        dyn = q(self.fp_dynamic)
+        write = ["-q", "write", "doc.md", "--epoch", "{epoch}", "--from", "in4k"]
+        today = ("cat in4k > .today.md.tmp && sync .today.md.tmp && mv .today.md.tmp today.md"
+                 " && sync .")
         cmds = [
-            ("fencepost-write", f'read e < ep; exec {fp} -q write doc.md --epoch "$e" --from in4k'),
-            ("dynamic-write", f'read e < ep; exec {dyn} -q write doc.md --epoch "$e" --from in4k'),
-            ("floor", f"exec {q(self.floor)} floor.md in4k"),
-            ("flock-shell", "flock .today.lock sh -c 'cat in4k > .today.md.tmp && sync .today.md.tmp"
-                            " && mv .today.md.tmp today.md && sync .'"),
+            ("fencepost-write", [self.fp, *write]),
+            ("dynamic-write", [self.fp_dynamic, *write]),
+            ("floor", [self.floor, "floor.md", "in4k"]),
+            ("flock-shell", ["flock", ".today.lock", "sh", "-c", today]),
         ]
-        med, _ = self.hyperfine("publish-4k", cmds, c["runs"], c["warmup"], c["rounds"], root,
-                                prepares=[prep] * len(cmds))
+        med, _ = self.spawned("publish-4k", cmds, c["runs"], c["warmup"], c["rounds"], root,
+                              prep)
         self.ratio_row("1", "Floor: `fencepost write` 4 KiB (fenced, durable) vs minimal C "
                        "durable atomic replace (`bench/floor.c`)", med, "fencepost-write",
                        "floor", "<= 2.0x (1.5x long-term)", 2.0)
@@ -211,6 +249,18 @@ class Bench:
         self.ratio_row("1c", "Build: the same write with the default, dynamically linked "
                        "build vs the static one measured everywhere else", med, "dynamic-write",
                        "fencepost-write", "report")
+        # Row 1 as hyperfine times it through `sh -c` (reading the epoch in the shell),
+        # less the shell start-up it measures on its own: kept to show how far that
+        # method lands from the direct one (bench/notes.md).
+        cmds = [
+            ("fencepost-write", f'read e < ep; exec {fp} -q write doc.md --epoch "$e" --from in4k'),
+            ("floor", f"exec {q(self.floor)} floor.md in4k"),
+        ]
+        med, _ = self.hyperfine("publish-4k-sh", cmds, c["runs"], c["warmup"], c["rounds"], root,
+                                prepares=[prep] * len(cmds))
+        self.ratio_row("1d", "Method: row 1 timed by hyperfine through `sh -c` (the epoch read "
+                       "in the shell; hyperfine's measured shell start-up subtracted)", med,
+                       "fencepost-write", "floor", "report")
         assert (root / "doc.md").read_bytes() == self.in4k.read_bytes()
 
         # claim cost
@@ -236,16 +286,30 @@ class Bench:
         script = (f"for i in $(seq 1 {n}); do e=$({fp} claim doc.md --owner bench --ttl 1ms) && "
                   f'{fp} -q write doc.md --epoch "$e" --from in4k || exit 1; done')
         trace = self.work / "fsyncs.txt"
-        self.sh(["strace", "-f", "-qq", "-e", "trace=execve,fsync,fdatasync", "-o", str(trace),
+        self.sh(["strace", "-f", "-qq", "-e", "trace=execve,clone,clone3,fsync,fdatasync",
+                 "-o", str(trace),
                  "sh", "-c", script], cwd=root)
-        command, counts = {}, {"claim": 0, "write": 0, "other": 0}
-        for line in trace.read_text().splitlines():
-            pid, _, call = line.partition(" ")
-            call = call.strip()
+        # The command of each pid, from its execve; a thread (or a child before its
+        # execve) runs its parent's, from the clone, whose return strace may print after
+        # the child's first calls: hence two passes.
+        calls = [(pid, call.strip()) for pid, _, call in
+                 (line.partition(" ") for line in trace.read_text().splitlines())]
+        command, parent = {}, {}
+        for pid, call in calls:
             if call.startswith("execve("):
                 command[pid] = next((w for w in ("claim", "write") if f'"{w}"' in call), "other")
-            elif call.startswith(("fsync(", "fdatasync(")):
-                counts[command.get(pid, "other")] += 1
+            elif call.startswith(("clone", "<... clone")) and "<unfinished" not in call:
+                parent[call.rpartition("= ")[2].strip()] = pid
+
+        def command_of(pid):
+            while pid not in command and pid in parent:
+                pid = parent[pid]
+            return command.get(pid, "other")
+
+        counts = {"claim": 0, "write": 0, "other": 0}
+        for pid, call in calls:
+            if call.startswith(("fsync(", "fdatasync(")):
+                counts[command_of(pid)] += 1
         per_write = (counts["write"] + counts["claim"] - n) / n
         self.fsyncs = dict(n=n, **counts)
         self.add_row("1b", f"fsyncs per fenced 4 KiB write, {n} writes in a row each after its "
@@ -766,12 +830,17 @@ class Bench:
                  f"bench folder on `{m['fs']}`. Load average (1/5/15 min) {load0[0]:.2f}/"
                  f"{load0[1]:.2f}/{load0[2]:.2f} at the start, {load1[0]:.2f}/{load1[1]:.2f}/"
                  f"{load1[2]:.2f} at the end (a shared machine). {m['hyperfine']}, {m['rustc']}.\n")
-        L.append("Ratio = A / B: below 1, A is faster. Each hyperfine row ran in "
+        L.append("Ratio = A / B: below 1, A is faster. Each timed row ran in "
                  f"{c['rounds']} rounds (rows 4-5: {c['big_rounds']} and {c['cont_rounds']}) with "
-                 "A and B back to back in every round (order reversed every other round); the "
-                 "ratio is the median over rounds of median(A)/median(B), the spread the min and "
-                 "max of the round ratios. A and B columns are medians of the round medians. "
-                 "Rows 4d-4e, 5c-5e are measured outside hyperfine; their spread is over the "
+                 "A and B back to back in every round; the ratio is the median over rounds of "
+                 "median(A)/median(B), the spread the min and max of the round ratios. A and B "
+                 "columns are medians of the round medians. Rows 1, 1c and 2 spawn each command "
+                 "directly, no shell around it (`bench/spawntime.c`), the commands taking turns "
+                 "sample by sample in a shuffled order, each sample after the same untimed "
+                 f"`claim`; {c['runs']} samples per command per round after {c['warmup']} "
+                 "discarded. Row 1d times row 1's pair the way hyperfine does through a shell. "
+                 "The other timed rows are hyperfine's (order reversed every other round). "
+                 "Rows 4d-4e, 5c-5e are measured outside both; their spread is over the "
                  "samples named in the row.\n")
         L.append("| # | Comparison: A vs B | A | B | Ratio A/B | Spread (min-max) | Goal | Result |")
         L.append("|---|---|--:|--:|--:|--:|---|---|")
@@ -878,6 +947,7 @@ def main():
     ap.add_argument("--fp", required=True)
     ap.add_argument("--fp-dynamic", required=True)
     ap.add_argument("--floor", required=True)
+    ap.add_argument("--spawntime", required=True)
     ap.add_argument("--shim", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
@@ -898,7 +968,7 @@ def main():
             continue
         b.log(f"part: {name}")
         fn()
-    order = {k: i for i, k in enumerate(["1", "1b", "1c", "2", "3", "4a", "4b", "4c", "4d", "4e", "5a", "5b", "5c",
+    order = {k: i for i, k in enumerate(["1", "1b", "1c", "1d", "2", "3", "4a", "4b", "4c", "4d", "4e", "5a", "5b", "5c",
                                          "5d", "5e", "6a", "6b", "7a", "7b"])}
     b.rows.sort(key=lambda r: order.get(r["num"], 99))
     b.report(started, load0)

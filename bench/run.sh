@@ -54,6 +54,7 @@ found=$(nm "$target/$host/release/fencepost" | awk 'NF == 3 {print $3}' | sort -
   | comm -12 - <(sort -u "$order") | wc -l)
 mkdir -p "$target/bench"
 gcc -O2 -Wall -Wextra -o "$target/bench/floor" bench/floor.c
+gcc -O2 -Wall -Wextra -o "$target/bench/spawntime" bench/spawntime.c
 gcc -O2 -Wall -Wextra -shared -fPIC -o "$target/bench/lockhold.so" bench/lockhold.c -ldl
 
 base=${BENCH_DIR:-bench/.work}
@@ -65,6 +66,7 @@ out=bench/RESULTS.md
 [ -n "$smoke" ] && out=bench/RESULTS.smoke.md
 python3 bench/bench.py $smoke --fp "$target/$host/release/fencepost" \
   --fp-dynamic "$target/release/fencepost" --floor "$target/bench/floor" \
+  --spawntime "$target/bench/spawntime" \
   --shim "$target/bench/lockhold.so" --work "$work" --out "$out" --link-order "$found/$listed"
 # The PostgreSQL rows, appended as a section of their own: bench/pg.sh starts a private
 # cluster (and stops it), or says "skipped" without the server binaries.

@@ -100,14 +100,27 @@ fn crash(env: &Env, args: &[&str], now: i64, stdin: &[u8], point: &str, mode: Mo
 }
 
 fn write_case(point: &str, mode: Mode, scenario: Scenario, next: Next) {
-    let what = format!("{point} {mode:?} {scenario:?} then {next:?}");
+    write_case_from(point, mode, scenario, next, false);
+}
+
+/// `write_case`, the content given on stdin or, with `from`, as a small `--from` file
+/// (staged by a second thread while the state file opens).
+fn write_case_from(point: &str, mode: Mode, scenario: Scenario, next: Next, from: bool) {
+    let what = format!("{point} {mode:?} {scenario:?} then {next:?}, from a file: {from}");
     let env = Env::new();
     let (epoch, before) = setup(&env, scenario);
     let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
     let (new, newer) = (new(), newer());
     let e = epoch.to_string();
-    let args = ["write", RES, "--epoch", e.as_str()];
-    crash(&env, &args, 20, &new, point, mode, &what);
+    let content = tempfile::NamedTempFile::new().expect("content file");
+    std::fs::write(content.path(), &new).expect("content");
+    let content = content.path().to_str().expect("utf-8 path");
+    let mut args = vec!["write", RES, "--epoch", e.as_str()];
+    if from {
+        args.extend(["--from", content]);
+    }
+    let args = args.as_slice();
+    crash(&env, args, 20, &new, point, mode, &what);
 
     let stage = stage_of(point);
     let committed = stage == Stage::Committed;
@@ -154,7 +167,7 @@ fn write_case(point: &str, mode: Mode, scenario: Scenario, next: Next) {
     match next {
         Next::Retry => {
             let outcome = if committed { "replay" } else { "written" };
-            env.fp(&args)
+            env.fp(args)
                 .now(21)
                 .stdin(new.clone())
                 .expect_stdout(0, outcome);
@@ -188,6 +201,25 @@ fn write_point(point: &str) {
         for scenario in [Scenario::First, Scenario::Rewrite] {
             for next in [Next::Retry, Next::Claim, Next::Recover] {
                 write_case(point, mode, scenario, next);
+            }
+        }
+    }
+}
+
+/// The failpoints a small `--from` write meets in its staging thread, each hit in every
+/// mode: the same outcomes as on stdin.
+#[test]
+fn small_from_writes_stopped_in_their_staging_thread() {
+    for point in [
+        "write.before_stage",
+        "write.after_temp_write",
+        "write.after_temp_fsync",
+    ] {
+        for mode in MODES {
+            for scenario in [Scenario::First, Scenario::Rewrite] {
+                for next in [Next::Retry, Next::Recover] {
+                    write_case_from(point, mode, scenario, next, true);
+                }
             }
         }
     }

@@ -794,7 +794,13 @@ fn fenced_writes_stay_within_the_fsync_budget() {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .current_dir(env.root())
-        .args(["-f", "-qq", "-e", "trace=execve,fsync,fdatasync", "-o"])
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=execve,clone,clone3,fsync,fdatasync",
+            "-o",
+        ])
         .arg(out_file.path())
         .args(["sh", "-c", &script])
         .output()
@@ -807,24 +813,41 @@ fn fenced_writes_stay_within_the_fsync_budget() {
         "every write publishes: {stdout}"
     );
     let trace = std::fs::read_to_string(out_file.path()).expect("read trace");
-    // The command each pid runs, from its execve; then each fsync charged to it.
+    // The command each pid runs, from its execve; a thread, or a child before its execve,
+    // runs its parent's (from the clone, whose return strace may print after the child's
+    // first calls: hence two passes). Then each fsync is charged to its command.
+    let calls: Vec<(&str, &str)> = trace
+        .lines()
+        .filter_map(|line| line.split_once(char::is_whitespace))
+        .map(|(pid, call)| (pid, call.trim_start()))
+        .collect();
     let mut command = std::collections::HashMap::<&str, &str>::new();
-    let (mut claims, mut writes, mut other) = (0usize, 0usize, 0usize);
-    for line in trace.lines() {
-        let Some((pid, call)) = line.split_once(char::is_whitespace) else {
-            continue;
-        };
-        let call = call.trim_start();
+    let mut parent = std::collections::HashMap::<&str, &str>::new();
+    for &(pid, call) in &calls {
         if call.starts_with("execve(") {
             let what = ["\"claim\"", "\"write\""]
                 .into_iter()
                 .find(|w| call.contains(w))
                 .unwrap_or("other");
             command.insert(pid, what);
-        } else if call.starts_with("fsync(") || call.starts_with("fdatasync(") {
-            match command.get(pid).copied() {
-                Some("\"claim\"") => claims += 1,
-                Some("\"write\"") => writes += 1,
+        } else if (call.starts_with("clone") || call.starts_with("<... clone"))
+            && !call.contains("<unfinished")
+        {
+            parent.insert(call.rsplit("= ").next().unwrap_or("").trim(), pid);
+        }
+    }
+    let (mut claims, mut writes, mut other) = (0usize, 0usize, 0usize);
+    for &(pid, call) in &calls {
+        if call.starts_with("fsync(") || call.starts_with("fdatasync(") {
+            let mut of = pid;
+            while !command.contains_key(of)
+                && let Some(up) = parent.get(of)
+            {
+                of = up;
+            }
+            match command.get(of).copied().unwrap_or("other") {
+                "\"claim\"" => claims += 1,
+                "\"write\"" => writes += 1,
                 _ => other += 1,
             }
         }
@@ -1133,5 +1156,150 @@ fn a_source_changed_mid_copy_is_recorded_as_published() {
         );
         assert_consistent(&env, RES, Some(21), Some((&doc, epoch)), change);
         env.fp(&["verify"]).now(22).expect(0);
+    }
+}
+
+/// The thread id strace (`-f`) puts before a call.
+fn tid(call: &Call) -> &str {
+    call.line.split_whitespace().next().unwrap_or("")
+}
+
+/// `write_args` with the content in a file beside the root (`--from`), not stdin.
+fn from_args(epoch: i64, content: &std::path::Path) -> Vec<String> {
+    let mut args = write_args(epoch);
+    args.extend(["--from".into(), content.display().to_string()]);
+    args
+}
+
+/// A small `--from` file is staged by a second thread while the first opens the state
+/// file (the temp file's fsync overlaps the state file's open): the promise of the order
+/// above holds all the same, the COMMIT is the first thread's, after the staged file's
+/// fsync, and a new WAL's folder is fsynced before it. On a build that stages after
+/// opening the state file, one thread does everything and this fails.
+#[test]
+fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
+    for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
+        .into_iter()
+        .flat_map(|s| WALS.map(|w| (s, w)))
+    {
+        let what = format!("{scenario:?}, {wal:?}");
+        let env = Env::new();
+        let (epoch, _) = setup_wal(&env, scenario, wal);
+        let content = tempfile::NamedTempFile::new().expect("content file");
+        std::fs::write(content.path(), new()).expect("content");
+        let args = from_args(epoch, content.path());
+        let t = traced(
+            &env,
+            &["-e", &format!("{TRACE_FILE_OPS},openat")],
+            &strs(&args),
+            20,
+            b"",
+        );
+        assert_eq!(t.code, Some(0), "{what}: {}", t.stderr);
+        assert_eq!(t.stdout.trim(), "written", "{what}");
+        let s = steps(&env, &t.calls);
+        let trace = dump(&t.calls);
+        let opens_state = t
+            .calls
+            .iter()
+            .find(|c| c.name == "openat" && c.line.contains("/.fencepost/state.db\""))
+            .unwrap_or_else(|| panic!("{what}: the state file is not opened\n{trace}"));
+        let (stager, committer) = (tid(&t.calls[s.temp_sync]), tid(&t.calls[s.commit_sync]));
+        assert_ne!(
+            stager, committer,
+            "{what}: the content is staged by the thread that commits\n{trace}"
+        );
+        assert_eq!(tid(opens_state), committer, "{what}\n{trace}");
+        assert!(
+            s.temp_sync < s.new_link
+                && s.new_link < s.rename
+                && s.rename < s.dir_sync
+                && s.dir_sync < s.first_wal_write
+                && s.frames < s.commit_sync,
+            "{what}: the order of a write\n{trace}"
+        );
+        if wal == Wal::New {
+            let state_dir = canonical(&env).join(".fencepost");
+            let synced = t.calls[..s.commit_sync]
+                .iter()
+                .any(|c| c.is_sync() && c.fd_path() == state_dir.to_str());
+            assert!(
+                synced,
+                "{what}: the new WAL's folder is not fsynced\n{trace}"
+            );
+        }
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}");
+        assert_consistent(&env, RES, Some(21), Some((&new(), epoch)), &what);
+    }
+}
+
+/// The staging thread's fsync failing fails the write (exit 1) with nothing changed and
+/// no temp file left, and the same write then succeeds.
+#[test]
+fn a_failed_fsync_in_the_staging_thread_fails_the_write() {
+    for scenario in [Scenario::First, Scenario::Rewrite] {
+        let what = format!("{scenario:?}");
+        let env = Env::new();
+        let (epoch, before) = setup_wal(&env, scenario, Wal::Kept);
+        let content = tempfile::NamedTempFile::new().expect("content file");
+        std::fs::write(content.path(), new()).expect("content");
+        let args = from_args(epoch, content.path());
+        // With the WAL kept, the first fsync of the write is the temp file's, whether
+        // strace counts the calls per thread or per process.
+        let t = traced(
+            &env,
+            &["-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=1"],
+            &strs(&args),
+            20,
+            b"",
+        );
+        let hit: Vec<&Call> = t.calls.iter().filter(|c| c.injected()).collect();
+        assert_eq!(hit.len(), 1, "{what}\n{}", dump(&t.calls));
+        assert!(
+            hit[0]
+                .fd_path()
+                .is_some_and(|p| p.contains(".doc.md.fencepost-tmp-")),
+            "{what}: the failed fsync is not the temp file's\n{}",
+            dump(&t.calls)
+        );
+        assert_eq!(t.code, Some(1), "{what}: {}", t.stderr);
+        assert_eq!(t.stdout, "", "{what}");
+        assert!(
+            t.stderr.contains("Input/output error"),
+            "{what}: {}",
+            t.stderr
+        );
+        let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+        assert_consistent(&env, RES, Some(21), before, &what);
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+        let retry = env.fp(&strs(&args)).now(22).expect(0);
+        assert_eq!(retry.stdout.trim(), "written", "{what}");
+        assert_consistent(&env, RES, Some(23), Some((&new(), epoch)), &what);
+    }
+}
+
+/// A small `--from` write refused early (stale: a newer epoch was issued; unissued: an
+/// epoch never issued) gives its refusal, not whatever staging did meanwhile, and leaves
+/// neither a temp file nor a change.
+#[test]
+fn a_small_from_write_refused_early_leaves_nothing_behind() {
+    let env = Env::new();
+    let (epoch, before) = setup(&env, Scenario::Rewrite);
+    let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+    let content = tempfile::NamedTempFile::new().expect("content file");
+    std::fs::write(content.path(), new()).expect("content");
+    let newer = env.claim(RES, "other", 100, 200);
+    assert!(newer > epoch);
+    for (epoch, code, answer) in [(epoch, 5, "stale"), (newer + 5, 8, "unissued")] {
+        let args = from_args(epoch, content.path());
+        let t = traced(&env, &["-e", "trace=openat"], &strs(&args), 201, b"");
+        assert_eq!(t.code, Some(code), "{answer}: {}", t.stderr);
+        assert!(t.stderr.contains(answer), "{answer}: {}", t.stderr);
+        assert_eq!(
+            tool_files(&env),
+            Vec::<String>::new(),
+            "{answer}: leftovers"
+        );
+        assert_eq!(env.read(RES).as_deref(), before.map(|(b, _)| b), "{answer}");
     }
 }

@@ -93,6 +93,10 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     if ctx.remote.is_some() {
         return remote::run(ctx, args, &resource, source);
     }
+    let source = match overlappable(ctx, &resource, args, source) {
+        Ok((file, doc)) => return run_overlapped(ctx, args, &resource, file, &doc),
+        Err(source) => source,
+    };
     let mut store = ctx.store()?;
     refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
     // Before any folder is created for the document: empty content is refused.
@@ -111,7 +115,11 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         // Nothing was published: folders made for this write go again.
         doc.remove_made_folders();
     }
-    let outcome = written?;
+    report(&resource, args, written?)
+}
+
+/// The plain answer of a write that published (or replayed) `outcome`.
+fn report(resource: &Resource, args: &WriteArgs, outcome: Outcome) -> Result<Report> {
     let (plain, changed) = match outcome {
         Outcome::Written(_) => (
             "written",
@@ -204,17 +212,111 @@ fn stage_and_publish(
         args,
     } = *target;
     super::refuse_state_file(ctx, doc, resource)?;
+    let size = args
+        .from
+        .as_ref()
+        .and_then(|path| std::fs::metadata(path).ok());
+    let mut staged = stage(doc, source, size.map(|m| m.len()))?;
+    publish_staged(target, store, &mut staged)
+}
+
+/// Stages the content beside the document (after checking there is room for `size`
+/// bytes, when known): the temp file, written and fsynced, with no lock held.
+fn stage<'d>(doc: &'d DocPath, source: &mut Source, size: Option<u64>) -> Result<Staged<'d>> {
     let existing = atomic::inspect_document(doc)?;
-    // The WAL's name is durable already: opening the store fsynced its folder if the WAL
-    // was new (`Store::open`), and this open connection keeps it from being deleted.
-    if let Some(path) = &args.from
-        && let Ok(meta) = std::fs::metadata(path)
-    {
-        atomic::ensure_space(doc.folder.path(), meta.len())?;
+    // The WAL's name is durable before anything commits into it: opening the store (before
+    // or, for `run_overlapped`, alongside this) fsyncs its folder if the WAL was new
+    // (`Store::open`), and the open connection keeps it from being deleted.
+    if let Some(size) = size {
+        atomic::ensure_space(doc.folder.path(), size)?;
     }
     failpoint!("write.before_stage");
-    let mut staged = atomic::stage(doc, source, existing.as_ref())?;
+    atomic::stage(doc, source, existing.as_ref())
+}
 
+/// Largest `--from` file staged while the state file opens (see `overlappable`).
+const OVERLAP_MAX: u64 = 1 << 20;
+
+/// A small write can stage its content while the state file is opened and the early
+/// refusals are read, rather than after: the temp file's fsync (most of a small write's
+/// wait) then overlaps the state file's open. Only for what staging early cannot harm: a
+/// regular `--from` file of at most [`OVERLAP_MAX`] bytes (a refused writer reads at most
+/// that much, and never waits on a producer, as it would on stdin) whose folder exists
+/// (no folder is made for a write that is refused), and not the state file. Anything else,
+/// or any error on the way, gives the source back for the usual order, which reports
+/// errors in their usual precedence.
+fn overlappable(
+    ctx: &Ctx,
+    resource: &Resource,
+    args: &WriteArgs,
+    source: Source,
+) -> std::result::Result<(File, DocPath), Source> {
+    let Source::File(file) = source else {
+        return Err(source);
+    };
+    let small = file
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.len() > 0 && m.len() <= OVERLAP_MAX);
+    let doc = (small && !args.applied)
+        .then(|| {
+            crate::resource::locate(&ctx.root, resource, false)
+                .ok()
+                .flatten()
+        })
+        .flatten()
+        .filter(|doc| super::refuse_state_file(ctx, doc, resource).is_ok());
+    match doc {
+        Some(doc) => Ok((file, doc)),
+        None => Err(Source::File(file)),
+    }
+}
+
+/// The write of `overlappable`: one thread stages `file` beside `doc` while this one opens
+/// the state file and reads the early refusals. A refusal (or a failure to open the state
+/// file) wins over whatever staging did, and removes the temp file.
+fn run_overlapped(
+    ctx: &Ctx,
+    args: &WriteArgs,
+    resource: &Resource,
+    file: File,
+    doc: &DocPath,
+) -> Result<Report> {
+    let target = Target {
+        ctx,
+        doc,
+        resource,
+        args,
+    };
+    let outcome = std::thread::scope(|scope| {
+        let staging = scope.spawn(move || {
+            let size = file.metadata().ok().map(|m| m.len());
+            stage(doc, &mut Source::File(file), size)
+        });
+        let opened = ctx.store().and_then(|mut store| {
+            refuse_early(ctx, &*store.snapshot()?, resource, args)?;
+            Ok(store)
+        });
+        let staged = staging
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let mut store = opened?;
+        publish_staged(&target, &mut *store, &mut staged?)
+    })?;
+    report(resource, args, outcome)
+}
+
+/// Decides and publishes a staged write under the lock.
+fn publish_staged(
+    target: &Target<'_>,
+    store: &mut dyn crate::store::Store,
+    staged: &mut Staged<'_>,
+) -> Result<Outcome> {
+    let Target {
+        ctx,
+        doc,
+        resource,
+        args,
+    } = *target;
     failpoint!("write.before_lock");
     let tx = ctx.begin(store, resource)?;
     let now = ctx.now();
@@ -254,7 +356,7 @@ fn stage_and_publish(
                 republish,
                 record: record.as_ref(),
             };
-            publish(target, tx, &mut staged, how)?;
+            publish(target, tx, staged, how)?;
             Ok(Outcome::Written(written))
         }
         WriteDecision::Replay => {
