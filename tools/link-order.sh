@@ -2,7 +2,8 @@
 # Writes tools/link-order.txt: the functions that the everyday commands run, for the
 # linker to lay out side by side (`-Wl,--symbol-ordering-file`, rust-lld).
 #
-#   tools/link-order.sh BINARY     BINARY: a release build of fencepost (any linking)
+#   tools/link-order.sh BINARY     BINARY: the static release build bench/run.sh makes
+#                                  (a dynamic one lists none of the C library)
 #
 # Each command is a fresh process, and the kernel pages its code in on first touch, 16
 # pages around each fault. Left where the crates put them, the few hundred functions a
