@@ -8,10 +8,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::Env;
+use crate::harness::{Env, Run};
 use crate::support::{
     DbHolder, RES, Scenario, assert_consistent, link_files, new, newer, old, setup, sha256_hex,
-    signal, spawn_paused, status_row, temp_files, tool_files, version,
+    signal, spawn_paused, spawn_paused_via, status_row, temp_files, tool_files, version,
 };
 
 /// How the process meets the failpoint.
@@ -64,10 +64,25 @@ enum Next {
 }
 /// Makes `fencepost ARGS` stop at `point` in `mode`.
 fn crash(env: &Env, args: &[&str], now: i64, stdin: &[u8], point: &str, mode: Mode, what: &str) {
+    crash_with(env, &[], args, now, stdin, point, mode, what);
+}
+
+/// `crash`, with the environment variables `vars` set for the process.
+#[expect(clippy::too_many_arguments, reason = "crash's, and the variables")]
+fn crash_with(
+    env: &Env,
+    vars: &[(&str, &str)],
+    args: &[&str],
+    now: i64,
+    stdin: &[u8],
+    point: &str,
+    mode: Mode,
+    what: &str,
+) {
+    let with_vars = |run: Run| vars.iter().fold(run, |run, (k, v)| run.env(k, v));
     match mode {
         Mode::Error => {
-            let done = env
-                .fp(args)
+            let done = with_vars(env.fp(args))
                 .now(now)
                 .stdin(stdin)
                 .env("FAILPOINTS", &format!("{point}=return(injected)"))
@@ -83,8 +98,7 @@ fn crash(env: &Env, args: &[&str], now: i64, stdin: &[u8], point: &str, mode: Mo
             );
         }
         Mode::Abort => {
-            let done = env
-                .fp(args)
+            let done = with_vars(env.fp(args))
                 .now(now)
                 .stdin(stdin)
                 .env("FAILPOINTS", &format!("{point}=return(abort)"))
@@ -95,7 +109,14 @@ fn crash(env: &Env, args: &[&str], now: i64, stdin: &[u8], point: &str, mode: Mo
                 "{what}: a crashed command reports no outcome"
             );
         }
-        Mode::Kill => spawn_paused(env, args, Some(now), stdin, point).kill(),
+        Mode::Kill => {
+            let set: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let wrapper: Vec<&str> = std::iter::once("env")
+                .chain(set.iter().map(String::as_str))
+                .collect();
+            let wrapper = if vars.is_empty() { &[][..] } else { &wrapper };
+            spawn_paused_via(wrapper, env, args, Some(now), stdin, point).kill();
+        }
     }
 }
 
@@ -120,7 +141,13 @@ fn write_case_from(point: &str, mode: Mode, scenario: Scenario, next: Next, from
         args.extend(["--from", content]);
     }
     let args = args.as_slice();
-    crash(&env, args, 20, &new, point, mode, &what);
+    // A small `--from` file is staged on a second thread whatever the machine's load.
+    let vars: &[(&str, &str)] = if from {
+        &[("FENCEPOST_TEST_OVERLAP", "always")]
+    } else {
+        &[]
+    };
+    crash_with(&env, vars, args, 20, &new, point, mode, &what);
 
     let stage = stage_of(point);
     let committed = stage == Stage::Committed;
