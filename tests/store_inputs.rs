@@ -177,6 +177,39 @@ fn a_database_with_a_foreign_fencepost_table_is_refused_and_left_alone() {
     assert_eq!(entries(cwd.root()), Vec::<String>::new());
 }
 
+/// First claims racing on a fresh store, one of which makes its tables while the others
+/// look: none takes those tables for someone else's. The others had found no
+/// `fencepost_meta`, then saw the tables the first had committed meanwhile, and refused
+/// them (exit 2, in about one round of eight before the fix).
+#[test]
+fn first_claims_racing_on_a_fresh_store_never_call_its_tables_foreign() {
+    for round in 0..30 {
+        let Some(store) = pg::store() else { return };
+        let cwd = Env::new();
+        let results: Vec<(i32, String)> = std::thread::scope(|scope| {
+            let claims: Vec<_> = (0..8)
+                .map(|w| {
+                    let (cwd, url) = (&cwd, store.url());
+                    scope.spawn(move || {
+                        let res = format!("doc{w}.md");
+                        let done = in_folder(cwd, url, &["claim", &res, "-o", "w", "-t", "10"])
+                            .now(0)
+                            .output();
+                        (done.code, done.stderr)
+                    })
+                })
+                .collect();
+            claims
+                .into_iter()
+                .map(|c| c.join().expect("a claim"))
+                .collect()
+        });
+        for (code, stderr) in &results {
+            assert_eq!(*code, 0, "round {round}: {stderr}");
+        }
+    }
+}
+
 #[test]
 fn a_mirror_root_takes_one_store_and_no_claim_or_write_of_its_own() {
     let Some(first) = pg::store() else { return };

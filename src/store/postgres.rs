@@ -343,6 +343,19 @@ struct Header {
 /// The store's identity and the server's clock, or `None` for a database without a
 /// fencepost schema. Refuses a schema that is not fencepost's, or newer than this build.
 fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Option<Header>> {
+    read_header_once(client, shown, busy, true)
+}
+
+/// [`read_header`]; with `again`, a database that had no `fencepost_meta` when it was
+/// read, but has one of our tables when it is looked at next, is read once more: another
+/// process's first claim may have committed the schema in between (all its tables in one
+/// transaction), and it is not someone else's then.
+fn read_header_once(
+    client: &mut Client,
+    shown: &str,
+    busy: Duration,
+    again: bool,
+) -> Result<Option<Header>> {
     let rows = client.query(
         "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
                 current_setting('synchronous_commit')
@@ -352,7 +365,10 @@ fn read_header(client: &mut Client, shown: &str, busy: Duration) -> Result<Optio
     let rows = match rows {
         Ok(rows) => rows,
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
-            return refuse_foreign_tables(client, shown, busy).map(|()| None);
+            return match refuse_foreign_tables(client, shown, busy) {
+                Err(Error::Usage { .. }) if again => read_header_once(client, shown, busy, false),
+                checked => checked.map(|()| None),
+            };
         }
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_COLUMN) => {
             return Err(foreign(shown, "fencepost_meta"));
