@@ -124,6 +124,10 @@ fn write_case(point: &str, mode: Mode, scenario: Scenario, next: Next) {
     write_case_from(point, mode, scenario, next, false);
 }
 
+/// A small `--from` file is staged on a second thread whatever the machine's load (a
+/// build with failpoints reads this; see `cpu_to_spare` in the write).
+const OVERLAP_ALWAYS: &[(&str, &str)] = &[("FENCEPOST_TEST_OVERLAP", "always")];
+
 /// `write_case`, the content given on stdin or, with `from`, as a small `--from` file
 /// (staged by a second thread while the state file opens).
 fn write_case_from(point: &str, mode: Mode, scenario: Scenario, next: Next, from: bool) {
@@ -141,12 +145,7 @@ fn write_case_from(point: &str, mode: Mode, scenario: Scenario, next: Next, from
         args.extend(["--from", content]);
     }
     let args = args.as_slice();
-    // A small `--from` file is staged on a second thread whatever the machine's load.
-    let vars: &[(&str, &str)] = if from {
-        &[("FENCEPOST_TEST_OVERLAP", "always")]
-    } else {
-        &[]
-    };
+    let vars = if from { OVERLAP_ALWAYS } else { &[] };
     crash_with(&env, vars, args, 20, &new, point, mode, &what);
 
     let stage = stage_of(point);
