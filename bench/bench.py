@@ -695,8 +695,20 @@ class Bench:
                      "trace=fsync,fdatasync,sync_file_range,syncfs,rename,renameat,renameat2,"
                      "unlink,unlinkat,linkat,openat,fcntl", *argv], cwd=cwd)
             fsyncs, counts = [], {}
+            # A call that another thread's calls interrupt is split over two lines
+            # ("PID fsync(5</path> <unfinished ...>", then "PID <... fsync resumed>) = 0
+            # <0.0005>"): joined here, so the staging thread's calls count too.
+            pending = {}
             for line in f.read_text().splitlines():
-                m = re.search(r"(\w+)\((.*)\) += (-?\w+).*<([\d.]+)>$", line)
+                pid, _, rest = line.partition(" ")
+                rest = rest.strip()
+                if rest.endswith("<unfinished ...>"):
+                    pending[pid] = rest[: -len("<unfinished ...>")].rstrip()
+                    continue
+                resumed = re.match(r"<\.\.\. \w+ resumed>(.*)$", rest)
+                if resumed and pid in pending:
+                    rest = pending.pop(pid) + resumed.group(1)
+                m = re.search(r"(\w+)\((.*)\) += (-?\w+).*<([\d.]+)>$", rest)
                 if not m:
                     continue
                 call, args, _, secs = m.groups()
