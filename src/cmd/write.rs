@@ -276,7 +276,7 @@ fn overlappable(
 /// on the machine (this one among them, from `/proc/loadavg`) than CPUs this process may
 /// use. A new thread on a busy machine waits behind the running tasks for its first turn.
 /// Measured side by side on 2 CPUs (bench/notes.md): on a quiet machine the overlapped
-/// write took 10-13% less time than the plain one, with one busy loop the same, and with
+/// write took 7-13% less time than the plain one, with one busy loop the same, and with
 /// two it took 40% more. The count includes this process, and on a quiet machine often
 /// one more task (the parent that has just spawned it is still on its way to waiting):
 /// hence "no more than", not "fewer". In a build with failpoints (the tests),
