@@ -108,11 +108,13 @@ impl std::fmt::Debug for Source {
     }
 }
 
-/// Copies `source` into a new temp file beside the document and makes it durable.
-/// A new document gets the mode an ordinary file creation gets under the umask; a
-/// rewrite keeps the existing document's mode (and owner, where allowed), set once the
-/// bytes are written (a write by a non-root user clears set-user-ID and set-group-ID).
-pub(crate) fn stage<'d>(
+/// Copies `source` into a new temp file beside the document, not yet durable:
+/// [`Staged::sync`] (from any thread) and then [`Staged::synced`] finish it, and a
+/// `Staged` dropped before its rename removes the temp file. A new document gets the mode
+/// an ordinary file creation gets under the umask; a rewrite keeps the existing
+/// document's mode (and owner, where allowed), set once the bytes are written (a write by
+/// a non-root user clears set-user-ID and set-group-ID).
+pub(crate) fn stage_unsynced<'d>(
     doc: &'d DocPath,
     source: &mut Source,
     existing: Option<&Entry>,
@@ -158,15 +160,8 @@ pub(crate) fn stage<'d>(
     if let Some(meta) = existing {
         keep_mode_and_owner(&staged.file, meta, &temp_path)?;
     }
-    staged
-        .file
-        .sync_all()
-        .map_err(Error::io("cannot fsync", temp_path.clone()))?;
-    crate::failpoints::failpoint!("write.after_temp_fsync");
-    let own = folder::entry_of(&staged.file).map_err(Error::io("cannot inspect", temp_path))?;
     staged.sha256 = sha256;
     staged.size = size;
-    staged.id = file_id(&own);
     Ok(staged)
 }
 
@@ -600,6 +595,27 @@ impl Staged<'_> {
     /// no other writer uses these names, and recovery may have removed them already.
     pub(crate) fn drop_links(&self) {
         drop_set(self.doc, &self.links());
+    }
+}
+
+impl Staged<'_> {
+    /// Makes the staged bytes durable (the temp file's fsync). Takes `&self`, so another
+    /// thread can wait in it while this one goes on.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file
+            .sync_all()
+            .map_err(Error::io("cannot fsync", self.doc.folder.join(&self.temp)))
+    }
+
+    /// After [`Staged::sync`]: records the staged file's identity for the links.
+    pub(crate) fn synced(&mut self) -> Result<()> {
+        crate::failpoints::failpoint!("write.after_temp_fsync");
+        let own = folder::entry_of(&self.file).map_err(Error::io(
+            "cannot inspect",
+            self.doc.folder.join(&self.temp),
+        ))?;
+        self.id = file_id(&own);
+        Ok(())
     }
 }
 

@@ -124,12 +124,12 @@ fn write_case(point: &str, mode: Mode, scenario: Scenario, next: Next) {
     write_case_from(point, mode, scenario, next, false);
 }
 
-/// A small `--from` file is staged on a second thread whatever the machine's load (a
+/// A small `--from` file's fsync runs on a second thread whatever the machine's load (a
 /// build with failpoints reads this; see `cpu_to_spare` in the write).
 const OVERLAP_ALWAYS: &[(&str, &str)] = &[("FENCEPOST_TEST_OVERLAP", "always")];
 
 /// `write_case`, the content given on stdin or, with `from`, as a small `--from` file
-/// (staged by a second thread while the state file opens).
+/// (staged before the state file opens, its fsync on a second thread meanwhile).
 fn write_case_from(point: &str, mode: Mode, scenario: Scenario, next: Next, from: bool) {
     let what = format!("{point} {mode:?} {scenario:?} then {next:?}, from a file: {from}");
     let env = Env::new();
@@ -232,10 +232,10 @@ fn write_point(point: &str) {
     }
 }
 
-/// The failpoints a small `--from` write meets in its staging thread, each hit in every
-/// mode: the same outcomes as on stdin.
+/// The failpoints a small `--from` write meets while it stages beside the state file's
+/// open, each hit in every mode: the same outcomes as on stdin.
 #[test]
-fn small_from_writes_stopped_in_their_staging_thread() {
+fn small_from_writes_stopped_while_they_stage() {
     for point in [
         "write.before_stage",
         "write.after_temp_write",

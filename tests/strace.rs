@@ -1164,7 +1164,7 @@ fn tid(call: &Call) -> &str {
     call.line.split_whitespace().next().unwrap_or("")
 }
 
-/// For strace's `-E`: a small `--from` write stages on its second thread whatever the
+/// For strace's `-E`: a small `--from` write fsyncs on its second thread whatever the
 /// machine's load (a build with failpoints reads this; see `cpu_to_spare` in the write).
 const OVERLAP_ALWAYS: &str = "FENCEPOST_TEST_OVERLAP=always";
 
@@ -1175,11 +1175,11 @@ fn from_args(epoch: i64, content: &std::path::Path) -> Vec<String> {
     args
 }
 
-/// A small `--from` file is staged by a second thread while the first opens the state
-/// file (the temp file's fsync overlaps the state file's open): the promise of the order
-/// above holds all the same, the COMMIT is the first thread's, after the staged file's
-/// fsync, and a new WAL's folder is fsynced before it. On a build that stages after
-/// opening the state file, one thread does everything and this fails.
+/// A small `--from` file's fsync runs on a second thread while the first opens the state
+/// file: the promise of the order above holds all the same, the COMMIT is the first
+/// thread's, after the staged file's fsync, and a new WAL's folder is fsynced before it.
+/// On a build that stages after opening the state file, one thread does everything and
+/// this fails.
 #[test]
 fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
     for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
@@ -1242,10 +1242,10 @@ fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
     }
 }
 
-/// The staging thread's fsync failing fails the write (exit 1) with nothing changed and
+/// The staged file's fsync failing on the second thread fails the write (exit 1) with nothing changed and
 /// no temp file left, and the same write then succeeds.
 #[test]
-fn a_failed_fsync_in_the_staging_thread_fails_the_write() {
+fn a_failed_fsync_on_the_second_thread_fails_the_write() {
     for scenario in [Scenario::First, Scenario::Rewrite] {
         let what = format!("{scenario:?}");
         let env = Env::new();
