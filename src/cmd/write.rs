@@ -252,13 +252,13 @@ const OVERLAP_MAX: u64 = 1 << 20;
 
 /// A small write can stage its content before the state file is opened and the early
 /// refusals are read, rather than after: the temp file's fsync (most of a small write's
-/// wait) then overlaps the state file's open, on a second thread. Only for what staging early cannot harm: a
-/// regular `--from` file of at most [`OVERLAP_MAX`] bytes (a refused writer reads at most
-/// that much, and never waits on a producer, as it would on stdin) whose folder exists
-/// (no folder is made for a write that is refused), and not the state file; and only when
-/// a CPU is free to run the second thread ([`cpu_to_spare`]). Anything else, or any error on
-/// the way, gives the source back for the usual order, which reports errors in their
-/// usual precedence.
+/// wait) then overlaps the state file's open, on a second thread. Only for what staging
+/// early cannot harm: a regular `--from` file of at most [`OVERLAP_MAX`] bytes (a
+/// refused writer reads at most that much, and never waits on a producer, as it would
+/// on stdin) whose folder exists (no folder is made for a write that is refused), and
+/// not the state file; and only when a CPU is free to run the second thread
+/// ([`cpu_to_spare`]). Anything else, or any error on the way, gives the source back
+/// for the usual order, which reports errors in their usual precedence.
 fn overlappable(
     ctx: &Ctx,
     resource: &Resource,
@@ -289,8 +289,8 @@ fn overlappable(
 /// on the machine (this one among them, from `/proc/loadavg`) than CPUs this process may
 /// use. A new thread on a busy machine waits behind the running tasks for its first turn.
 /// Measured side by side on 2 CPUs (bench/notes.md): on a quiet machine the overlapped
-/// write took 7-13% less time than the plain one, with one busy loop the same, and with
-/// two it took 40% more. The count includes this process, and on a quiet machine often
+/// write took 17% less time than the plain one, with one busy loop 3-7% less, with two
+/// 35% more. The count includes this process, and on a quiet machine often
 /// one more task (the parent that has just spawned it is still on its way to waiting):
 /// hence "no more than", not "fewer". In a build with failpoints (the tests),
 /// `FENCEPOST_TEST_OVERLAP=always` or `never` decides instead.
