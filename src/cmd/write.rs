@@ -289,10 +289,10 @@ fn overlappable(
 /// on the machine (this one among them, from `/proc/loadavg`) than CPUs this process may
 /// use. A new thread on a busy machine waits behind the running tasks for its first turn.
 /// Measured side by side on 2 CPUs (bench/notes.md): on a quiet machine the overlapped
-/// write took 17% less time than the plain one, with one busy loop 3-7% less, with two
-/// 35% more. The count includes this process, and on a quiet machine often
-/// one more task (the parent that has just spawned it is still on its way to waiting):
-/// hence "no more than", not "fewer". In a build with failpoints (the tests),
+/// write took 17% less time than the plain one, with one busy loop 3-7% less, and with
+/// two it was the slowest in every loop measured (7-41% slower). The count includes this
+/// process, and on a quiet machine often one more task (the parent that has just spawned
+/// it is still on its way to waiting): hence "no more than", not "fewer". In a build with failpoints (the tests),
 /// `FENCEPOST_TEST_OVERLAP=always` or `never` decides instead.
 fn cpu_to_spare() -> bool {
     #[cfg(feature = "failpoints")]
