@@ -109,16 +109,16 @@ impl std::fmt::Debug for Source {
 }
 
 /// Copies `source` into a new temp file beside the document, not yet durable:
-/// [`Staged::sync`] (from any thread) and then [`Staged::synced`] finish it, and a
-/// `Staged` dropped before its rename removes the temp file. A new document gets the mode
-/// an ordinary file creation gets under the umask; a rewrite keeps the existing
-/// document's mode (and owner, where allowed), set once the bytes are written (a write by
-/// a non-root user clears set-user-ID and set-group-ID).
+/// [`Unsynced::sync`] (from any thread) and then [`Unsynced::synced`] make it a
+/// [`Staged`], and one dropped before its rename removes the temp file. A new document
+/// gets the mode an ordinary file creation gets under the umask; a rewrite keeps the
+/// existing document's mode (and owner, where allowed), set once the bytes are written (a
+/// write by a non-root user clears set-user-ID and set-group-ID).
 pub(crate) fn stage_unsynced<'d>(
     doc: &'d DocPath,
     source: &mut Source,
     existing: Option<&Entry>,
-) -> Result<Staged<'d>> {
+) -> Result<Unsynced<'d>> {
     let prefix = doc.sibling_name(TEMP);
     let (file, temp) = loop {
         let mut name = prefix.clone();
@@ -162,7 +162,7 @@ pub(crate) fn stage_unsynced<'d>(
     }
     staged.sha256 = sha256;
     staged.size = size;
-    Ok(staged)
+    Ok(Unsynced(staged))
 }
 
 /// Gives the staged file the document's owner (best effort: only root may give a file
@@ -598,24 +598,34 @@ impl Staged<'_> {
     }
 }
 
-impl Staged<'_> {
+/// A staged file whose bytes are written but not yet durable (see [`stage_unsynced`]):
+/// only [`Unsynced::synced`], after [`Unsynced::sync`], gives the [`Staged`] a write can
+/// publish.
+#[derive(Debug)]
+pub(crate) struct Unsynced<'d>(Staged<'d>);
+
+impl<'d> Unsynced<'d> {
     /// Makes the staged bytes durable (the temp file's fsync). Takes `&self`, so another
     /// thread can wait in it while this one goes on.
     pub(crate) fn sync(&self) -> Result<()> {
-        self.file
-            .sync_all()
-            .map_err(Error::io("cannot fsync", self.doc.folder.join(&self.temp)))
+        let staged = &self.0;
+        staged.file.sync_all().map_err(Error::io(
+            "cannot fsync",
+            staged.doc.folder.join(&staged.temp),
+        ))
     }
 
-    /// After [`Staged::sync`]: records the staged file's identity for the links.
-    pub(crate) fn synced(&mut self) -> Result<()> {
+    /// The staged file, once [`Unsynced::sync`] returned: its identity recorded for the
+    /// links.
+    pub(crate) fn synced(self) -> Result<Staged<'d>> {
+        let mut staged = self.0;
         crate::failpoints::failpoint!("write.after_temp_fsync");
-        let own = folder::entry_of(&self.file).map_err(Error::io(
+        let own = folder::entry_of(&staged.file).map_err(Error::io(
             "cannot inspect",
-            self.doc.folder.join(&self.temp),
+            staged.doc.folder.join(&staged.temp),
         ))?;
-        self.id = file_id(&own);
-        Ok(())
+        staged.id = file_id(&own);
+        Ok(staged)
     }
 }
 

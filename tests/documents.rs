@@ -432,6 +432,45 @@ fn as_nobody_under(
     child.wait_with_output().expect("wait")
 }
 
+/// The same for a small `--from` file, whose fsync would run on a second thread while the
+/// state file opens: with no thread to be had, the writer syncs it itself (it panicked,
+/// exit 101 and no JSON, before).
+#[test]
+fn a_small_from_write_that_cannot_start_a_thread_syncs_on_its_own() {
+    let env = Env::new();
+    let Some(dir) = nobodys_folder(&env) else {
+        return;
+    };
+    let out = as_nobody(
+        &dir,
+        1,
+        &["claim", "s.txt", "--owner", "n", "--ttl", "10"],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let from = dir.join("content.txt");
+    std::fs::write(&from, "small and durable\n").expect("content");
+    let from = from.to_str().expect("utf-8 path");
+    let out = as_nobody_under(
+        &[
+            "env",
+            "FENCEPOST_TEST_OVERLAP=always",
+            "prlimit",
+            "--nproc=1:1",
+        ],
+        &dir,
+        2,
+        &["--json", "write", "s.txt", "--epoch", "1", "--from", from],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(j["outcome"], "written", "{j}");
+    assert_eq!(env.text("rw/s.txt"), "small and durable\n");
+    let out = as_nobody(&dir, 3, &["verify"], "");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
 #[test]
 fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
     // The kernel's rule this test is about.

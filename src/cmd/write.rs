@@ -15,7 +15,7 @@ use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
 
 use super::{Ctx, Report, check_epoch, check_owner};
-use crate::atomic::{self, Source, Staged};
+use crate::atomic::{self, Source, Staged, Unsynced};
 use crate::audit::{Event, EventKind};
 use crate::error::{Error, Refusal, Result};
 use crate::failpoints::failpoint;
@@ -223,19 +223,18 @@ fn stage_and_publish(
 /// Stages the content beside the document (after checking there is room for `size`
 /// bytes, when known): the temp file, written and fsynced, with no lock held.
 fn stage<'d>(doc: &'d DocPath, source: &mut Source, size: Option<u64>) -> Result<Staged<'d>> {
-    let mut staged = stage_unsynced(doc, source, size)?;
-    staged.sync()?;
-    staged.synced()?;
-    Ok(staged)
+    let unsynced = stage_unsynced(doc, source, size)?;
+    unsynced.sync()?;
+    unsynced.synced()
 }
 
-/// [`stage`] but for its fsync, which the caller makes (`Staged::sync`, then
-/// `Staged::synced`).
+/// [`stage`] but for its fsync, which the caller makes (`Unsynced::sync`, then
+/// `Unsynced::synced`).
 fn stage_unsynced<'d>(
     doc: &'d DocPath,
     source: &mut Source,
     size: Option<u64>,
-) -> Result<Staged<'d>> {
+) -> Result<Unsynced<'d>> {
     let existing = atomic::inspect_document(doc)?;
     // The WAL's name is durable before anything commits into it: opening the store (before
     // or, for `run_overlapped`, alongside the staged file's fsync) fsyncs its folder if the
@@ -247,7 +246,7 @@ fn stage_unsynced<'d>(
     atomic::stage_unsynced(doc, source, existing.as_ref())
 }
 
-/// Largest `--from` file staged while the state file opens (see `overlappable`).
+/// Largest `--from` file whose fsync overlaps the state file's open (see `overlappable`).
 const OVERLAP_MAX: u64 = 1 << 20;
 
 /// A small write can stage its content before the state file is opened and the early
@@ -292,7 +291,9 @@ fn overlappable(
 /// write took 17% less time than the plain one, with one busy loop 3-7% less, and with
 /// two it was the slowest in every loop measured (7-41% slower). The count includes this
 /// process, and on a quiet machine often one more task (the parent that has just spawned
-/// it is still on its way to waiting): hence "no more than", not "fewer". In a build with failpoints (the tests),
+/// it is still on its way to waiting): hence "no more than", not "fewer". The runnable
+/// count is the whole machine's, also in a container, and a CPU quota is not looked at: a
+/// wrong guess costs speed, never anything else. In a build with failpoints (the tests),
 /// `FENCEPOST_TEST_OVERLAP=always` or `never` decides instead.
 fn cpu_to_spare() -> bool {
     #[cfg(feature = "failpoints")]
@@ -313,8 +314,9 @@ fn cpu_to_spare() -> bool {
 }
 
 /// The rule of [`cpu_to_spare`]: `running` runnable tasks, this one counted, on `cpus`.
+/// One CPU has none to spare.
 fn spare(running: usize, cpus: usize) -> bool {
-    running <= cpus
+    cpus >= 2 && running <= cpus
 }
 
 /// The runnable tasks now, from `/proc/loadavg` ("0.52 0.58 0.59 2/345 6789": the
@@ -351,28 +353,31 @@ fn run_overlapped(
         args,
     };
     let size = file.metadata().ok().map(|m| m.len());
-    let staged = stage_unsynced(doc, &mut Source::File(file), size);
+    let unsynced = stage_unsynced(doc, &mut Source::File(file), size);
     let (opened, synced) = std::thread::scope(|scope| {
-        let syncing = staged
-            .as_ref()
-            .ok()
-            .map(|staged| scope.spawn(move || staged.sync()));
+        let syncing = unsynced.as_ref().ok().map(|unsynced| {
+            std::thread::Builder::new()
+                .spawn_scoped(scope, move || unsynced.sync())
+                .map_err(|_| unsynced)
+        });
         let opened = ctx.store().and_then(|mut store| {
             refuse_early(ctx, &*store.snapshot()?, resource, args)?;
             Ok(store)
         });
-        let synced = syncing.map(|thread| {
-            thread
+        let synced = syncing.map(|thread| match thread {
+            Ok(thread) => thread
                 .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread to be had (a process limit): this one syncs, after the opening,
+            // as the plain path would.
+            Err(unsynced) => unsynced.sync(),
         });
         (opened, synced)
     });
     let mut store = opened?;
-    let mut staged = staged?;
+    let unsynced = unsynced?;
     synced.transpose()?;
-    staged.synced()?;
-    let outcome = publish_staged(&target, &mut *store, &mut staged)?;
+    let outcome = publish_staged(&target, &mut *store, &mut unsynced.synced()?)?;
     report(resource, args, outcome)
 }
 
@@ -783,11 +788,12 @@ mod tests {
     }
 
     #[test]
-    fn a_cpu_is_to_spare_while_no_more_tasks_run_than_there_are_cpus() {
+    fn a_cpu_is_to_spare_while_no_more_tasks_run_than_there_are_cpus_and_two_at_least() {
         assert!(spare(1, 2));
         assert!(spare(2, 2));
         assert!(!spare(3, 2));
-        assert!(spare(1, 1));
+        assert!(spare(4, 4));
+        assert!(!spare(1, 1));
         assert!(!spare(2, 1));
     }
 
