@@ -40,7 +40,11 @@ struct Traced {
 #[derive(Debug, Clone)]
 struct Call {
     name: String,
+    /// The call's line; for a call that another thread's calls split in two
+    /// ("fsync(3</p> <unfinished ...>", then "<... fsync resumed>) = 0"), both halves.
     line: String,
+    /// The index of the first call traced after this one returned.
+    returned: usize,
 }
 
 impl Call {
@@ -90,23 +94,43 @@ fn traced(env: &Env, strace_args: &[&str], args: &[&str], now: i64, stdin: &[u8]
     }
     let out = child.wait_with_output().expect("strace");
     let text = std::fs::read_to_string(out_file.path()).expect("read trace");
-    let calls = text
-        .lines()
-        .filter_map(|line| {
-            // "1234  fsync(6</path>) = 0": skip the pid, take the name up to '('.
-            let rest = line
-                .trim_start_matches(|c: char| c.is_ascii_digit())
-                .trim_start();
-            let name = rest.split('(').next()?;
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return None;
+    let mut calls: Vec<Call> = Vec::new();
+    // Per thread, the call strace left unfinished.
+    let mut open = std::collections::HashMap::<&str, usize>::new();
+    for line in text.lines() {
+        // "1234  fsync(6</path>) = 0": skip the pid, take the name up to '('.
+        let tid = line.split_whitespace().next().unwrap_or("");
+        let rest = line
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start();
+        if rest.starts_with("<... ") {
+            if let Some(at) = open.remove(tid) {
+                let end = rest.split_once("resumed>").map_or("", |(_, end)| end);
+                calls[at].line = format!("{}{end}", calls[at].line);
+                calls[at].returned = calls.len();
             }
-            Some(Call {
-                name: name.to_string(),
-                line: line.to_string(),
-            })
-        })
-        .collect();
+            continue;
+        }
+        let Some(name) = rest.split('(').next() else {
+            continue;
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let (line, returned) = match line.strip_suffix("<unfinished ...>") {
+            Some(start) => {
+                open.insert(tid, calls.len());
+                // Until its other half is read: never (a killed process leaves it so).
+                (start.trim_end().to_string(), usize::MAX)
+            }
+            None => (line.to_string(), calls.len() + 1),
+        };
+        calls.push(Call {
+            name: name.to_string(),
+            line,
+            returned,
+        });
+    }
     use std::os::unix::process::ExitStatusExt;
     Traced {
         code: out.status.code(),
@@ -1181,7 +1205,7 @@ fn from_args(epoch: i64, content: &std::path::Path) -> Vec<String> {
 /// On a build that stages after opening the state file, one thread does everything and
 /// this fails.
 #[test]
-fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
+fn a_small_from_writes_fsync_runs_on_a_second_thread_while_the_state_file_opens() {
     for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
         .into_iter()
         .flat_map(|s| WALS.map(|w| (s, w)))
@@ -1192,6 +1216,8 @@ fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
         let content = tempfile::NamedTempFile::new().expect("content file");
         std::fs::write(content.path(), new()).expect("content");
         let args = from_args(epoch, content.path());
+        // Each fsync is held 50 ms on its way in: a write that linked or renamed before
+        // the temp file's fsync returned would do so inside that time.
         let t = traced(
             &env,
             &[
@@ -1199,6 +1225,8 @@ fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
                 OVERLAP_ALWAYS,
                 "-e",
                 &format!("{TRACE_FILE_OPS},openat"),
+                "-e",
+                "inject=fsync:delay_enter=50000",
             ],
             &strs(&args),
             20,
@@ -1219,6 +1247,10 @@ fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
             "{what}: the content is staged by the thread that commits\n{trace}"
         );
         assert_eq!(tid(opens_state), committer, "{what}\n{trace}");
+        assert!(
+            t.calls[s.temp_sync].returned <= s.new_link,
+            "{what}: linked before the temp file's fsync returned\n{trace}"
+        );
         assert!(
             s.temp_sync < s.new_link
                 && s.new_link < s.rename
@@ -1242,8 +1274,8 @@ fn a_small_from_write_stages_in_a_thread_while_the_state_file_opens() {
     }
 }
 
-/// The staged file's fsync failing on the second thread fails the write (exit 1) with nothing changed and
-/// no temp file left, and the same write then succeeds.
+/// The staged file's fsync failing on the second thread fails the write (exit 1) with
+/// nothing changed and no temp file left, and the same write then succeeds.
 #[test]
 fn a_failed_fsync_on_the_second_thread_fails_the_write() {
     for scenario in [Scenario::First, Scenario::Rewrite] {
@@ -1261,7 +1293,7 @@ fn a_failed_fsync_on_the_second_thread_fails_the_write() {
                 "-E",
                 OVERLAP_ALWAYS,
                 "-e",
-                "trace=fsync",
+                "trace=fsync,clone,clone3",
                 "-e",
                 "inject=fsync:error=EIO:when=1",
             ],
@@ -1271,6 +1303,20 @@ fn a_failed_fsync_on_the_second_thread_fails_the_write() {
         );
         let hit: Vec<&Call> = t.calls.iter().filter(|c| c.injected()).collect();
         assert_eq!(hit.len(), 1, "{what}\n{}", dump(&t.calls));
+        // The thread the write started ("clone3(...) = TID") is the one whose fsync failed.
+        let started: Vec<&str> = t
+            .calls
+            .iter()
+            .filter(|c| c.name.starts_with("clone"))
+            .filter_map(|c| c.line.rsplit("= ").next())
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            started,
+            [tid(hit[0])],
+            "{what}: the failed fsync is not the second thread's\n{}",
+            dump(&t.calls)
+        );
         assert!(
             hit[0]
                 .fd_path()
@@ -1317,6 +1363,13 @@ fn a_small_from_write_refused_early_leaves_nothing_behind() {
         );
         assert_eq!(t.code, Some(code), "{answer}: {}", t.stderr);
         assert!(t.stderr.contains(answer), "{answer}: {}", t.stderr);
+        assert!(
+            t.calls
+                .iter()
+                .any(|c| c.line.contains(".doc.md.fencepost-tmp-")),
+            "{answer}: nothing was staged before the refusal\n{}",
+            dump(&t.calls)
+        );
         assert_eq!(
             tool_files(&env),
             Vec::<String>::new(),
