@@ -365,6 +365,9 @@ fn read_header_once(
     let rows = match rows {
         Ok(rows) => rows,
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+            if again {
+                crate::failpoints::failpoint!("store.no_schema_seen");
+            }
             return match refuse_foreign_tables(client, shown, busy) {
                 Err(Error::Usage { .. }) if again => read_header_once(client, shown, busy, false),
                 checked => checked.map(|()| None),
