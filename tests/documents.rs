@@ -432,45 +432,6 @@ fn as_nobody_under(
     child.wait_with_output().expect("wait")
 }
 
-/// The same for a small `--from` file, whose fsync would run on a second thread while the
-/// state file opens: with no thread to be had, the writer syncs it itself (it panicked,
-/// exit 101 and no JSON, before).
-#[test]
-fn a_small_from_write_that_cannot_start_a_thread_syncs_on_its_own() {
-    let env = Env::new();
-    let Some(dir) = nobodys_folder(&env) else {
-        return;
-    };
-    let out = as_nobody(
-        &dir,
-        1,
-        &["claim", "s.txt", "--owner", "n", "--ttl", "10"],
-        "",
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let from = dir.join("content.txt");
-    std::fs::write(&from, "small and durable\n").expect("content");
-    let from = from.to_str().expect("utf-8 path");
-    let out = as_nobody_under(
-        &[
-            "env",
-            "FENCEPOST_TEST_OVERLAP=always",
-            "prlimit",
-            "--nproc=1:1",
-        ],
-        &dir,
-        2,
-        &["--json", "write", "s.txt", "--epoch", "1", "--from", from],
-        "",
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let j: Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(j["outcome"], "written", "{j}");
-    assert_eq!(env.text("rw/s.txt"), "small and durable\n");
-    let out = as_nobody(&dir, 3, &["verify"], "");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-}
-
 #[test]
 fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
     // The kernel's rule this test is about.
@@ -696,16 +657,9 @@ fn a_frozen_read_keeps_writers_from_checkpointing_under_it() {
 #[test]
 fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
     let env = Env::new();
-    let Some(dir) = nobodys_folder(&env) else {
+    let Some(dir) = nobodys_claim(&env, "b.bin") else {
         return;
     };
-    let out = as_nobody(
-        &dir,
-        1,
-        &["claim", "b.bin", "--owner", "n", "--ttl", "10"],
-        "",
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
     let content: String = (0..300_000)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
@@ -721,4 +675,44 @@ fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
     let j: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(j["sha256"], sha256_hex(content.as_bytes()).as_str());
     assert_eq!(env.text("rw/b.bin"), content);
+}
+
+/// The same for a small `--from` file, whose fsync would run on a second thread while the
+/// state file opens: with no thread to be had, the writer syncs it itself (it panicked,
+/// exit 101 and no JSON, before).
+#[test]
+fn a_small_from_write_that_cannot_start_a_thread_syncs_on_its_own() {
+    let env = Env::new();
+    let Some(dir) = nobodys_claim(&env, "s.txt") else {
+        return;
+    };
+    let from = dir.join("content.txt");
+    std::fs::write(&from, "small and durable\n").expect("content");
+    let from = from.to_str().expect("utf-8 path");
+    let out = as_nobody_under(
+        &[
+            "env",
+            "FENCEPOST_TEST_OVERLAP=always",
+            "prlimit",
+            "--nproc=1:1",
+        ],
+        &dir,
+        2,
+        &["--json", "write", "s.txt", "--epoch", "1", "--from", from],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(j["outcome"], "written", "{j}");
+    assert_eq!(env.text("rw/s.txt"), "small and durable\n");
+    let out = as_nobody(&dir, 3, &["verify"], "");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// [`nobodys_folder`], with `res` claimed there by nobody at tick 1 (epoch 1).
+fn nobodys_claim(env: &Env, res: &str) -> Option<std::path::PathBuf> {
+    let dir = nobodys_folder(env)?;
+    let out = as_nobody(&dir, 1, &["claim", res, "--owner", "n", "--ttl", "10"], "");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    Some(dir)
 }
