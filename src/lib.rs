@@ -225,16 +225,10 @@ where
 {
     let _scenario = failpoints::setup();
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let (cli, matches) = match parse(&args) {
+    let (cli, typed) = match parse(&args) {
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
-    // FENCEPOST_RESOURCE names a resource under the root, wherever the command runs.
-    let typed = matches
-        .subcommand()
-        .filter(|(name, _)| *name == "write")
-        .and_then(|(_, m)| m.value_source("resource"))
-        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable);
     let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
         dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
             if let Error::Refused(refusal) = err
@@ -250,15 +244,14 @@ where
     }
 }
 
-/// Parses the command line. `Err`: the exit code, once help, the version or a usage error
-/// has been printed.
-fn parse(args: &[OsString]) -> std::result::Result<(Cli, clap::ArgMatches), i32> {
+/// Parses the command line: the options, and whether the resource was typed on it
+/// (see [`typed`]). `Err`: the exit code, once help, the version or a usage error has been
+/// printed.
+fn parse(args: &[OsString]) -> std::result::Result<(Cli, bool), i32> {
     if let Some(parsed) = parse_one(args) {
         return Ok(parsed);
     }
-    let parsed = Cli::command()
-        .try_get_matches_from(args)
-        .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
+    let parsed = Cli::command().try_get_matches_from(args).and_then(into_cli);
     match parsed {
         Ok(parsed) => Ok(parsed),
         Err(e)
@@ -302,7 +295,7 @@ fn parse(args: &[OsString]) -> std::result::Result<(Cli, clap::ArgMatches), i32>
 /// commands, so a command line it accepts means the same in the whole one (unit tests
 /// compare them); anything it does not accept (help, `--version`, a typo, bad input) is
 /// parsed again by the whole tree, which prints what it always did.
-fn parse_one(args: &[OsString]) -> Option<(Cli, clap::ArgMatches)> {
+fn parse_one(args: &[OsString]) -> Option<(Cli, bool)> {
     let command = args
         .iter()
         .skip(1)
@@ -312,8 +305,25 @@ fn parse_one(args: &[OsString]) -> Option<(Cli, clap::ArgMatches)> {
         .subcommand(command)
         .try_get_matches_from(args)
         .ok()?;
-    let cli = Cli::from_arg_matches(&matches).ok()?;
-    Some((cli, matches))
+    into_cli(matches).ok()
+}
+
+/// The options of a parsed command line, and [`typed`]. The values are moved out of the
+/// matches rather than copied (`from_arg_matches` would clone them all first).
+fn into_cli(mut matches: clap::ArgMatches) -> clap::error::Result<(Cli, bool)> {
+    let typed = typed(&matches);
+    Ok((Cli::from_arg_matches_mut(&mut matches)?, typed))
+}
+
+/// Whether `write`'s resource, if any, was typed on the command line rather than taken
+/// from FENCEPOST_RESOURCE, which names a resource under the root wherever the command
+/// runs.
+fn typed(matches: &clap::ArgMatches) -> bool {
+    matches
+        .subcommand()
+        .filter(|(name, _)| *name == "write")
+        .and_then(|(_, m)| m.value_source("resource"))
+        .is_none_or(|source| source != clap::parser::ValueSource::EnvVariable)
 }
 
 /// The top of the command tree as [`Cli`]'s attributes make it, without the commands
