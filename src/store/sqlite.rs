@@ -1053,6 +1053,40 @@ mod tests {
         assert_eq!(header(&conn).expect("a header").0, 12345, "another app");
     }
 
+    /// The SQLite compiled in is the one `.cargo/config.toml` describes: its own folder
+    /// sync out (fencepost makes and checks that fsync), the short-process options in,
+    /// and none of the extensions every connection would register at its open.
+    #[test]
+    fn sqlite_is_built_with_the_options_of_cargo_config() {
+        let conn = Connection::open_in_memory().expect("an in-memory database");
+        let mut stmt = conn.prepare("PRAGMA compile_options").expect("a pragma");
+        let options = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .expect("the options")
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .expect("the options");
+        for wanted in [
+            "DISABLE_DIRSYNC",
+            "DEFAULT_PCACHE_INITSZ=0",
+            "DEFAULT_MEMSTATUS=0",
+        ] {
+            assert!(options.iter().any(|o| o == wanted), "{wanted}: {options:?}");
+        }
+        for unwanted in [
+            "ENABLE_FTS3",
+            "ENABLE_FTS5",
+            "ENABLE_RTREE",
+            "ENABLE_DBSTAT_VTAB",
+            "ENABLE_STAT4",
+            "ENABLE_COLUMN_METADATA",
+            "SOUNDEX",
+        ] {
+            assert!(
+                !options.iter().any(|o| o == unwanted),
+                "{unwanted}: {options:?}"
+            );
+        }
+    }
     #[test]
     fn an_early_busy_is_retried_until_the_attempt_succeeds() {
         let busy = Err("busy");
