@@ -1378,3 +1378,53 @@ fn a_small_from_write_refused_early_leaves_nothing_behind() {
         assert_eq!(env.read(RES).as_deref(), before.map(|(b, _)| b), "{answer}");
     }
 }
+
+/// A small `--from` write that would be refused, and whose staged file's fsync fails on
+/// the second thread, gives its refusal, as the plain path does (it refuses before it
+/// stages): the early answer, read while the fsync runs, wins over how far the bytes got.
+/// Nothing changes and no temp file is left.
+#[test]
+fn a_refusal_wins_over_a_failed_fsync_of_a_small_from_write() {
+    let env = Env::new();
+    let (epoch, before) = setup_wal(&env, Scenario::Rewrite, Wal::Kept);
+    let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
+    let content = tempfile::NamedTempFile::new().expect("content file");
+    std::fs::write(content.path(), new()).expect("content");
+    let newer = env.claim(RES, "other", 100, 200);
+    assert!(newer > epoch);
+    for (epoch, code, answer) in [(epoch, 5, "stale"), (newer + 5, 8, "unissued")] {
+        let args = from_args(epoch, content.path());
+        // With the WAL kept, the second thread's first fsync is the temp file's. (strace
+        // counts per thread: the first thread's first, the COMMIT of the refusal's audit
+        // event, fails too, and the refusal stands without its log line.)
+        let t = traced(
+            &env,
+            &[
+                "-E",
+                OVERLAP_ALWAYS,
+                "-e",
+                "trace=fsync",
+                "-e",
+                "inject=fsync:error=EIO:when=1",
+            ],
+            &strs(&args),
+            201,
+            b"",
+        );
+        assert!(
+            t.calls.iter().any(|c| c.injected()
+                && c.fd_path()
+                    .is_some_and(|p| p.contains(".doc.md.fencepost-tmp-"))),
+            "{answer}: the temp file's fsync did not fail\n{}",
+            dump(&t.calls)
+        );
+        assert_eq!(t.code, Some(code), "{answer}: {}", t.stderr);
+        assert!(t.stderr.contains(answer), "{answer}: {}", t.stderr);
+        assert_eq!(
+            tool_files(&env),
+            Vec::<String>::new(),
+            "{answer}: leftovers"
+        );
+        assert_eq!(env.read(RES).as_deref(), before.map(|(b, _)| b), "{answer}");
+    }
+}
