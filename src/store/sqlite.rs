@@ -1069,6 +1069,7 @@ mod tests {
             "DISABLE_DIRSYNC",
             "DEFAULT_PCACHE_INITSZ=0",
             "DEFAULT_MEMSTATUS=0",
+            "DEFAULT_LOOKASIDE=1200,24",
         ] {
             assert!(options.iter().any(|o| o == wanted), "{wanted}: {options:?}");
         }
