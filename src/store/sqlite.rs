@@ -423,19 +423,6 @@ impl SqliteTxn<'_> {
     fn fail(&self) -> impl Fn(rusqlite::Error) -> Error + '_ {
         move |e| db_error(self.path, self.busy, e)
     }
-
-    /// Reads the one row a query returns (`QueryReturnedNoRows` if none). Queries are
-    /// prepared once per connection (rusqlite's statement cache): a command asks the same
-    /// ones several times, in its early check and again under the lock (a write reads
-    /// `meta` six times), and parsing SQL is the largest part of a write's instructions.
-    fn row<T>(
-        &self,
-        sql: &str,
-        params: impl rusqlite::Params,
-        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<T> {
-        self.tx.prepare_cached(sql)?.query_row(params, f)
-    }
 }
 
 impl Txn for SqliteTxn<'_> {
@@ -466,17 +453,18 @@ impl Txn for SqliteTxn<'_> {
 
     /// A `meta` value kept as bytes (a path need not be UTF-8).
     fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.row(
-            "SELECT value FROM meta WHERE key = ?1",
-            [key],
-            |r| match r.get_ref(0)? {
-                ValueRef::Blob(b) | ValueRef::Text(b) => Ok(Some(b.to_vec())),
-                _ => Ok(None),
-            },
-        )
-        .optional()
-        .map(Option::flatten)
-        .map_err(self.fail())
+        self.tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                [key],
+                |r| match r.get_ref(0)? {
+                    ValueRef::Blob(b) | ValueRef::Text(b) => Ok(Some(b.to_vec())),
+                    _ => Ok(None),
+                },
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(self.fail())
     }
 
     /// Sets a `meta` value kept as bytes.
@@ -515,13 +503,14 @@ impl Txn for SqliteTxn<'_> {
     /// The lease stored under `name`, which may no longer pass the name rules (for
     /// reports that must show every row).
     fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
-        self.row(
-            "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
-            [name],
-            lease_row,
-        )
-        .optional()
-        .map_err(self.fail())
+        self.tx
+            .query_row(
+                "SELECT owner, epoch, deadline, state, result FROM lease WHERE resource = ?1",
+                [name],
+                lease_row,
+            )
+            .optional()
+            .map_err(self.fail())
     }
 
     fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
@@ -582,14 +571,15 @@ impl Txn for SqliteTxn<'_> {
 
     /// The sink record stored under `name`, which may no longer pass the name rules.
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
-        self.row(
-            "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
+        self.tx
+            .query_row(
+                "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
                  FROM sink WHERE resource = ?1",
-            [name],
-            sink_row,
-        )
-        .optional()
-        .map_err(self.fail())
+                [name],
+                sink_row,
+            )
+            .optional()
+            .map_err(self.fail())
     }
 
     /// Raises the sink's fence without touching its content record (takeover fencing).
@@ -723,20 +713,21 @@ impl Txn for SqliteTxn<'_> {
         {
             return Ok(Some(lease.owner));
         }
-        self.row(
-            "SELECT owner FROM log
+        self.tx
+            .query_row(
+                "SELECT owner FROM log
                  WHERE resource = ?1 AND epoch = ?2 AND event IN (?3, ?4)
                  ORDER BY id DESC LIMIT 1",
-            params![
-                resource.as_str(),
-                epoch,
-                EventKind::Claim.as_str(),
-                EventKind::Takeover.as_str()
-            ],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(self.fail())
+                params![
+                    resource.as_str(),
+                    epoch,
+                    EventKind::Claim.as_str(),
+                    EventKind::Takeover.as_str()
+                ],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.fail())
     }
 
     /// Every resource with a lease or a sink record, sorted by name.
