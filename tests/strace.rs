@@ -1394,9 +1394,9 @@ fn a_refusal_wins_over_a_failed_fsync_of_a_small_from_write() {
     assert!(newer > epoch);
     for (epoch, code, answer) in [(epoch, 5, "stale"), (newer + 5, 8, "unissued")] {
         let args = from_args(epoch, content.path());
-        // With the WAL kept, the second thread's first fsync is the temp file's. (strace
-        // counts per thread: the first thread's first, the COMMIT of the refusal's audit
-        // event, fails too, and the refusal stands without its log line.)
+        // With the WAL kept, the second thread's first fsync is the temp file's. strace
+        // counts calls per thread, so the first thread's first fsync fails too: the
+        // COMMIT that logs the refusal, which is best effort and changes no answer.
         let t = traced(
             &env,
             &[

@@ -1079,6 +1079,7 @@ mod tests {
             );
         }
     }
+
     #[test]
     fn an_early_busy_is_retried_until_the_attempt_succeeds() {
         let busy = Err("busy");
