@@ -24,7 +24,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread;
 
@@ -151,7 +151,7 @@ pub(crate) fn stage_unsynced<'d>(
         size: 0,
         id: FileId { ino: 0, size: 0 },
     };
-    let temp_path = doc.folder.join(&staged.temp);
+    let temp_path = staged.temp_path();
     let (sha256, size) = match source {
         Source::File(from) => copy_file(from, &mut staged.file, &doc.path(), &temp_path)?,
         Source::Stream(from) => copy_hashed(from, &mut staged.file, &doc.path(), &temp_path)?,
@@ -528,6 +528,11 @@ fn hasher_gone(doc: &Path) -> Error {
 }
 
 impl Staged<'_> {
+    /// The temp file's path, for error messages.
+    fn temp_path(&self) -> PathBuf {
+        self.doc.folder.join(&self.temp)
+    }
+
     /// This writer's link names: `.<name>.fencepost-<what>-<ino>`.
     fn link_name(&self, what: &str) -> OsString {
         link_name(self.doc, what, OsStr::new(&self.id.ino.to_string()))
@@ -609,10 +614,10 @@ impl<'d> Unsynced<'d> {
     /// thread can wait in it while this one goes on.
     pub(crate) fn sync(&self) -> Result<()> {
         let staged = &self.0;
-        staged.file.sync_all().map_err(Error::io(
-            "cannot fsync",
-            staged.doc.folder.join(&staged.temp),
-        ))
+        staged
+            .file
+            .sync_all()
+            .map_err(Error::io("cannot fsync", staged.temp_path()))
     }
 
     /// The staged file, once [`Unsynced::sync`] returned: its identity recorded for the
@@ -620,10 +625,8 @@ impl<'d> Unsynced<'d> {
     pub(crate) fn synced(self) -> Result<Staged<'d>> {
         let mut staged = self.0;
         crate::failpoints::failpoint!("write.after_temp_fsync");
-        let own = folder::entry_of(&staged.file).map_err(Error::io(
-            "cannot inspect",
-            staged.doc.folder.join(&staged.temp),
-        ))?;
+        let own = folder::entry_of(&staged.file)
+            .map_err(Error::io("cannot inspect", staged.temp_path()))?;
         staged.id = file_id(&own);
         Ok(staged)
     }

@@ -1340,13 +1340,18 @@ fn a_failed_fsync_on_the_second_thread_fails_the_write() {
     }
 }
 
-/// A small `--from` write refused early (stale: a newer epoch was issued; unissued: an
-/// epoch never issued) gives its refusal, not whatever staging did meanwhile, and leaves
-/// neither a temp file nor a change.
-#[test]
-fn a_small_from_write_refused_early_leaves_nothing_behind() {
-    let env = Env::new();
-    let (epoch, before) = setup(&env, Scenario::Rewrite);
+/// Runs a small `--from` write that must be refused, as stale (a newer epoch was issued)
+/// and as unissued (an epoch never issued), on the overlapped path, under strace with
+/// `strace_args`. `staged` checks each trace for how far the bytes got; every run must
+/// give its refusal, leave no temp file and change nothing. `setup`: the epoch and
+/// document of the scenario.
+fn refused_small_from_writes(
+    env: &Env,
+    setup: (i64, Option<(Vec<u8>, i64)>),
+    strace_args: &[&str],
+    staged: impl Fn(&Traced, &str),
+) {
+    let (epoch, before) = setup;
     let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
     let content = tempfile::NamedTempFile::new().expect("content file");
     std::fs::write(content.path(), new()).expect("content");
@@ -1355,14 +1360,28 @@ fn a_small_from_write_refused_early_leaves_nothing_behind() {
     for (epoch, code, answer) in [(epoch, 5, "stale"), (newer + 5, 8, "unissued")] {
         let args = from_args(epoch, content.path());
         let t = traced(
-            &env,
-            &["-E", OVERLAP_ALWAYS, "-e", "trace=openat"],
+            env,
+            &[&["-E", OVERLAP_ALWAYS], strace_args].concat(),
             &strs(&args),
             201,
             b"",
         );
+        staged(&t, answer);
         assert_eq!(t.code, Some(code), "{answer}: {}", t.stderr);
         assert!(t.stderr.contains(answer), "{answer}: {}", t.stderr);
+        assert_eq!(tool_files(env), Vec::<String>::new(), "{answer}: leftovers");
+        assert_eq!(env.read(RES).as_deref(), before.map(|(b, _)| b), "{answer}");
+    }
+}
+
+/// A small `--from` write refused early (stale: a newer epoch was issued; unissued: an
+/// epoch never issued) gives its refusal, not whatever staging did meanwhile, and leaves
+/// neither a temp file nor a change.
+#[test]
+fn a_small_from_write_refused_early_leaves_nothing_behind() {
+    let env = Env::new();
+    let setup = setup(&env, Scenario::Rewrite);
+    refused_small_from_writes(&env, setup, &["-e", "trace=openat"], |t, answer| {
         assert!(
             t.calls
                 .iter()
@@ -1370,13 +1389,7 @@ fn a_small_from_write_refused_early_leaves_nothing_behind() {
             "{answer}: nothing was staged before the refusal\n{}",
             dump(&t.calls)
         );
-        assert_eq!(
-            tool_files(&env),
-            Vec::<String>::new(),
-            "{answer}: leftovers"
-        );
-        assert_eq!(env.read(RES).as_deref(), before.map(|(b, _)| b), "{answer}");
-    }
+    });
 }
 
 /// A small `--from` write that would be refused, and whose staged file's fsync fails on
@@ -1386,31 +1399,12 @@ fn a_small_from_write_refused_early_leaves_nothing_behind() {
 #[test]
 fn a_refusal_wins_over_a_failed_fsync_of_a_small_from_write() {
     let env = Env::new();
-    let (epoch, before) = setup_wal(&env, Scenario::Rewrite, Wal::Kept);
-    let before = before.as_ref().map(|(b, e)| (b.as_slice(), *e));
-    let content = tempfile::NamedTempFile::new().expect("content file");
-    std::fs::write(content.path(), new()).expect("content");
-    let newer = env.claim(RES, "other", 100, 200);
-    assert!(newer > epoch);
-    for (epoch, code, answer) in [(epoch, 5, "stale"), (newer + 5, 8, "unissued")] {
-        let args = from_args(epoch, content.path());
-        // With the WAL kept, the second thread's first fsync is the temp file's. strace
-        // counts calls per thread, so the first thread's first fsync fails too: the
-        // COMMIT that logs the refusal, which is best effort and changes no answer.
-        let t = traced(
-            &env,
-            &[
-                "-E",
-                OVERLAP_ALWAYS,
-                "-e",
-                "trace=fsync",
-                "-e",
-                "inject=fsync:error=EIO:when=1",
-            ],
-            &strs(&args),
-            201,
-            b"",
-        );
+    let setup = setup_wal(&env, Scenario::Rewrite, Wal::Kept);
+    // With the WAL kept, the second thread's first fsync is the temp file's. strace counts
+    // calls per thread, so the first thread's first fsync fails too: the COMMIT that logs
+    // the refusal, which is best effort and changes no answer.
+    let inject = ["-e", "trace=fsync", "-e", "inject=fsync:error=EIO:when=1"];
+    refused_small_from_writes(&env, setup, &inject, |t, answer| {
         assert!(
             t.calls.iter().any(|c| c.injected()
                 && c.fd_path()
@@ -1418,13 +1412,5 @@ fn a_refusal_wins_over_a_failed_fsync_of_a_small_from_write() {
             "{answer}: the temp file's fsync did not fail\n{}",
             dump(&t.calls)
         );
-        assert_eq!(t.code, Some(code), "{answer}: {}", t.stderr);
-        assert!(t.stderr.contains(answer), "{answer}: {}", t.stderr);
-        assert_eq!(
-            tool_files(&env),
-            Vec::<String>::new(),
-            "{answer}: leftovers"
-        );
-        assert_eq!(env.read(RES).as_deref(), before.map(|(b, _)| b), "{answer}");
-    }
+    });
 }
