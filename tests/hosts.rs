@@ -269,3 +269,77 @@ fn a_claim_that_waited_for_the_lock_judges_the_lease_at_the_time_it_got_it() {
     assert_eq!(j["previous"]["owner"], "A", "{j}");
     assert_eq!(paused.resume().status.code(), Some(1));
 }
+
+#[test]
+fn claim_wait_waits_through_a_row_locked_past_the_busy_timeout() {
+    let Some(store) = pg::store() else { return };
+    let b = Host::new(store.url());
+    b.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1ms"])
+        .expect_stdout(0, "1");
+    // Another session holds the resource's row, as one stuck on a cut network does.
+    let mut holder = store.client();
+    let mut lock = holder.transaction().expect("BEGIN");
+    lock.query(
+        "SELECT resource FROM fencepost_lock WHERE resource = 'doc.md' FOR UPDATE",
+        &[],
+    )
+    .expect("lock the row");
+    let mut claim = Command::new(bin())
+        .env_clear()
+        .env("FENCEPOST_STORE", store.url())
+        .current_dir(b.root.root())
+        .arg("--root")
+        .arg(b.root.root())
+        .args(["--busy-timeout", "200ms", "--json", "claim", "doc.md"])
+        .args(["--owner", "B", "--ttl", "30s", "--wait", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn claim");
+    // Its lock waits end with `busy` after 200 ms: seen as a second wait for the lock
+    // begun after the first (a new statement of the same session), the claim still on.
+    let mut watch = store.client();
+    let waits = |watch: &mut postgres::Client| -> Vec<String> {
+        watch
+            .query(
+                "SELECT query_start::text FROM pg_stat_activity
+                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&store.name()],
+            )
+            .expect("pg_stat_activity")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let started = Instant::now();
+    let mut first: Option<String> = None;
+    loop {
+        if let Some(status) = claim.try_wait().expect("try_wait") {
+            let out = claim.wait_with_output().expect("output");
+            panic!(
+                "claim --wait gave up ({status}) while the row was locked: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        let now = waits(&mut watch);
+        match (&first, now.first()) {
+            (None, Some(at)) => first = Some(at.clone()),
+            (Some(seen), Some(at)) if at != seen => break,
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "claim --wait never waited for the lock again"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    lock.commit().expect("COMMIT");
+    let out = claim.wait_with_output().expect("claim");
+    assert!(
+        out.status.success(),
+        "claim --wait: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("claim --json");
+    assert_eq!(j["epoch"], 2, "{j}");
+}

@@ -54,6 +54,7 @@ pub(crate) struct LeaseRequest {
 
     /// If the lease is held, wait up to this long for it to become claimable: seconds or
     /// with units, 0 for not at all (wall clock only; polls with back-off, never spins).
+    /// A resource locked by another session past --busy-timeout is waited through too.
     #[arg(short, long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
     pub wait: Option<String>,
 }
@@ -76,10 +77,34 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     let (resource, ttl, wait) = check_request(ctx, args)?;
     let started = Instant::now();
     let mut pause = Duration::from_millis(10);
+    // Waiting for the resource's lock is part of the wait: no lock wait may outlast it.
+    let wait_ctx;
+    let ctx = match wait {
+        Some(w) if w < ctx.busy => {
+            wait_ctx = Ctx {
+                busy: w,
+                ..ctx.clone()
+            };
+            &wait_ctx
+        }
+        _ => ctx,
+    };
     let mut store = ctx.create_store(&resource)?;
     loop {
         // Read once the lock is held: waiting for it may take a while.
-        let tx = ctx.begin(&mut *store, &resource)?;
+        let tx = match ctx.begin(&mut *store, &resource) {
+            Ok(tx) => tx,
+            // The lock is held by another session (one stuck on a cut network holds it
+            // until the server drops it): with time left to wait, wait on.
+            Err(Error::Busy { .. } | Error::RemoteBusy { .. })
+                if wait.is_some_and(|w| started.elapsed() < w) =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let now = ctx.now();
         let current = tx.lease(&resource)?;
         let epoch = match next_epoch(current.as_ref(), now) {
