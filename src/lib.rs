@@ -602,6 +602,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             remote: None,
             applying: false,
             server_clock: std::cell::Cell::new(None),
+            deadline: None,
         });
     }
     // Real time even under --now; zero means "do not wait at all" (exit 7 at once if
@@ -662,6 +663,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         remote,
         applying: false,
         server_clock: std::cell::Cell::new(None),
+        deadline: None,
     })
 }
 

@@ -14,6 +14,7 @@ mod leases;
 mod mirrors;
 mod model;
 mod operator;
+mod partition;
 mod paths;
 mod pg_support;
 mod powerloss;

@@ -20,6 +20,11 @@
 # (the server refuses to run as root); run as anyone else, to that user. The programs
 # come from FENCEPOST_TEST_PGBIN when it is set, else from `pg_config --bindir`, else
 # from the newest /usr/lib/postgresql/*/bin.
+#
+# Two variables change where the server listens, for the partition tests (root only):
+# FENCEPOST_TEST_PG_NETNS runs the server inside that network namespace, and
+# FENCEPOST_TEST_PG_LISTEN makes it listen on TCP there (its listen_addresses), taking
+# connections from the benchmarking range 198.18.0.0/15 with trust, as on the socket.
 set -euo pipefail
 
 usage() {
@@ -63,6 +68,15 @@ as_owner() {
   fi
 }
 
+# The same, inside FENCEPOST_TEST_PG_NETNS when it is set.
+as_owner_in_netns() {
+  if [ -n "${FENCEPOST_TEST_PG_NETNS:-}" ]; then
+    ip netns exec "$FENCEPOST_TEST_PG_NETNS" runuser -u postgres -- "$@"
+  else
+    as_owner "$@"
+  fi
+}
+
 [ "$action" != start ] || mkdir -p "$dir"
 [ -d "$dir" ] || {
   echo "$0: $dir: no such folder" >&2
@@ -85,8 +99,12 @@ start() {
       exit 1
     }
   fi
-  as_owner "$bin/pg_ctl" start --pgdata="$dir/data" --log="$dir/log" --wait --silent \
-    -o "-c listen_addresses='' -c unix_socket_directories='$dir'" || {
+  local listen=${FENCEPOST_TEST_PG_LISTEN:-}
+  if [ -n "$listen" ] && ! grep -q '^host all all 198.18.0.0/15 trust' "$dir/data/pg_hba.conf"; then
+    echo 'host all all 198.18.0.0/15 trust' >>"$dir/data/pg_hba.conf"
+  fi
+  as_owner_in_netns "$bin/pg_ctl" start --pgdata="$dir/data" --log="$dir/log" --wait --silent \
+    -o "-c listen_addresses='$listen' -c unix_socket_directories='$dir'" || {
     cat "$dir/log" >&2 || true
     echo "$0: the server in $dir/data did not start" >&2
     exit 1

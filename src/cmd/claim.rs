@@ -60,7 +60,7 @@ pub(crate) struct LeaseRequest {
 }
 
 pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
-    let claimed = take(ctx, claim)?;
+    let (claimed, _) = take(ctx, claim)?;
     let changed = format!(
         "the lease on {} is held by {} as epoch {} until {}",
         claimed.resource,
@@ -71,8 +71,10 @@ pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     Ok(Report::new(claimed.epoch.to_string(), Outcome::Claimed(claimed)).changed(changed))
 }
 
-/// Takes the lease (waiting for it with `--wait`): the claim of `claim` and `run`.
-pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
+/// Takes the lease (waiting for it with `--wait`): the claim of `claim` and `run`. Also
+/// returns when the transaction that granted it began here: the lease's deadline is at
+/// least its TTL after that, on any clock.
+pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<(Claimed, Instant)> {
     let args = &claim.request;
     let (resource, ttl, wait) = check_request(ctx, args)?;
     let started = Instant::now();
@@ -91,6 +93,7 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
     };
     let mut store = ctx.create_store(&resource)?;
     loop {
+        let asked = Instant::now();
         // Read once the lock is held: waiting for it may take a while.
         let tx = match ctx.begin(&mut *store, &resource) {
             Ok(tx) => tx,
@@ -148,7 +151,8 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
             state: LeaseState::Held,
             result: None,
         };
-        return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now);
+        return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now)
+            .map(|claimed| (claimed, asked));
     }
 }
 

@@ -55,6 +55,9 @@ pub(crate) struct Ctx {
     pub applying: bool,
     /// The store's clock and when it was read here (see [`Ctx::now`]).
     pub server_clock: std::cell::Cell<Option<(i64, std::time::Instant)>>,
+    /// When every wait on the shared store's network must be over (`run`'s renewals: its
+    /// lease's deadline); `None`: the usual timeouts alone.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// A shared store named by `--store`, and whether a local root mirrors it.
@@ -110,20 +113,22 @@ impl Ctx {
     /// Opens the shared store: `None` when its database has no fencepost schema yet and
     /// `create` is false.
     fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
-        let opened = match store::postgres::PgStore::open(&remote.url, self.busy, false)? {
-            Some(opened) => opened,
-            None if !create => return Ok(None),
-            None => {
-                // A store without tables yet: a root bound to any store, or with leases
-                // of its own, is not its mirror; refused before the tables are made.
-                if remote.mirror {
-                    crate::mirror::check_root(self, remote, "")?;
+        let opened =
+            match store::postgres::PgStore::open(&remote.url, self.busy, self.deadline, false)? {
+                Some(opened) => opened,
+                None if !create => return Ok(None),
+                None => {
+                    // A store without tables yet: a root bound to any store, or with leases
+                    // of its own, is not its mirror; refused before the tables are made.
+                    if remote.mirror {
+                        crate::mirror::check_root(self, remote, "")?;
+                    }
+                    store::postgres::PgStore::open(&remote.url, self.busy, self.deadline, true)?
+                        .ok_or(Error::Internal(
+                            "a store opened to be created had no schema",
+                        ))?
                 }
-                store::postgres::PgStore::open(&remote.url, self.busy, true)?.ok_or(
-                    Error::Internal("a store opened to be created had no schema"),
-                )?
-            }
-        };
+            };
         if let Some(clock) = store::Store::server_clock(&opened) {
             self.server_clock.set(Some(clock));
         }
@@ -579,10 +584,12 @@ pub(crate) fn change_held_noting(
     let tx = ctx.begin(&mut *store, &resource)?;
     // Read once the lock is held: waiting for it may take a while.
     let now = ctx.now();
-    if let store::HolderChange::Renew { ttl } = change
-        && now.checked_add(ttl).is_none()
-    {
-        return Err(Error::usage(format!("--ttl {ttl} overflows the clock")));
+    if let store::HolderChange::Renew { ttl } = change {
+        // Inside the renewal's transaction, its lock held (`run`'s partition tests).
+        crate::failpoints::failpoint!("renew.locked");
+        if now.checked_add(ttl).is_none() {
+            return Err(Error::usage(format!("--ttl {ttl} overflows the clock")));
+        }
     }
     let request = store::HolderRequest {
         owner: &holder.owner,

@@ -4,6 +4,7 @@
 //! sink's fence, which refuses the old epoch whether or not the child is still alive.
 
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -35,7 +36,9 @@ mod job;
 /// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch. The lease is
 /// renewed every TTL/3. If a renewal is refused (taken over) or cannot be made before
 /// the deadline, CMD's group gets SIGTERM (and SIGCONT), then SIGKILL after --grace, and
-/// run exits 4.
+/// run exits 4. The deadline is counted from before the last renewal was sent, and no
+/// wait on the network holds it up: CMD gets SIGTERM by the lease's deadline at the
+/// latest, and SIGKILL by the deadline plus --grace; the loss is logged after.
 /// The sink's fence, not this kill, is what keeps the document safe.
 /// When CMD exits 0 the lease is completed (result: --result, or "exit 0"); when it
 /// fails the lease is released (the log records CMD's exit code or signal) and run
@@ -129,7 +132,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         .command
         .split_first()
         .ok_or_else(|| Error::usage("no CMD given"))?;
-    let claimed = claim::take(
+    let (claimed, asked) = claim::take(
         ctx,
         &ClaimArgs {
             request: args.request.clone(),
@@ -145,6 +148,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         },
         ttl: Duration::from_millis(ttl_ms),
         grace,
+        asked,
     };
     let running = start(ctx, &lease, program, rest, json)?;
     let ended = supervise(ctx, &lease, &running);
@@ -159,14 +163,24 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
 struct Running {
     /// The command's process group (its pid).
     group: Pid,
-    /// The command's exit status, once it has exited.
-    exited: mpsc::Receiver<std::io::Result<ExitStatus>>,
+    /// The command's exit status, once it has exited, and renewals' answers.
+    events: mpsc::Receiver<Event>,
+    /// Where a renewal's thread sends its answer.
+    send: mpsc::Sender<Event>,
     /// Stops the thread that forwards signals to the group.
     signals: signal_hook::iterator::Handle,
     guard: Option<Guard>,
     relay: Option<Relay>,
     /// Taken back when dropped: on every way out, before anything is printed.
     terminal: Option<Foreground>,
+}
+
+/// What the supervisor waits for.
+enum Event {
+    /// The command exited (or could not be waited for).
+    Exited(std::io::Result<ExitStatus>),
+    /// A renewal sent at `sent` was answered.
+    Renewed { sent: Instant, result: Result<()> },
 }
 
 /// How the command's run under the lease ended.
@@ -222,13 +236,15 @@ fn start(
             }
         }
     });
-    let (tx, exited) = mpsc::channel::<std::io::Result<ExitStatus>>();
+    let (send, events) = mpsc::channel::<Event>();
+    let exited = send.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
+        let _ = exited.send(Event::Exited(child.wait()));
     });
     Ok(Running {
         group,
-        exited,
+        events,
+        send,
         signals: handle,
         guard,
         relay,
@@ -261,6 +277,8 @@ struct Held {
     ttl: Duration,
     /// After SIGTERM on a lost lease, how long the command gets before SIGKILL.
     grace: Duration,
+    /// When the claim that granted the lease was sent: it runs at least until `asked + ttl`.
+    asked: Instant,
 }
 
 impl Held {
@@ -334,28 +352,60 @@ fn spawn(
 }
 
 /// Waits for the command, renewing the lease every TTL/3. If the lease is lost (a renewal
-/// refused, or none possible before the deadline), the loss is logged at once, the
-/// command's group is stopped (SIGTERM, then SIGKILL after the grace period), and it
-/// ends as [`Ended::Lost`].
+/// refused, or none made in time), the command's group is stopped at once (SIGTERM,
+/// then SIGKILL after the grace period), the loss logged after, and it ends as
+/// [`Ended::Lost`].
+///
+/// The local deadline is counted from the moment the last renewal that succeeded was
+/// sent: the server set its own deadline later than that, so the command stops no later
+/// than the lease ends wherever its time is read. Each renewal runs on a thread of its
+/// own that the supervisor never waits for: a renewal stuck on a cut network (a reply
+/// that never comes) cannot hold the command past the deadline.
 fn supervise(ctx: &Ctx, lease: &Held, job: &Running) -> Result<Ended> {
     let (group, terminal) = (job.group, job.terminal.as_ref());
-    let mut deadline = Instant::now() + lease.ttl;
+    let mut deadline = lease.asked + lease.ttl;
     let interval = (lease.ttl / 3).max(Duration::from_millis(1));
-    let mut next_renew = Instant::now() + interval;
+    let mut next_renew = lease.asked + interval;
+    // A renewal on its way (sent at this instant), whose answer comes on `job.events`.
+    let mut in_flight: Option<Instant> = None;
     loop {
+        let mut wake = deadline;
+        if in_flight.is_none() {
+            wake = wake.min(next_renew);
+        }
         // With the terminal lent, look in often enough to notice a Ctrl-Z.
-        let mut wake = next_renew;
         if terminal.is_some() {
             wake = wake.min(Instant::now() + JOB_CONTROL_POLL);
         }
         match job
-            .exited
+            .events
             .recv_timeout(wake.saturating_duration_since(Instant::now()))
         {
-            Ok(status) => {
+            Ok(Event::Exited(status)) => {
                 return status
                     .map(Ended::Exited)
                     .map_err(Error::io("cannot wait for", "the command"));
+            }
+            Ok(Event::Renewed { sent, result }) => {
+                in_flight = None;
+                match result {
+                    Ok(()) => {
+                        deadline = deadline.max(sent + lease.ttl);
+                        next_renew = sent + interval;
+                    }
+                    Err(Error::Refused(r)) => {
+                        return Ok(lost_while_running(ctx, lease, &lost_reason(&r), job));
+                    }
+                    // A transient failure (busy, I/O): try again soon, while the lease
+                    // still runs; the deadline below decides when it is too late.
+                    Err(e) => {
+                        next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1));
+                        if Instant::now() >= deadline {
+                            let why = format!("{OUT_OF_TIME}: {e}");
+                            return Ok(lost_while_running(ctx, lease, &why, job));
+                        }
+                    }
+                }
             }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::Internal("lost track of the command"));
@@ -367,70 +417,104 @@ fn supervise(ctx: &Ctx, lease: &Held, job: &Running) -> Result<Ended> {
         {
             lent.suspend();
         }
-        if Instant::now() < next_renew {
-            continue;
+        let now = Instant::now();
+        if now >= deadline {
+            let why = match in_flight {
+                Some(sent) => format!(
+                    "{OUT_OF_TIME}: the renewal sent {:.1}s before had no answer",
+                    now.saturating_duration_since(sent).as_secs_f64()
+                ),
+                None => format!("{OUT_OF_TIME}: deadline passed"),
+            };
+            return Ok(lost_while_running(ctx, lease, &why, job));
         }
-        // Renew, never waiting on a busy state file past our own deadline.
-        let left = deadline.saturating_duration_since(Instant::now());
-        let renew_ctx = Ctx {
-            busy: ctx.busy.min(left),
-            ..ctx.clone()
-        };
-        let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
-        // None: the deadline passed before a renewal could even be tried.
-        let renewed = (!left.is_zero()).then(|| {
-            change_held(
-                &renew_ctx,
-                &lease.holder,
-                HolderChange::Renew { ttl: ttl_ms },
-            )
-        });
-        match renewed {
-            Some(Ok(_)) => {
-                deadline = Instant::now() + lease.ttl;
-                next_renew = Instant::now() + interval;
-            }
-            None => {
-                let why = format!("{OUT_OF_TIME}: deadline passed");
-                return Ok(lost_while_running(ctx, lease, &why, job));
-            }
-            Some(Err(e)) if matches!(e, Error::Refused(_)) || Instant::now() >= deadline => {
-                let why = match &e {
-                    Error::Refused(r) => lost_reason(r),
-                    other => format!("{OUT_OF_TIME}: {other}"),
-                };
-                return Ok(lost_while_running(ctx, lease, &why, job));
-            }
-            // A transient failure (busy, I/O): try again soon, while the lease still runs.
-            Some(Err(_)) => {
-                next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1));
-            }
+        if in_flight.is_none() && now >= next_renew {
+            in_flight = Some(renew(ctx, lease, deadline, job.send.clone()));
         }
     }
+}
+
+/// Sends a renewal on a thread of its own, every wait of it on the store's network (or a
+/// busy state file) bounded by the time left until `deadline`; its answer comes as
+/// [`Event::Renewed`]. Returns when it was sent.
+fn renew(ctx: &Ctx, lease: &Held, deadline: Instant, send: mpsc::Sender<Event>) -> Instant {
+    let sent = Instant::now();
+    let left = deadline.saturating_duration_since(sent);
+    let renew_ctx = Ctx {
+        busy: ctx.busy.min(left),
+        deadline: Some(deadline),
+        ..ctx.clone()
+    };
+    let holder = HolderArgs {
+        resource: lease.holder.resource.clone(),
+        owner: lease.holder.owner.clone(),
+        epoch: lease.holder.epoch,
+    };
+    let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
+    std::thread::spawn(move || {
+        let result = change_held(&renew_ctx, &holder, HolderChange::Renew { ttl: ttl_ms });
+        // The supervisor may have stopped listening (the lease ran out meanwhile).
+        let _ = send.send(Event::Renewed {
+            sent,
+            result: result.map(|_| ()),
+        });
+    });
+    sent
 }
 
 /// Why a lease that ran out unrenewed was lost.
 const OUT_OF_TIME: &str = "it ran out before it could be renewed";
 
-/// The lease was lost while the command ran (`why`): log it at once, stop the command's
-/// group, and return the `lost` refusal.
+/// How long run waits, once the command is stopped, to log a lost lease: the store may
+/// be out of reach (that may be why the lease was lost).
+const LOSS_LOG_WAIT: Duration = Duration::from_secs(2);
+
+/// The lease was lost while the command ran (`why`): stop the command's group first,
+/// then log the loss (best effort, waiting at most [`LOSS_LOG_WAIT`]), and return the
+/// `lost` refusal.
 fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ended {
-    let mut refusal = Refusal::new(
-        format!(
-            "the lease on {} (epoch {}) was lost while the command ran ({why}); \
-             the command is stopped",
-            lease.resource, lease.holder.epoch
-        ),
-        &lease.resource,
-        Some(lease.holder.epoch),
-        Some(&lease.holder.owner),
-        RefusalDetail::LostWhileRunning {},
-    );
-    // Logged when noticed, not once the command has finished stopping.
-    super::log_refusal(ctx, &refusal);
+    let refusal = || {
+        Refusal::new(
+            format!(
+                "the lease on {} (epoch {}) was lost while the command ran ({why}); \
+                 the command is stopped",
+                lease.resource, lease.holder.epoch
+            ),
+            &lease.resource,
+            Some(lease.holder.epoch),
+            Some(&lease.holder.owner),
+            RefusalDetail::LostWhileRunning {},
+        )
+    };
+    stop_group(job.group, lease.grace, &job.events);
+    log_loss(ctx, refusal());
+    let mut refusal = refusal();
+    // Logged here or never: not tried again on the way out.
     refusal.logged = true;
-    stop_group(job.group, lease.grace, &job.exited);
     Ended::Lost(Error::refused(refusal))
+}
+
+/// Logs a lost lease on a thread of its own, waiting for it at most [`LOSS_LOG_WAIT`];
+/// a thread still waiting on the network then is left behind (run exits soon after).
+fn log_loss(ctx: &Ctx, refusal: Refusal) {
+    let until = Instant::now() + LOSS_LOG_WAIT;
+    let log_ctx = Ctx {
+        busy: ctx.busy.min(LOSS_LOG_WAIT),
+        deadline: Some(until),
+        ..ctx.clone()
+    };
+    let (done, logged) = mpsc::channel();
+    std::thread::spawn(move || {
+        super::log_refusal(&log_ctx, &refusal);
+        let _ = done.send(());
+    });
+    if logged.recv_timeout(LOSS_LOG_WAIT).is_err() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "fencepost: warning: refusal not logged: the store did not answer within {}s",
+            LOSS_LOG_WAIT.as_secs()
+        );
+    }
 }
 
 /// Why a renewal was refused, in words that fit inside run's own `lost` line: the
@@ -636,13 +720,26 @@ fn relay(mut from: std::process::ChildStdout, stop: &OwnedFd) -> Option<u8> {
 }
 
 /// SIGTERM to the group (and SIGCONT, in case it is stopped), SIGKILL after `grace` if
-/// the child has not exited.
-fn stop_group(group: Pid, grace: Duration, rx: &mpsc::Receiver<std::io::Result<ExitStatus>>) {
+/// the child has not exited. A renewal's late answer is no longer of interest.
+fn stop_group(group: Pid, grace: Duration, events: &mpsc::Receiver<Event>) {
     let _ = killpg(group, Signal::SIGTERM);
     let _ = killpg(group, Signal::SIGCONT);
-    if rx.recv_timeout(grace).is_err() {
+    let until = Instant::now() + grace;
+    let exited = |wait: &dyn Fn() -> Option<Event>| loop {
+        match wait() {
+            Some(Event::Exited(_)) => return true,
+            Some(Event::Renewed { .. }) => {}
+            None => return false,
+        }
+    };
+    let in_grace = || {
+        events
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .ok()
+    };
+    if !exited(&in_grace) {
         let _ = killpg(group, Signal::SIGKILL);
-        let _ = rx.recv();
+        exited(&|| events.recv().ok());
     }
 }
 

@@ -240,8 +240,14 @@ fn percent_decoded(text: &str) -> String {
 impl PgStore {
     /// Connects to the store at `url`, creating its schema if `create` and missing.
     /// `None` when the database has no fencepost schema and `create` is false.
-    pub(crate) fn open(url: &StoreUrl, busy: Duration, create: bool) -> Result<Option<PgStore>> {
-        let mut client = connect(url, busy)?;
+    /// With a `deadline`, every wait on the network ends by then (see [`connect`]).
+    pub(crate) fn open(
+        url: &StoreUrl,
+        busy: Duration,
+        deadline: Option<Instant>,
+        create: bool,
+    ) -> Result<Option<PgStore>> {
+        let mut client = connect(url, busy, deadline)?;
         let fail = |e| pg_error(&url.shown, busy, e);
         let header = read_header(&mut client, &url.shown, busy)?;
         let header = match header {
@@ -282,17 +288,39 @@ impl PgStore {
 
 /// Opens a session with fencepost's settings in front of the URL's own `options` (which
 /// win where they say otherwise): the lock timeout is the busy timeout, an idle
-/// transaction ends after [`IDLE_IN_TRANSACTION`].
-fn connect(url: &StoreUrl, busy: Duration) -> Result<Client> {
+/// transaction ends after [`IDLE_IN_TRANSACTION`], and the server gives up on a client
+/// it cannot reach after [`SERVER_TCP`] (so a partitioned client's session, and the row
+/// locks it holds, do not outlast its lease by long).
+///
+/// With a `deadline` (`run`'s renewals), every wait is bounded by the time left until
+/// it: the connect, each statement (`statement_timeout`), each lock (`lock_timeout`),
+/// and data left unacknowledged on the socket (TCP user timeout).
+fn connect(url: &StoreUrl, busy: Duration, deadline: Option<Instant>) -> Result<Client> {
     let mut config: postgres::Config = url
         .url
         .parse()
         .map_err(|e| Error::usage(format!("--store {}: {e}", url.shown)))?;
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    if left.is_some_and(|l| l.is_zero()) {
+        return Err(Error::Remote {
+            message: format!("cannot reach the store {} before the deadline", url.shown),
+            hint: None,
+        });
+    }
     // PostgreSQL reads 0 as "wait forever"; fencepost's 0 means "do not wait".
-    let lock_ms = busy.as_millis().max(1);
+    let lock_ms = left.map_or(busy, |l| busy.min(l)).as_millis().max(1);
     let mut options = format!(
         "-c lock_timeout={lock_ms} -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION}"
     );
+    for (name, value) in SERVER_TCP {
+        options.push_str(&format!(" -c {name}={value}"));
+    }
+    if let Some(left) = left {
+        options.push_str(&format!(
+            " -c statement_timeout={}",
+            left.as_millis().max(1)
+        ));
+    }
     if let Some(theirs) = config.get_options() {
         options.push(' ');
         options.push_str(theirs);
@@ -301,12 +329,29 @@ fn connect(url: &StoreUrl, busy: Duration) -> Result<Client> {
     if config.get_application_name().is_none() {
         config.application_name("fencepost");
     }
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(10));
-    }
+    let bounded = |d: Duration| left.map_or(d, |l| d.min(l));
+    let connect_timeout = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_TIMEOUT);
+    config.connect_timeout(bounded(connect_timeout).max(Duration::from_millis(1)));
     // A `mirror --follow` across a network learns of a dead peer in about a minute, not
-    // the two hours of the system's default.
+    // the two hours of the system's default; data the server does not acknowledge breaks
+    // the session after TCP_USER_TIMEOUT (at most the time left) instead of the
+    // system's retransmissions (about 15 minutes).
     config.keepalives_idle(Duration::from_secs(30));
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(Duration::from_secs(10));
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(3);
+    }
+    let user_timeout = config
+        .get_tcp_user_timeout()
+        .copied()
+        .filter(|t| !t.is_zero())
+        .unwrap_or(TCP_USER_TIMEOUT);
+    config.tcp_user_timeout(bounded(user_timeout).max(Duration::from_millis(1)));
     config.connect(NoTls).map_err(|e| Error::Remote {
         message: format!("cannot reach the store {}: {}", url.shown, root_cause(&e)),
         hint: Some(
@@ -316,6 +361,24 @@ fn connect(url: &StoreUrl, busy: Duration) -> Result<Client> {
         ),
     })
 }
+
+/// How long a connect may take, unless the URL says (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long data sent to the server may go unacknowledged before the session is given
+/// up, unless the URL says (`tcp_user_timeout`).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The server's side of a session over TCP: keepalive probes after 5 s of silence, every
+/// 2 s, 3 unanswered end it; replies unacknowledged for 10 s end it. A client cut off
+/// inside a transaction so loses its session (and its locks) within about 11 s. The
+/// server ignores them on a Unix socket; the URL's `options` override them.
+const SERVER_TCP: [(&str, &str); 4] = [
+    ("tcp_keepalives_idle", "5"),
+    ("tcp_keepalives_interval", "2"),
+    ("tcp_keepalives_count", "3"),
+    ("tcp_user_timeout", "10000"),
+];
 
 /// The innermost error's text: the crate's outer text for a failed connect ("error
 /// connecting to server") says less than its source ("Connection refused").

@@ -192,6 +192,8 @@ impl Drop for TestStore {
 pub(crate) struct PrivateCluster {
     dir: TempDir,
     pgbin: String,
+    /// The script's variables for where the server listens (see [`Self::start_in`]).
+    listen: Vec<(&'static str, String)>,
 }
 
 impl PrivateCluster {
@@ -199,6 +201,22 @@ impl PrivateCluster {
     /// (the test is skipped) when that is unset. Panics if the cluster does not start.
     #[track_caller]
     pub(crate) fn start() -> Option<PrivateCluster> {
+        Self::start_listening(Vec::new())
+    }
+
+    /// [`Self::start`], the server running inside the network namespace `netns` and
+    /// listening on TCP at `addresses` there (comma-separated, as `listen_addresses`),
+    /// open to clients in 198.18.0.0/15 as to the socket. Needs root, as the namespace does.
+    #[track_caller]
+    pub(crate) fn start_in(netns: &str, addresses: &str) -> Option<PrivateCluster> {
+        Self::start_listening(vec![
+            ("FENCEPOST_TEST_PG_NETNS", netns.to_string()),
+            ("FENCEPOST_TEST_PG_LISTEN", addresses.to_string()),
+        ])
+    }
+
+    #[track_caller]
+    fn start_listening(listen: Vec<(&'static str, String)>) -> Option<PrivateCluster> {
         let pgbin = required_var(PGBIN_VAR)?;
         // The system's temp folder, not the build's: the socket's path must stay short
         // (about 100 bytes) and reachable by the `postgres` user.
@@ -206,7 +224,7 @@ impl PrivateCluster {
             .prefix("fencepost-pg-")
             .tempdir()
             .expect("temp dir for a cluster");
-        let cluster = PrivateCluster { dir, pgbin };
+        let cluster = PrivateCluster { dir, pgbin, listen };
         cluster.script("start");
         Some(cluster)
     }
@@ -244,6 +262,7 @@ impl PrivateCluster {
             .arg(action)
             .arg(self.dir.path())
             .env(PGBIN_VAR, &self.pgbin)
+            .envs(self.listen.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("run tools/pg-test-cluster.sh");
         assert!(

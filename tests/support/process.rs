@@ -228,6 +228,20 @@ impl Paused {
     }
 }
 
+impl Paused {
+    /// Lets it go on from the failpoint without waiting for it: the process, to wait for
+    /// (or kill) as the caller sees fit.
+    pub(crate) fn let_go(mut self) -> Child {
+        drop(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.resume)
+                .expect("open the resume fifo"),
+        );
+        self.child.take().expect("running")
+    }
+}
+
 impl Drop for Paused {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
