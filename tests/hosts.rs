@@ -343,3 +343,43 @@ fn claim_wait_waits_through_a_row_locked_past_the_busy_timeout() {
     let j: Value = serde_json::from_slice(&out.stdout).expect("claim --json");
     assert_eq!(j["epoch"], 2, "{j}");
 }
+
+#[test]
+fn a_wait_that_ran_out_on_a_locked_row_says_how_long_it_waited() {
+    let Some(store) = pg::store() else { return };
+    let b = Host::new(store.url());
+    b.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1ms"])
+        .expect_stdout(0, "1");
+    let mut holder = store.client();
+    let mut lock = holder.transaction().expect("BEGIN");
+    lock.query(
+        "SELECT resource FROM fencepost_lock WHERE resource = 'doc.md' FOR UPDATE",
+        &[],
+    )
+    .expect("lock the row");
+    let done = b
+        .fp(&[
+            "--busy-timeout",
+            "100ms",
+            "--json",
+            "claim",
+            "doc.md",
+            "--owner",
+            "B",
+            "--ttl",
+            "30s",
+            "--wait",
+            "700ms",
+        ])
+        .expect(7);
+    let j = done.json_contract();
+    assert_eq!(j["outcome"], "busy", "{j}");
+    let message = j["error"].as_str().expect("error");
+    let waited: u64 = message
+        .rsplit_once("(waited ")
+        .and_then(|(_, rest)| rest.strip_suffix(" ms)"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("how long it waited: {message}"));
+    assert!(waited >= 700, "{message}");
+    lock.rollback().expect("ROLLBACK");
+}

@@ -106,7 +106,7 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<(Claimed, Instant)> {
                 pause = (pause * 2).min(Duration::from_millis(50));
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(busy_for(e, wait.map(|_| started.elapsed()))),
         };
         let now = ctx.now();
         let current = tx.lease(&resource)?;
@@ -153,6 +153,18 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<(Claimed, Instant)> {
         };
         return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now)
             .map(|claimed| (claimed, asked));
+    }
+}
+
+/// A `busy` that ended a `--wait` says how long the whole wait was (`waited`), not only
+/// its last lock wait; other errors pass unchanged.
+fn busy_for(e: Error, waited: Option<Duration>) -> Error {
+    let Some(waited) = waited else { return e };
+    let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+    match e {
+        Error::Busy { path, .. } => Error::Busy { path, waited_ms },
+        Error::RemoteBusy { store, .. } => Error::RemoteBusy { store, waited_ms },
+        other => other,
     }
 }
 
