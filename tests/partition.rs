@@ -220,6 +220,28 @@ fn assert_stopped_in_time(beats: &Path, deadline: i64, out: &Output, killed: boo
 /// then the loss was logged through another connect before the command was stopped.)
 #[test]
 fn run_stops_its_command_at_the_deadline_when_the_replies_are_cut() {
+    cut_between_renewals(Net::drop_replies_to_client);
+}
+
+/// A's requests are dropped (blackholed on A's side) between renewals: each renewal's
+/// connect fails at once there (the route is a blackhole), and the command stops at the
+/// deadline. (The old code passed this one too; the hang comes only on a connection
+/// already open, as inside a renewal's transaction, below.)
+#[test]
+fn run_stops_its_command_at_the_deadline_when_the_requests_are_cut() {
+    cut_between_renewals(Net::drop_requests_from_client);
+}
+
+/// A's link is down between renewals: its renewals fail at once (no route), and it
+/// stops at the deadline as well. (The old code passed this one too.)
+#[test]
+fn run_stops_its_command_at_the_deadline_when_its_link_is_down() {
+    cut_between_renewals(Net::link_down);
+}
+
+/// Runs A's command, cuts A off with `cut` once a renewal has been committed, and checks
+/// the command stopped in time and B can take the lease over.
+fn cut_between_renewals(cut: fn(&Net)) {
     let Some(p) = Partition::start() else {
         return;
     };
@@ -242,15 +264,18 @@ fn run_stops_its_command_at_the_deadline_when_the_replies_are_cut() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    p.net.drop_replies_to_client();
+    cut(&p.net);
     let (_, deadline) = p.lease("doc.md");
     let (out, killed) = finish_by(child, deadline);
     // A renewal committed as the cut came, its answer lost, has the server's last word.
     let (_, deadline) = p.lease("doc.md");
     assert_stopped_in_time(&beats, deadline, &out, killed);
-    // B takes over the expired lease.
+    // B takes over the expired lease (waiting, should the cut have come inside a
+    // renewal's transaction, until the server drops that session).
     let out = p
-        .fp_b(&["claim", "doc.md", "--owner", "B", "--ttl", "30s"])
+        .fp_b(&[
+            "claim", "doc.md", "--owner", "B", "--ttl", "30s", "--wait", "30s",
+        ])
         .output()
         .expect("claim");
     assert!(out.status.success(), "B's claim: {}", text(&out));
