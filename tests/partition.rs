@@ -290,6 +290,25 @@ fn cut_between_renewals(cut: fn(&Net)) {
 /// running on until the test gave up, and B gave up with `busy` after its busy timeout.)
 #[test]
 fn run_stops_its_command_when_cut_inside_a_renewal_and_b_takes_over() {
+    cut_inside_a_renewal(|net| {
+        net.drop_requests_from_client();
+        net.drop_replies_to_client();
+    });
+}
+
+/// Only the server's replies to A are dropped inside a renewal's transaction: A's next
+/// statement arrives, its answer never does. The server gives the session up once its
+/// reply stays unacknowledged past `tcp_user_timeout`, and B takes over. (The old code:
+/// the command ran until the test gave up, as above.)
+#[test]
+fn run_stops_its_command_when_the_replies_are_cut_inside_a_renewal() {
+    cut_inside_a_renewal(Net::drop_replies_to_client);
+}
+
+/// Pauses A's first renewal inside its transaction (`renew.locked`), cuts A off with
+/// `cut`, lets it go on, and checks the command stopped in time and that B's
+/// `claim --wait` started then gets the lease.
+fn cut_inside_a_renewal(cut: fn(&Net)) {
     let Some(p) = Partition::start() else {
         return;
     };
@@ -301,8 +320,7 @@ fn run_stops_its_command_when_cut_inside_a_renewal_and_b_takes_over() {
     let paused = spawn_paused_command(cmd, b"", "renew.locked");
     let (epoch, deadline) = p.lease("doc.md");
     assert_eq!(epoch, 1);
-    p.net.drop_requests_from_client();
-    p.net.drop_replies_to_client();
+    cut(&p.net);
     let run = paused.let_go();
     // B asks during the cut. Its lock waits end after 2 s (busy), but its --wait goes on
     // through them, for less than the 30 s after which the server would end A's idle
