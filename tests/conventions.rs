@@ -583,8 +583,9 @@ fn a_lost_line_says_lost_once() {
     env.fp(&["release", "lost", "--owner", "A", "--epoch", "1"])
         .now(1)
         .expect(0);
+    // A release run again is a replay; a complete of the released lease is lost.
     let done = env
-        .fp(&["release", "lost", "--owner", "A", "--epoch", "1"])
+        .fp(&["complete", "lost", "--owner", "A", "--epoch", "1"])
         .now(2)
         .expect(4);
     assert_eq!(done.stderr.matches("lost:").count(), 1, "{}", done.stderr);

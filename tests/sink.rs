@@ -514,6 +514,15 @@ const JSON_CASES: &[(&[&str], i64, &str, i32, &str)] = &[
         &["complete", "d.md", "--owner", "A", "--epoch", "1"],
         4,
         "",
+        0,
+        "completed",
+    ),
+    (
+        &[
+            "complete", "d.md", "--owner", "A", "--epoch", "1", "--result", "x",
+        ],
+        4,
+        "",
         4,
         "lost",
     ),
@@ -534,6 +543,13 @@ const JSON_CASES: &[(&[&str], i64, &str, i32, &str)] = &[
     ),
     (
         &["release", "d.md", "--owner", "B", "--epoch", "2"],
+        6,
+        "",
+        0,
+        "released",
+    ),
+    (
+        &["release", "d.md", "--owner", "B", "--epoch", "1"],
         6,
         "",
         4,

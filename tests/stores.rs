@@ -266,3 +266,82 @@ both_stores!(
     racing_first_claims_grant_one_epoch_and_hold_the_rest,
     a_write_failing_before_commit_leaves_neither_epoch_nor_content,
 );
+
+/// Ends every session of the store's schema but this one: the COMMIT of a command paused
+/// just before it then meets a broken connection, and the command cannot know whether it
+/// was made.
+fn end_sessions(env: &Backend) {
+    crate::support::pg::connect(env.url())
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = current_setting('application_name')
+               AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .expect("end the paused command's session");
+}
+
+/// A command whose connection broke at COMMIT exits 1 with a hint that says what running
+/// it again will answer, each command its own; run again, it is decided afresh (here the
+/// COMMIT never reached the server).
+#[test]
+fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    env.claim("other.md", "Z", 10, 0);
+    let claim = ["claim", "doc.md", "--owner", "A", "--ttl", "10"];
+    let complete = [
+        "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "ok",
+    ];
+    let write = ["write", "doc.md", "--epoch", "1"];
+    let release = ["release", "doc.md", "--owner", "A", "--epoch", "2"];
+    let cases: [(&[&str], &[u8], &str); 4] = [
+        (
+            &claim,
+            b"",
+            "claim again: if it was made, you get the same epoch back",
+        ),
+        (
+            &write,
+            b"v1",
+            "a replay if it was made, else decided afresh",
+        ),
+        (
+            &complete,
+            b"",
+            "complete again with the same --result: if it was made, the answer is \
+             `completed`, marked as a replay",
+        ),
+        (
+            &release,
+            b"",
+            "release again: if it was made, the answer is `released`, marked as a replay",
+        ),
+    ];
+    for (i, (args, stdin, retry)) in cases.into_iter().enumerate() {
+        let now = i64::try_from(i).expect("tick") + 1;
+        if args[0] == "release" {
+            assert_eq!(env.claim("doc.md", "A", 10, now), 2);
+        }
+        let paused = env.spawn_paused(args, now, stdin, "txn.before_commit");
+        end_sessions(&env);
+        let out = paused.resume();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{args:?}: one line and a hint: {stderr}");
+        assert!(
+            lines[0].contains("broke at COMMIT: the change may or may not have been made"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            lines[1].starts_with("hint: `fencepost status` (or `log`) tells whether it was made; ")
+                && lines[1].contains(retry),
+            "{args:?}: {stderr}"
+        );
+        // Not made: the same command again makes it.
+        let again = env.fp(args).now(now).stdin(stdin.to_vec()).expect(0);
+        assert_ne!(again.stdout.trim(), "replay", "{args:?}");
+    }
+}

@@ -608,19 +608,14 @@ impl Txn for PgTxn<'_> {
             // The COMMIT was sent; whether the server made it before the session broke
             // cannot be known from here.
             if e.is_closed() || e.code().is_none() {
-                return Err(Error::Remote {
+                return Err(Error::OutcomeUnknown {
                     message: format!(
                         "the connection to {} broke at COMMIT: the change may or may not \
                          have been made ({})",
                         self.shown,
                         root_cause(&e)
                     ),
-                    hint: Some(
-                        "`fencepost status` (or `log`) tells whether it was; running the same \
-                         command again is safe: a replay if it was made, else decided afresh \
-                         (`stale` if a newer epoch took over meanwhile)"
-                            .to_string(),
-                    ),
+                    retry: None,
                 });
             }
             return Err(pg_error(self.shown, self.busy, e));

@@ -16,6 +16,10 @@ use crate::resource::Resource;
 use crate::sink::{Content, WriteDecision, decide, fence_after_write};
 use crate::store::{Blob, Store, WriteRecord};
 
+/// What `write` tells when its COMMIT's answer is lost.
+const RETRY: &str = "running the same command again is safe: a replay if it was made, else \
+                     decided afresh (`stale` if a newer epoch took over meanwhile)";
+
 /// Publishes `source` to `resource` in the shared store under `args.epoch`.
 pub(super) fn run(
     ctx: &Ctx,
@@ -39,7 +43,7 @@ pub(super) fn run(
     if !matches!(&published, Ok((Outcome::Written(_), used)) if *used == blob.id) {
         blobs(&mut *store)?.discard(blob.id);
     }
-    let (outcome, _) = published?;
+    let (outcome, _) = published.map_err(|e| e.retry_tells(RETRY))?;
     let (plain, changed) = match outcome {
         Outcome::Written(_) => (
             "written",
