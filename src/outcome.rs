@@ -177,6 +177,10 @@ pub(crate) struct SinkView {
     pub sha256: Option<String>,
     pub size: Option<u64>,
     pub written_at: Option<i64>,
+    /// The store publishes the content as written with `--unfenced` (the key is there
+    /// only then): no fence kept older epochs out.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unfenced: bool,
 }
 
 /// The document on disk in `status`, compared with the sink's record.

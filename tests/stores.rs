@@ -345,3 +345,91 @@ fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
         assert_ne!(again.stdout.trim(), "replay", "{args:?}");
     }
 }
+
+/// `write --unfenced` on a store would let any epoch make its bytes current for every
+/// host: refused (exit 2, nothing changed) on old epochs, never-issued ones and
+/// never-claimed resources, even with the reproduction's variable set once the store
+/// exists; only a store made for the reproduction takes it.
+#[test]
+fn an_unfenced_write_is_refused_by_a_store_not_made_for_the_reproduction() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.write("doc.md", 1, "A's old bytes", 1, 0);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.write("doc.md", 2, "B's bytes", 11, 0);
+    let before = row(&env, "doc.md", 12);
+    for (res, epoch, reproduction) in [
+        ("doc.md", "1", false),
+        ("doc.md", "999", false),
+        ("new.md", "1", false),
+        ("doc.md", "1", true),
+    ] {
+        let mut run = env
+            .fp(&["write", res, "-e", epoch, "--unfenced"])
+            .now(12)
+            .stdin("late bytes");
+        if reproduction {
+            run = run.env("FENCEPOST_REPRODUCTION_STORE", "1");
+        }
+        let done = run.expect(2);
+        assert_eq!(done.stdout, "", "{res} {epoch}");
+        assert!(
+            done.stderr
+                .starts_with("fencepost: write --unfenced is refused by the store ")
+                && done.stderr.contains("\nhint: drop --unfenced"),
+            "{res} {epoch}: {}",
+            done.stderr
+        );
+    }
+    assert_eq!(env.text("doc.md"), "B's bytes");
+    assert_eq!(row(&env, "doc.md", 12), before);
+    env.fp(&["status", "new.md"]).now(12).expect(2);
+    env.fp(&["verify"]).now(12).expect(0);
+}
+
+/// A store made for the reproduction (its first claim run with
+/// `FENCEPOST_REPRODUCTION_STORE=1`) takes `write --unfenced`, and `verify` reports the
+/// unfenced version it publishes (exit 9, naming the resource and epoch), and `status`
+/// marks it.
+#[test]
+fn the_reproductions_store_takes_an_unfenced_write_and_verify_reports_it() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .env("FENCEPOST_REPRODUCTION_STORE", "1")
+        .expect_stdout(0, "1");
+    env.write("doc.md", 1, "A's bytes", 1, 0);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.write("doc.md", 2, "B's bytes", 11, 0);
+    env.fp(&["verify"]).now(12).expect(0);
+    env.fp(&["write", "doc.md", "-e", "1", "--unfenced"])
+        .now(12)
+        .stdin("A's late bytes")
+        .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "A's late bytes");
+    let out = env.fp(&["--json", "verify"]).now(13).expect(9).json();
+    let problems = out["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{out}");
+    assert_eq!(problems[0]["resource"], "doc.md");
+    assert_eq!(problems[0]["problem"], "unfenced");
+    let plain = env.fp(&["verify"]).now(13).expect(9);
+    assert!(
+        plain
+            .stdout
+            .contains("doc.md: unfenced: the store publishes epoch 1 written with --unfenced"),
+        "{}",
+        plain.stdout
+    );
+    assert_eq!(row(&env, "doc.md", 13)["sink"]["unfenced"], true);
+    let table = env.fp(&["status"]).now(13).expect(0).stdout;
+    assert!(table.contains("epoch 1 unfenced"), "{table}");
+    // A fenced write after it clears the mark.
+    assert_eq!(env.claim("doc.md", "C", 10, 20), 3);
+    env.write("doc.md", 3, "C's bytes", 21, 0);
+    env.fp(&["verify"]).now(22).expect(0);
+    assert_eq!(row(&env, "doc.md", 22)["sink"].get("unfenced"), None);
+}

@@ -500,10 +500,9 @@ pub(crate) fn lost(
             l.owner,
             l.epoch,
             l.view(now),
-            match (&l.result, l.state) {
-                (Some(result), crate::lease::LeaseState::Completed) => {
-                    format!(" with result {result:?}")
-                }
+            // The result recorded, when that is why the completion is refused.
+            match (&l.result, &reason) {
+                (Some(result), LostReason::OtherResult) => format!(" with result {result:?}"),
                 _ => String::new(),
             }
         ),

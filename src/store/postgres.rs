@@ -432,6 +432,28 @@ fn foreign(shown: &str, table: &str) -> Error {
     )
 }
 
+/// The `fencepost_meta` key of a store made for the reproduction of the unprotected sink
+/// (`fixtures/reproduce.sh --store`, in a throwaway database of its own): the one kind of
+/// store that takes `write --unfenced`.
+///
+/// `--unfenced` accepts any epoch and never raises the fence. On a shared store that
+/// would let any host make old bytes current for every reader and mirror, so a store
+/// refuses it unless it carries this key; and a store gets the key only as its schema is
+/// made, by a build with the `failpoints` feature (the reproduction's own build, never
+/// the installed one) run with [`REPRODUCTION_VAR`]`=1`. A production store never has
+/// it and cannot gain it: an existing schema is never made again.
+pub(crate) const REPRODUCTION_KEY: &str = "reproduction";
+
+/// The variable that asks a failpoints build to mark the store whose schema it makes as
+/// the reproduction's (see [`REPRODUCTION_KEY`]); documented in fixtures/README.md, not
+/// in `--help`.
+const REPRODUCTION_VAR: &str = "FENCEPOST_REPRODUCTION_STORE";
+
+/// True when the schema this process makes is to be marked as the reproduction's.
+fn for_reproduction() -> bool {
+    cfg!(feature = "failpoints") && std::env::var_os(REPRODUCTION_VAR).is_some_and(|v| v == "1")
+}
+
 /// Creates the schema (once, whoever else is creating it at the same moment).
 fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
     let fail = |e| pg_error(shown, busy, e);
@@ -467,6 +489,13 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()>
         &[&id.as_bytes()],
     )
     .map_err(fail)?;
+    if for_reproduction() {
+        tx.execute(
+            "INSERT INTO fencepost_meta (key, value) VALUES ($1, '1')",
+            &[&REPRODUCTION_KEY],
+        )
+        .map_err(fail)?;
+    }
     tx.commit().map_err(fail)
 }
 

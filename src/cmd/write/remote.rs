@@ -28,6 +28,9 @@ pub(super) fn run(
     source: Source,
 ) -> Result<Report> {
     let mut store = ctx.store()?;
+    if args.unfenced {
+        refuse_unfenced(ctx, &*store.snapshot()?)?;
+    }
     refuse_early(ctx, &*store.snapshot()?, resource, args)?;
     let source = refuse_empty(source, ctx, resource, args)?;
     let mut reader: Box<dyn Read> = match source {
@@ -55,6 +58,27 @@ pub(super) fn run(
         crate::mirror::apply_after_write(ctx, &mut *store, resource);
     }
     Ok(Report::new(plain, outcome).changed(changed))
+}
+
+/// Refuses `--unfenced` on a shared store not made for the reproduction: there it would
+/// let any epoch, an old one or one never claimed, make its bytes current for every host
+/// (see `postgres::REPRODUCTION_KEY`).
+fn refuse_unfenced(ctx: &Ctx, tx: &dyn crate::store::Txn) -> Result<()> {
+    if tx
+        .meta_bytes(crate::store::postgres::REPRODUCTION_KEY)?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let shown = ctx.remote.as_ref().map_or("", |r| r.url.shown.as_str());
+    Err(Error::usage_hint(
+        format!(
+            "write --unfenced is refused by the store {shown}: without the fence, any epoch \
+             would make its bytes current for every host"
+        ),
+        "drop --unfenced and write with the epoch `claim` printed; --unfenced is for the \
+         local state file, or a store that fixtures/reproduce.sh --store made",
+    ))
 }
 
 fn blobs(store: &mut dyn Store) -> Result<&mut dyn crate::store::Blobs> {
