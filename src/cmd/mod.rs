@@ -427,27 +427,7 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     }
 }
 
-/// True for a character that must not appear in a name or result shown by `status` and
-/// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
-/// invisible format characters, such as the bidirectional overrides (U+202E turns the
-/// text after it around) and zero-width spaces, which make a name show as another.
-fn misleading(c: char) -> bool {
-    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
-    c.is_control()
-        || matches!(
-            c.general_category(),
-            GeneralCategory::Format
-                | GeneralCategory::LineSeparator
-                | GeneralCategory::ParagraphSeparator
-        )
-}
-
-/// The first misleading character of `text`, as `U+202E`.
-fn first_misleading(text: &str) -> Option<String> {
-    text.chars()
-        .find(|&c| misleading(c))
-        .map(|c| format!("U+{:04X}", u32::from(c)))
-}
+use crate::resource::first_misleading;
 
 /// Refuses an owner name that is empty or has control or invisible characters.
 pub(crate) fn check_owner(owner: &str) -> Result<()> {

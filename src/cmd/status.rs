@@ -321,12 +321,8 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
     text
 }
 
-/// A stored name as one line of a table: quoted, with escapes, when it has control
-/// characters; shortened when very long.
+/// A stored name as one line of a table (see `resource::display_name`), shortened when
+/// very long.
 pub(crate) fn printable(name: &str) -> String {
-    if name.chars().any(char::is_control) {
-        crate::root::shown(&format!("{name:?}"))
-    } else {
-        crate::root::shown(name)
-    }
+    crate::root::shown(&crate::resource::display_name(name))
 }

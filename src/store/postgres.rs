@@ -176,8 +176,21 @@ impl StoreUrl {
                  for a Unix socket; leave --store (FENCEPOST_STORE) unset for the local state file",
             ));
         }
-        if let Err(e) = text.parse::<postgres::Config>() {
-            return Err(Error::usage(format!("--store {}: {e}", redact(text))));
+        let config = match text.parse::<postgres::Config>() {
+            Ok(config) => config,
+            Err(e) => return Err(Error::usage(format!("--store {}: {e}", redact(text)))),
+        };
+        // The driver takes no default server (libpq's PGHOST and socket folder): a URL
+        // without one can never connect, which is bad input, not an unreachable server.
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err(Error::usage_hint(
+                format!(
+                    "--store {}: names no server (no host in the URL, and no host= parameter)",
+                    redact(text)
+                ),
+                "pass postgresql://USER@HOST/DB, or postgresql:///DB?host=/run/postgresql \
+                 for a Unix socket",
+            ));
         }
         Ok(StoreUrl {
             url: text.to_string(),
