@@ -320,6 +320,28 @@ fn a_claim_retried_after_its_answer_was_lost_gets_its_epoch_back(env: &Backend) 
     assert_eq!(env.claim("doc.md", "A", 10, 11), 2);
 }
 
+/// A renew whose COMMIT was made but whose answer never came, run again, simply renews
+/// again from the time of the retry: no rule of its own is needed.
+fn a_renew_retried_after_its_answer_was_lost_renews_again(env: &Backend) {
+    env.claim("doc.md", "A", 10, 0);
+    let renew = [
+        "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+    ];
+    let lost = env
+        .fp(&renew)
+        .now(5)
+        .env("FAILPOINTS", "txn.after_commit=return(abort)")
+        .output();
+    assert_eq!(lost.code, -1, "killed after its COMMIT: {}", lost.stderr);
+    assert_eq!(
+        row(env, "doc.md", 6)["lease"]["deadline"],
+        15,
+        "it was made"
+    );
+    env.fp(&renew).now(6).expect_stdout(0, "16");
+    assert_eq!(row(env, "doc.md", 6)["lease"]["deadline"], 16);
+}
+
 /// `run` does not take a live lease even under its own owner name: two overlapping runs
 /// of one cron job (`--owner "$(hostname)"`) must not both run their command.
 fn run_refuses_a_live_lease_of_its_own_owner(env: &Backend) {
@@ -557,6 +579,7 @@ both_stores!(
     release_retried_after_it_was_made_is_a_replay,
     a_claim_retried_after_its_answer_was_lost_gets_its_epoch_back,
     run_refuses_a_live_lease_of_its_own_owner,
+    a_renew_retried_after_its_answer_was_lost_renews_again,
     a_complete_retried_after_its_answer_was_lost_is_a_replay,
     complete_records_result_in_status,
     claim_after_complete_gets_next_epoch,
