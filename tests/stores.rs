@@ -346,6 +346,32 @@ fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
     }
 }
 
+/// `run` never takes a live lease of its own owner back: when its claim's COMMIT breaks,
+/// its hint says what running it again will answer instead (a store of its own: `run`
+/// needs the wall clock).
+#[test]
+fn a_run_whose_claim_answer_is_lost_says_it_will_be_held() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    let mut cmd = std::process::Command::new(crate::harness::bin());
+    cmd.env_clear()
+        .env("FENCEPOST_STORE", env.url())
+        .current_dir(env.env().root())
+        .args(["run", "job.md", "--owner", "A", "--ttl", "1h", "--", "true"]);
+    let paused = crate::support::spawn_paused_command(cmd, b"", "txn.before_commit");
+    end_sessions(&env);
+    let out = paused.resume();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "run: {stderr}");
+    assert!(
+        stderr.contains(
+            "the lease is held under this owner until its deadline and `run` answers `held`"
+        ),
+        "run: {stderr}"
+    );
+}
+
 /// `write --unfenced` on a store would let any epoch make its bytes current for every
 /// host: refused (exit 2, nothing changed) on old epochs, never-issued ones and
 /// never-claimed resources, even with the reproduction's variable set once the store

@@ -87,8 +87,15 @@ const RETRY: &str = "claim again: if it was made, you get the same epoch back, m
 /// a live lease whoever holds it: two overlapping runs under one owner name (a cron job
 /// with `--owner "$(hostname)"`) must not both run their command.
 pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
-    take_or_replay(ctx, claim, false)
+    take_or_replay(ctx, claim, false).map_err(|e| e.retry_tells(RUN_RETRY))
 }
+
+/// What `run` tells when its claim's COMMIT's answer is lost: unlike `claim`, it never
+/// takes a live lease of its own owner back.
+const RUN_RETRY: &str = "if the claim was made, the lease is held under this owner until its \
+                         deadline and `run` answers `held` until then (`fencepost status` shows \
+                         its epoch, and `fencepost release` with it frees the lease); if not, \
+                         running it again decides afresh";
 
 /// [`take`]; with `replays`, a claim by the live lease's own owner is answered with that
 /// lease (see `lease::claim_is_replay`): the claim of `claim`.
