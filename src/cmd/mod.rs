@@ -12,7 +12,7 @@ use crate::error::{Error, Refusal, Result};
 use crate::lease::{Lease, LostReason};
 use crate::outcome::{LeaseView, Outcome, RefusalDetail};
 use crate::recovery;
-use crate::resource::{self, Resource};
+use crate::resource::{self, Resource, first_misleading};
 use crate::root::{self, How, StateFiles};
 use crate::store::{self, Store, Txn};
 
@@ -426,8 +426,6 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
         );
     }
 }
-
-use crate::resource::first_misleading;
 
 /// Refuses an owner name that is empty or has control or invisible characters.
 pub(crate) fn check_owner(owner: &str) -> Result<()> {
