@@ -55,6 +55,16 @@ pub(crate) enum Error {
         hint: Option<String>,
     },
 
+    /// A change was sent to be committed and the answer never came back (the connection
+    /// broke at COMMIT): it may or may not have been made (exit 1). `retry` says what
+    /// running the same command again will answer; the command fills it in
+    /// ([`Error::retry_tells`]), the store cannot know which command it is.
+    #[error("{message}")]
+    OutcomeUnknown {
+        message: String,
+        retry: Option<&'static str>,
+    },
+
     /// A resource of the shared store stayed locked by another session past the busy
     /// timeout.
     #[error("store {store}: the resource stayed locked by another session (waited {waited_ms} ms)")]
@@ -183,6 +193,7 @@ impl Error {
             Error::Io { .. }
             | Error::Database { .. }
             | Error::Remote { .. }
+            | Error::OutcomeUnknown { .. }
             | Error::Internal(_) => 1,
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => 1,
@@ -213,6 +224,7 @@ impl Error {
             | Error::Database { .. }
             | Error::Remote { .. }
             | Error::Internal(_) => "error",
+            Error::OutcomeUnknown { .. } => "unknown",
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => "error",
         }
@@ -231,6 +243,10 @@ impl Error {
                  (pg_stat_activity)",
             )),
             Error::Remote { hint, .. } => hint.as_deref().map(Cow::Borrowed),
+            Error::OutcomeUnknown { retry, .. } => Some(Cow::Owned(format!(
+                "`fencepost status` (or `log`) tells whether it was made; {}",
+                retry.unwrap_or("running the same command again decides it afresh")
+            ))),
             Error::Database { path, source } => database_hint(path, source).map(Cow::Owned),
             Error::Io {
                 context: PRE_IMAGE_LINK,
@@ -242,6 +258,18 @@ impl Error {
                  writer as the document's owner",
             )),
             _ => None,
+        }
+    }
+
+    /// Says, for an [`Error::OutcomeUnknown`], what running the same command again will
+    /// answer (`retry`: "claim again: ..."); any other error is returned as it is.
+    pub(crate) fn retry_tells(self, retry: &'static str) -> Error {
+        match self {
+            Error::OutcomeUnknown { message, .. } => Error::OutcomeUnknown {
+                message,
+                retry: Some(retry),
+            },
+            other => other,
         }
     }
 

@@ -107,6 +107,8 @@ pub enum LostReason {
     Expired,
     /// The lease was already released or completed.
     Finished(LeaseState),
+    /// A complete of a lease this owner and epoch already completed with another result.
+    OtherResult,
 }
 
 impl LostReason {
@@ -120,6 +122,7 @@ impl LostReason {
             LostReason::Expired => "the lease expired",
             LostReason::Finished(LeaseState::Completed) => "the lease was already completed",
             LostReason::Finished(_) => "the lease was already released",
+            LostReason::OtherResult => "the lease was already completed with another result",
         }
     }
 }
@@ -154,6 +157,81 @@ pub fn check_holder(
         return Err(LostReason::Expired);
     }
     Ok(())
+}
+
+/// True when a claim by `owner` at `now` is a retry of the claim that made the current
+/// lease: the lease is live and held under this very owner name. Such a claim is answered
+/// with that lease and its epoch, unchanged (a replay), instead of `held`: after a claim
+/// whose answer was lost (its COMMIT made, the reply not delivered), the retry learns
+/// the epoch it holds rather than being told that it is held by itself.
+///
+/// This is why an owner name must name one worker: two processes claiming under one
+/// name would both be answered with the same lease.
+#[must_use]
+pub fn claim_is_replay(current: Option<&Lease>, owner: &str, now: i64) -> bool {
+    current.is_some_and(|lease| lease.is_live(now) && lease.owner == owner)
+}
+
+/// What a holder asked to finish its lease with: `complete` (and its result) or
+/// `release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish<'a> {
+    Complete(Option<&'a str>),
+    Release,
+}
+
+/// True when `finish` by `owner` with `epoch` was already made: the lease is this
+/// owner's and epoch's, and was finished the same way (completed with the same result,
+/// or released). A retry after an unknown outcome is then a replay, answered as a
+/// success that changes nothing; whatever else [`check_holder`] refuses stays refused
+/// (a lease completed with another result, or released instead of completed, is not
+/// the change asked for). Renew needs no such rule: retried on a live lease, it simply
+/// renews again.
+#[must_use]
+pub fn finish_is_replay(current: Option<&Lease>, owner: &str, epoch: i64, finish: Finish) -> bool {
+    let Some(lease) = current else {
+        return false;
+    };
+    if lease.owner != owner || lease.epoch != epoch {
+        return false;
+    }
+    match finish {
+        Finish::Complete(result) => {
+            lease.state == LeaseState::Completed && lease.result.as_deref() == result
+        }
+        Finish::Release => lease.state == LeaseState::Released,
+    }
+}
+
+/// The answer to a holder's change the compare-and-set did not make (`finish`: `None`
+/// for a renew): `Ok` when it is a replay of the same finish made before
+/// ([`finish_is_replay`]), else why it is lost. A complete of a lease this owner and
+/// epoch completed with another result says so.
+///
+/// # Errors
+///
+/// The [`LostReason`] the change is refused for.
+pub fn unmade_change(
+    current: Option<&Lease>,
+    owner: &str,
+    epoch: i64,
+    now: i64,
+    finish: Option<Finish>,
+) -> Result<(), LostReason> {
+    if finish.is_some_and(|f| finish_is_replay(current, owner, epoch, f)) {
+        return Ok(());
+    }
+    match check_holder(current, owner, epoch, now) {
+        Err(LostReason::Finished(LeaseState::Completed))
+            if matches!(finish, Some(Finish::Complete(_))) =>
+        {
+            Err(LostReason::OtherResult)
+        }
+        Err(reason) => Err(reason),
+        // The store's compare-and-set and `check_holder` are the same test; should they
+        // ever differ, the change was not made, and the lease is taken as expired.
+        Ok(()) => Err(LostReason::Expired),
+    }
 }
 
 #[cfg(test)]
@@ -221,6 +299,100 @@ mod tests {
         assert_eq!(
             next_epoch(Some(&last), 1),
             Err(ClaimRefusal::EpochExhausted)
+        );
+    }
+
+    #[test]
+    fn a_claim_by_the_live_holder_is_a_replay_and_nobody_elses_is() {
+        let a = held("A", 3, 10);
+        assert!(claim_is_replay(Some(&a), "A", 9));
+        assert!(!claim_is_replay(Some(&a), "B", 9));
+        // At the deadline the lease is over: a new claim, with the next epoch.
+        assert!(!claim_is_replay(Some(&a), "A", 10));
+        assert!(!claim_is_replay(None, "A", 0));
+        for state in [LeaseState::Released, LeaseState::Completed] {
+            let finished = Lease { state, ..a.clone() };
+            assert!(!claim_is_replay(Some(&finished), "A", 1));
+        }
+    }
+
+    #[test]
+    fn a_finish_already_made_the_same_way_is_a_replay() {
+        let completed = Lease {
+            state: LeaseState::Completed,
+            result: Some("ok".into()),
+            ..held("A", 2, 10)
+        };
+        let ok = Finish::Complete(Some("ok"));
+        assert!(finish_is_replay(Some(&completed), "A", 2, ok));
+        assert!(!finish_is_replay(
+            Some(&completed),
+            "A",
+            2,
+            Finish::Complete(Some("failed"))
+        ));
+        assert!(!finish_is_replay(
+            Some(&completed),
+            "A",
+            2,
+            Finish::Complete(None)
+        ));
+        assert!(!finish_is_replay(Some(&completed), "A", 2, Finish::Release));
+        assert!(!finish_is_replay(Some(&completed), "B", 2, ok));
+        assert!(!finish_is_replay(Some(&completed), "A", 1, ok));
+        let released = Lease {
+            state: LeaseState::Released,
+            ..held("A", 2, 10)
+        };
+        assert!(finish_is_replay(Some(&released), "A", 2, Finish::Release));
+        assert!(!finish_is_replay(
+            Some(&released),
+            "A",
+            2,
+            Finish::Complete(None)
+        ));
+        // A live lease was not finished: the change is made, not replayed.
+        assert!(!finish_is_replay(
+            Some(&held("A", 2, 10)),
+            "A",
+            2,
+            Finish::Release
+        ));
+        assert!(!finish_is_replay(None, "A", 2, Finish::Release));
+    }
+
+    #[test]
+    fn an_unmade_change_is_a_replay_or_says_why_it_is_lost() {
+        let completed = Lease {
+            state: LeaseState::Completed,
+            result: Some("ok".into()),
+            ..held("A", 2, 10)
+        };
+        let c = Some(&completed);
+        assert_eq!(
+            unmade_change(c, "A", 2, 20, Some(Finish::Complete(Some("ok")))),
+            Ok(())
+        );
+        assert_eq!(
+            unmade_change(c, "A", 2, 5, Some(Finish::Complete(Some("no")))),
+            Err(LostReason::OtherResult)
+        );
+        assert_eq!(
+            unmade_change(c, "A", 2, 5, Some(Finish::Release)),
+            Err(LostReason::Finished(LeaseState::Completed))
+        );
+        assert_eq!(
+            unmade_change(c, "A", 2, 5, None),
+            Err(LostReason::Finished(LeaseState::Completed))
+        );
+        assert_eq!(
+            unmade_change(c, "A", 1, 5, Some(Finish::Complete(Some("ok")))),
+            Err(LostReason::Superseded)
+        );
+        let live = held("A", 2, 10);
+        assert_eq!(
+            unmade_change(Some(&live), "A", 2, 10, Some(Finish::Release)),
+            Err(LostReason::Expired)
         );
     }
 }

@@ -92,7 +92,12 @@ pub(crate) fn sync(
         // must not keep the others from being copied.
         let applied = match apply(&mirror, store, remote, &published, look) {
             Ok(applied) => applied,
-            Err(e @ (Error::Remote { .. } | Error::RemoteBusy { .. } | Error::Internal(_))) => {
+            Err(
+                e @ (Error::Remote { .. }
+                | Error::OutcomeUnknown { .. }
+                | Error::RemoteBusy { .. }
+                | Error::Internal(_)),
+            ) => {
                 return Err(e);
             }
             Err(e) => Applied {

@@ -70,6 +70,10 @@ pub(crate) struct Claimed {
     /// The sink's fence was raised to this epoch with the claim (not `--lazy-fence`).
     pub fenced_at_sink: bool,
     pub previous: Option<LeaseView>,
+    /// A retry by the lease's own owner, answered with the lease it holds (the key is
+    /// there only then): nothing was changed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replay: bool,
 }
 
 /// `renew`: the new deadline.
@@ -90,6 +94,10 @@ pub(crate) struct Completed {
     pub result: Option<String>,
     #[serde(flatten)]
     pub exit: Option<Exit>,
+    /// Already completed so, by this owner and epoch: a retry, nothing was changed (the
+    /// key is there only then).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replay: bool,
 }
 
 /// `release`.
@@ -98,6 +106,10 @@ pub(crate) struct Released {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
+    /// Already released by this owner and epoch: a retry, nothing was changed (the key
+    /// is there only then).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replay: bool,
 }
 
 /// How `run` ended: the exit code and which side it came from (`command` or
@@ -165,6 +177,10 @@ pub(crate) struct SinkView {
     pub sha256: Option<String>,
     pub size: Option<u64>,
     pub written_at: Option<i64>,
+    /// The store publishes the content as written with `--unfenced` (the key is there
+    /// only then): no fence kept older epochs out.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unfenced: bool,
 }
 
 /// The document on disk in `status`, compared with the sink's record.

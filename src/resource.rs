@@ -25,10 +25,54 @@ const MAX_NAME: usize = 200;
 /// Longest folder name accepted: `NAME_MAX` (folders get no sibling names).
 const MAX_FOLDER: usize = 255;
 
-/// Longest resource accepted: with the shortest root (`/`) and the tool's sibling names
-/// beside the document, its path still fits in `PATH_MAX` (4096, with its NUL). The root's
-/// own length is checked where the root is known.
-const MAX_RESOURCE: usize = 4096 - 1 - 64 - 1;
+/// Longest resource accepted, the same on every store: the PostgreSQL store keeps names in
+/// btree-indexed columns, whose entries cannot pass about 2,700 bytes (a third of a page),
+/// and its log's index holds the name with more beside it; 1,024 bytes leaves a wide
+/// margin. It is also well under `PATH_MAX` with the tool's sibling names beside the
+/// document; the root's own length is checked where the root is known.
+pub(crate) const MAX_RESOURCE: usize = 1024;
+
+/// True for a character that must not appear in a name, or a result shown by `status` and
+/// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
+/// invisible format characters (general category Cf), such as the bidirectional overrides
+/// (U+202E turns the text after it around), zero-width spaces and U+FEFF, which make a
+/// name show as another.
+pub(crate) fn misleading(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
+}
+
+/// The first misleading character of `text`, as `U+202E`.
+pub(crate) fn first_misleading(text: &str) -> Option<String> {
+    text.chars()
+        .find(|&c| misleading(c))
+        .map(|c| format!("U+{:04X}", u32::from(c)))
+}
+
+/// True when a component of the name starts or ends with white space: `doc.md ` and
+/// ` doc.md` show as `doc.md` in a table.
+fn padded(name: &str) -> bool {
+    name.split('/')
+        .any(|part| part.starts_with(char::is_whitespace) || part.ends_with(char::is_whitespace))
+}
+
+/// A stored name as `status`, `verify`, `recover` and `log` show it: as it is when it
+/// reads as itself; quoted with its invisible characters escaped (`"a\u{202e}b"`) when it
+/// holds a control or invisible character or a component with leading or trailing white
+/// space, which only a name from before today's rules, or put in by hand, can.
+pub(crate) fn display_name(name: &str) -> String {
+    if name.chars().any(misleading) || padded(name) {
+        format!("{name:?}")
+    } else {
+        name.to_string()
+    }
+}
 
 /// A validated resource name: relative, normalised, `/`-separated, UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +90,12 @@ impl Resource {
         }
         if text.chars().any(char::is_control) {
             return Err(bad("contains control characters"));
+        }
+        if let Some(c) = first_misleading(text) {
+            return Err(bad(&format!(
+                "contains an invisible or direction-changing character ({c}), which would \
+                 make it show as another name"
+            )));
         }
         if text.ends_with('/') {
             return Err(bad("ends with '/': a resource names a file, not a folder"));
@@ -78,6 +128,12 @@ impl Resource {
                 "contains '.fencepost-', which is reserved for the tool's temp files",
             ));
         }
+        if parts.iter().any(|p| padded(p)) {
+            return Err(bad(
+                "has a name with leading or trailing white space, which would show as \
+                 another name",
+            ));
+        }
         if name.len() > MAX_NAME {
             return Err(bad(&format!(
                 "has a file name longer than {MAX_NAME} bytes"
@@ -93,7 +149,8 @@ impl Resource {
         let joined = parts.join("/");
         if joined.len() > MAX_RESOURCE {
             return Err(Error::usage(format!(
-                "resource {:?} is {} bytes long, longer than {MAX_RESOURCE}",
+                "resource {:?} is {} bytes long, longer than {MAX_RESOURCE} (the longest \
+                 name every store can index)",
                 crate::root::shown(text),
                 joined.len()
             )));
@@ -418,16 +475,41 @@ mod tests {
     }
 
     #[test]
+    fn names_that_show_as_another_are_refused_and_shown_escaped() {
+        for bad in [
+            "evil\u{202e}txt.md",
+            "zero\u{200b}width.md",
+            "\u{feff}bom.md",
+            "a\u{2028}b.md",
+            " lead.md",
+            "trail.md ",
+            "dir /x.md",
+            "dir/\u{a0}x.md",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+            assert_ne!(display_name(bad), bad, "{bad:?} shown raw");
+        }
+        for good in ["my report.md", "naïve/café.md", "工人甲.md"] {
+            assert!(parse(good).is_ok(), "{good:?} refused");
+            assert_eq!(display_name(good), good);
+        }
+        assert_eq!(display_name("a\u{202e}b"), "\"a\\u{202e}b\"");
+        assert_eq!(display_name("doc.md "), "\"doc.md \"");
+    }
+
+    #[test]
     fn names_too_long_for_the_filesystem_are_refused() {
         let folder = |n| "d".repeat(n);
         assert!(parse(&format!("{}/x.md", folder(255))).is_ok());
         assert!(parse(&format!("{}/x.md", folder(256))).is_err());
         assert!(parse(&"f".repeat(200)).is_ok());
         assert!(parse(&"f".repeat(201)).is_err());
-        // Many short folders: the whole name counts.
+        // Many short folders: the whole name counts, up to MAX_RESOURCE bytes.
         let deep = |n| vec!["ab"; n].join("/") + "/x.md";
-        assert!(parse(&deep(1300)).is_ok(), "{} bytes", deep(1300).len());
-        assert!(parse(&deep(1400)).is_err(), "{} bytes", deep(1400).len());
+        assert_eq!(deep(340).len(), MAX_RESOURCE);
+        assert!(parse(&deep(340)).is_ok(), "{} bytes", deep(340).len());
+        let over = deep(340) + "x";
+        assert!(parse(&over).is_err(), "{} bytes", over.len());
         // The limit counts the normalised name, not its spelling.
         let padded = format!("./{}", ".//".repeat(2000)) + "x.md";
         assert!(parse(&padded).is_ok());

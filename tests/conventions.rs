@@ -583,8 +583,9 @@ fn a_lost_line_says_lost_once() {
     env.fp(&["release", "lost", "--owner", "A", "--epoch", "1"])
         .now(1)
         .expect(0);
+    // A release run again is a replay; a complete of the released lease is lost.
     let done = env
-        .fp(&["release", "lost", "--owner", "A", "--epoch", "1"])
+        .fp(&["complete", "lost", "--owner", "A", "--epoch", "1"])
         .now(2)
         .expect(4);
     assert_eq!(done.stderr.matches("lost:").count(), 1, "{}", done.stderr);
@@ -951,4 +952,54 @@ fn the_log_records_how_a_failed_command_ended() {
         "{}",
         detail(&env)
     );
+}
+
+#[test]
+fn resource_names_that_would_show_as_another_are_refused() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 100, 0);
+    let invisible = [
+        ("evil\u{202e}dm.txt", "U+202E"),
+        ("zero\u{200b}width.md", "U+200B"),
+        ("\u{feff}bom.md", "U+FEFF"),
+        ("soft\u{00ad}hyphen.md", "U+00AD"),
+        ("reports/\u{2066}daily.md", "U+2066"),
+    ];
+    let padded = [
+        " doc.md",
+        "doc.md ",
+        "reports /daily.md",
+        "reports/ daily.md",
+    ];
+    let cases = invisible.iter().map(|(n, c)| (*n, *c)).chain(
+        padded
+            .iter()
+            .map(|n| (*n, "leading or trailing white space")),
+    );
+    for (name, why) in cases {
+        for args in [
+            &["claim", name, "--owner", "B", "--ttl", "10"][..],
+            &["write", name, "--epoch", "1"],
+            &["status", name],
+        ] {
+            let done = env.fp(args).now(1).stdin("x").expect(2);
+            assert_eq!(done.stderr.lines().count(), 1, "{args:?}: {}", done.stderr);
+            assert!(
+                done.stderr.starts_with("fencepost: resource \"") && done.stderr.contains(why),
+                "{args:?}: {}",
+                done.stderr
+            );
+            let escaped = format!("{name:?}");
+            assert!(
+                done.stderr.contains(&escaped)
+                    && (name.contains(' ') || !done.stderr.contains(name)),
+                "the name is shown quoted, escaped: {}",
+                done.stderr
+            );
+        }
+    }
+    // Spaces inside a name are fine.
+    env.claim("my report.md", "B", 10, 1);
+    let j = env.fp(&["--json", "status"]).now(2).expect(0).json();
+    assert_eq!(j["resources"].as_array().map(Vec::len), Some(2), "{j}");
 }

@@ -247,19 +247,162 @@ fn release_lets_next_claim_succeed_at_once_with_next_epoch(env: &Backend) {
         .expect_stdout(4, "lost");
 }
 
-fn release_twice_is_refused(env: &Backend) {
+/// A release run again after it was made (its first answer lost) is a replay: exit 0,
+/// marked, nothing changed; released under another epoch or never held, it is lost.
+fn release_retried_after_it_was_made_is_a_replay(env: &Backend) {
     env.claim("doc.md", "A", 100, 0);
     env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "1"])
         .now(5)
         .expect_stdout(0, "released");
+    let log_before = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
     let j = env
         .fp(&[
             "--json", "release", "doc.md", "--owner", "A", "--epoch", "1",
         ])
         .now(6)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "released");
+    assert_eq!(j["replay"], true);
+    env.fp(&["release", "doc.md", "--owner", "A", "--epoch", "1"])
+        .now(7)
+        .expect_stdout(0, "released");
+    let log_after = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
+    assert_eq!(log_after, log_before, "a replay logs nothing");
+    let j = env
+        .fp(&[
+            "--json", "complete", "doc.md", "--owner", "A", "--epoch", "1",
+        ])
+        .now(8)
         .expect(4)
         .json_contract();
     assert_eq!(j["reason"], "the lease was already released");
+    env.fp(&["release", "doc.md", "--owner", "B", "--epoch", "1"])
+        .now(8)
+        .expect_stdout(4, "lost");
+}
+
+/// A claim whose COMMIT was made but whose answer never came (killed right after it), run
+/// again by the same owner: it gets its own lease and epoch back, marked as a replay,
+/// and nothing changes; another owner is still `held`, and the lease works.
+fn a_claim_retried_after_its_answer_was_lost_gets_its_epoch_back(env: &Backend) {
+    env.claim("other.md", "Z", 10, 0);
+    let lost = env
+        .fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(1)
+        .env("FAILPOINTS", "txn.after_commit=return(abort)")
+        .output();
+    assert_eq!(lost.code, -1, "killed after its COMMIT: {}", lost.stderr);
+    assert_eq!(lost.stdout, "", "no answer was delivered");
+    let before = row(env, "doc.md", 2);
+    let log_before = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(2)
+        .expect_stdout(0, "1");
+    let j = env
+        .fp(&["--json", "claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(3)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "claimed");
+    assert_eq!(j["epoch"], 1);
+    assert_eq!(j["replay"], true);
+    assert_eq!(j["deadline"], 11, "the lease as it was made, not extended");
+    assert_eq!(j["fenced_at_sink"], true);
+    assert_eq!(row(env, "doc.md", 2), before, "a replay changes nothing");
+    let log_after = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
+    assert_eq!(log_after, log_before, "a replay logs nothing");
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(4)
+        .expect_stdout(3, "held");
+    env.write("doc.md", 1, "by A", 5, 0);
+    // At its deadline the lease is over: the same owner's claim is a new one.
+    assert_eq!(env.claim("doc.md", "A", 10, 11), 2);
+}
+
+/// A renew whose COMMIT was made but whose answer never came, run again, simply renews
+/// again from the time of the retry: no rule of its own is needed.
+fn a_renew_retried_after_its_answer_was_lost_renews_again(env: &Backend) {
+    env.claim("doc.md", "A", 10, 0);
+    let renew = [
+        "renew", "doc.md", "--owner", "A", "--epoch", "1", "--ttl", "10",
+    ];
+    let lost = env
+        .fp(&renew)
+        .now(5)
+        .env("FAILPOINTS", "txn.after_commit=return(abort)")
+        .output();
+    assert_eq!(lost.code, -1, "killed after its COMMIT: {}", lost.stderr);
+    assert_eq!(
+        row(env, "doc.md", 6)["lease"]["deadline"],
+        15,
+        "it was made"
+    );
+    env.fp(&renew).now(6).expect_stdout(0, "16");
+    assert_eq!(row(env, "doc.md", 6)["lease"]["deadline"], 16);
+}
+
+/// `run` does not take a live lease even under its own owner name: two overlapping runs
+/// of one cron job (`--owner "$(hostname)"`) must not both run their command.
+fn run_refuses_a_live_lease_of_its_own_owner(env: &Backend) {
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1h"])
+        .expect_stdout(0, "1");
+    env.fp(&["run", "doc.md", "--owner", "A", "--ttl", "1h", "--", "true"])
+        .expect_stdout(3, "held");
+}
+
+/// A complete whose COMMIT was made but whose answer never came, run again: with the
+/// same result it is a replay (exit 0, marked, nothing changed); with another result it
+/// stays lost, and says the lease was completed with another one.
+fn a_complete_retried_after_its_answer_was_lost_is_a_replay(env: &Backend) {
+    env.claim("doc.md", "A", 10, 0);
+    let complete = ["complete", "doc.md", "--owner", "A", "--epoch", "1"];
+    let lost = env
+        .fp(&[&complete[..], &["--result", "ok"]].concat())
+        .now(1)
+        .env("FAILPOINTS", "txn.after_commit=return(abort)")
+        .output();
+    assert_eq!(lost.code, -1, "killed after its COMMIT: {}", lost.stderr);
+    let before = row(env, "doc.md", 2);
+    let log_before = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
+    env.fp(&[&complete[..], &["--result", "ok"]].concat())
+        .now(2)
+        .expect_stdout(0, "completed");
+    // After the deadline too: the completion was made before it.
+    let j = env
+        .fp(&[&["--json"][..], &complete, &["--result", "ok"]].concat())
+        .now(20)
+        .expect(0)
+        .json_contract();
+    assert_eq!(j["outcome"], "completed");
+    assert_eq!(j["replay"], true);
+    assert_eq!(j["result"], "ok");
+    assert_eq!(row(env, "doc.md", 2), before, "a replay changes nothing");
+    let log_after = env.fp(&["--json", "log", "doc.md"]).expect(0).json();
+    assert_eq!(log_after, log_before, "a replay logs nothing");
+    let other = env
+        .fp(&[&["--json"][..], &complete, &["--result", "failed"]].concat())
+        .now(3)
+        .expect(4);
+    let j = other.json_contract();
+    assert_eq!(
+        j["reason"],
+        "the lease was already completed with another result"
+    );
+    assert_eq!(j["lease"]["result"], "ok");
+    let plain = env
+        .fp(&[&complete[..], &["--result", "failed"]].concat())
+        .now(3)
+        .expect(4);
+    assert!(
+        plain.stderr.contains("result \"ok\""),
+        "the refusal names the recorded result: {}",
+        plain.stderr
+    );
+    // Without a result, where one was recorded: another result too.
+    env.fp(&complete).now(3).expect_stdout(4, "lost");
+    // The next claim is a new lease whatever the owner.
+    assert_eq!(env.claim("doc.md", "A", 10, 4), 2);
 }
 
 fn complete_records_result_in_status(env: &Backend) {
@@ -280,7 +423,7 @@ fn complete_records_result_in_status(env: &Backend) {
     assert_eq!(lease["epoch"], 1);
     // The result is kept after the deadline passes.
     assert_eq!(row(env, "doc.md", 50)["lease"]["result"], "42 rows");
-    // A finished lease cannot be completed again.
+    // A finished lease cannot be completed again with another result.
     let again = env
         .fp(&[
             "--json", "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "x",
@@ -288,7 +431,10 @@ fn complete_records_result_in_status(env: &Backend) {
         .now(9)
         .expect(4)
         .json_contract();
-    assert_eq!(again["reason"], "the lease was already completed");
+    assert_eq!(
+        again["reason"],
+        "the lease was already completed with another result"
+    );
     assert_eq!(row(env, "doc.md", 9)["lease"]["result"], "42 rows");
 }
 
@@ -430,7 +576,11 @@ both_stores!(
     complete_by_wrong_owner_is_refused,
     holder_commands_on_unclaimed_resource_are_lost,
     release_lets_next_claim_succeed_at_once_with_next_epoch,
-    release_twice_is_refused,
+    release_retried_after_it_was_made_is_a_replay,
+    a_claim_retried_after_its_answer_was_lost_gets_its_epoch_back,
+    run_refuses_a_live_lease_of_its_own_owner,
+    a_renew_retried_after_its_answer_was_lost_renews_again,
+    a_complete_retried_after_its_answer_was_lost_is_a_replay,
     complete_records_result_in_status,
     claim_after_complete_gets_next_epoch,
     epochs_never_repeat_across_claims_releases_and_expiries,

@@ -261,3 +261,49 @@ fn log_prune_refuses_another_roots_state_file() {
         .map(Vec::len);
     assert_eq!(events, Some(1), "the other root pruned the log");
 }
+
+/// Names from before today's rules that show as other names (an invisible or
+/// direction-changing character, a component with a leading or trailing space) are
+/// shown by `status`, `verify` and `log` quoted with their characters escaped, never raw,
+/// and reported as `invalid`.
+#[test]
+fn a_stored_name_that_shows_as_another_is_shown_escaped() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 100, 0);
+    let names = ["evil\u{202e}dm.txt", "doc.md ", "zero\u{200b}width.md"];
+    let db = rusqlite::Connection::open(env.path(".fencepost/state.db")).expect("open");
+    for name in names {
+        insert_row(&env, name);
+        db.execute(
+            "INSERT INTO log (at, resource, event, owner, epoch, pid, host)
+             VALUES (0, ?1, 'claim', 'old', 1, 1, 'h')",
+            [name],
+        )
+        .expect("insert log row");
+    }
+    let shown = [
+        "\"evil\\u{202e}dm.txt\"",
+        "\"doc.md \"",
+        "\"zero\\u{200b}width.md\"",
+    ];
+    let status = env.fp(&["status"]).now(1).expect(0).stdout;
+    let verify = env.fp(&["verify"]).now(1).expect(9).stdout;
+    let log = env.fp(&["log"]).now(1).expect(0).stdout;
+    for (what, out) in [("status", &status), ("verify", &verify), ("log", &log)] {
+        for (name, shown) in names.iter().zip(shown) {
+            assert!(out.contains(shown), "{what} shows {shown}: {out}");
+            if name.ends_with(' ') {
+                continue;
+            }
+            assert!(!out.contains(name), "{what} shows {name:?} raw: {out}");
+        }
+    }
+    for (name, shown) in names.iter().zip(shown) {
+        assert!(
+            status.contains(&format!("{shown}: invalid: ")),
+            "{name:?}: {status}"
+        );
+    }
+    let j = env.fp(&["--json", "status"]).now(1).expect(0).json();
+    assert_eq!(j["resources"].as_array().map(Vec::len), Some(4), "{j}");
+}

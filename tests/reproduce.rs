@@ -254,14 +254,20 @@ fn the_reproduction_against_a_store_gives_the_state_files_rows() {
         );
     }
     // Nothing beyond the crash's fields, the count of orphan uploads its `recover`
-    // reports, and each scenario's store marker set aside.
-    let aside = stdout
+    // reports, each scenario's store marker, and the store's mark on the `unfenced`
+    // scenario's unfenced version set aside.
+    let lines = stdout
         .lines()
         .skip_while(|l| !l.starts_with("--check: this run (on a store)"))
         .skip(1)
-        .take_while(|l| l.starts_with("  "))
+        .take_while(|l| l.starts_with("  "));
+    let (marks, aside): (Vec<&str>, Vec<&str>) = lines
         .filter(|l| !l.trim_end().ends_with(".settings.store"))
-        .collect::<Vec<_>>();
+        .partition(|l| l.contains(".sink.unfenced"));
+    assert!(
+        !marks.is_empty() && marks.iter().all(|l| l.contains("scenarios.unfenced.")),
+        "the store marks the unfenced scenario's version, and only it: {marks:#?}"
+    );
     assert_eq!(aside.len(), 5, "set aside: {aside:#?}");
     assert!(
         aside.iter().all(|l| l.contains("rollback")),

@@ -447,18 +447,12 @@ fn the_state_file_is_never_a_document_however_it_is_spelled() {
 #[test]
 fn names_too_long_for_the_filesystem_are_bad_input() {
     let env = Env::new();
-    let root_len = std::fs::canonicalize(env.root())
-        .expect("real root")
-        .as_os_str()
-        .len();
     // 4232 bytes: 28 folders of 150 bytes.
     let long = format!("{}doc.md", format!("{}/", "f".repeat(150)).repeat(28));
     let folder_too_long = format!("{}/doc.md", "f".repeat(256));
-    // Fits alone, but not under this root with the tool's own files beside it: the root,
-    // `/`, the name and 64 bytes for the tool's sibling names must stay under PATH_MAX.
-    let fitting = 4096 - 1 - root_len - 1 - 64;
-    let over_root = name_of_len(fitting + 1);
-    for name in [&long, &folder_too_long, &over_root] {
+    // Longer than the 1,024 bytes every store can index.
+    let over_limit = name_of_len(1025);
+    for name in [&long, &folder_too_long, &over_limit] {
         let done = env
             .fp(&["claim", name, "--owner", "A", "--ttl", "10"])
             .now(0)
@@ -469,16 +463,53 @@ fn names_too_long_for_the_filesystem_are_bad_input() {
             .stdin("x")
             .expect(2);
     }
+    let done = env
+        .fp(&["claim", &over_limit, "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .expect(2);
+    assert!(
+        done.stderr.contains("is 1025 bytes long, longer than 1024"),
+        "{}",
+        done.stderr
+    );
     assert!(
         env.files().is_empty(),
         "folders were made: {:?}",
         env.files()
     );
     assert!(!env.path(".fencepost").exists(), "a state file was made");
-    // The longest that fits is fine, as is the longest folder name the filesystem takes.
-    env.claim(&name_of_len(fitting), "A", 10, 0);
+    // The longest name is fine, as is the longest folder name the filesystem takes.
+    env.claim(&name_of_len(1024), "A", 10, 0);
     let longest = format!("{}/doc.md", "f".repeat(255));
     env.claim(&longest, "A", 10, 0);
     env.write(&longest, 1, "ok", 1, 0);
     env.fp(&["verify"]).now(2).expect(0);
+
+    // Under a root whose own path is long, a shorter name fits alone but not with the
+    // root, `/`, and 64 bytes for the tool's sibling names under PATH_MAX.
+    let outer = elsewhere();
+    let mut deep = outer.path().to_path_buf();
+    for i in 0..12 {
+        deep.push(format!("{i:02}{}", "d".repeat(248)));
+    }
+    std::fs::create_dir_all(&deep).expect("a deep root");
+    let root_len = std::fs::canonicalize(&deep)
+        .expect("real root")
+        .as_os_str()
+        .len();
+    let fitting = 4096 - 1 - root_len - 1 - 64;
+    assert!(fitting < 1024, "the root is long enough: {root_len} bytes");
+    let done = env
+        .fp(&[
+            "claim",
+            &name_of_len(fitting + 1),
+            "--owner",
+            "A",
+            "--ttl",
+            "10",
+        ])
+        .root(&deep)
+        .now(0)
+        .expect(2);
+    assert!(done.stderr.contains("too long"), "{}", done.stderr);
 }

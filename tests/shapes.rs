@@ -105,6 +105,14 @@ fn lease_answers_keep_their_keys() {
         &completed,
         &["epoch", "outcome", "owner", "resource", "result"],
     );
+    let replayed = env
+        .fp(&[&["--json", "complete"][..], &holder, &["--result", "ok"]].concat())
+        .now(12)
+        .expect(0);
+    assert_keys(
+        &replayed,
+        &["epoch", "outcome", "owner", "replay", "resource", "result"],
+    );
     env.claim("doc.md", "C", 10, 13);
     let released = env
         .fp(&[
@@ -113,6 +121,26 @@ fn lease_answers_keep_their_keys() {
         .now(14)
         .expect(0);
     assert_keys(&released, &["epoch", "outcome", "owner", "resource"]);
+    // Replays (a retry of a change already made; the complete's above) add `replay`,
+    // and only they.
+    let replayed = env
+        .fp(&[
+            "--json", "release", "doc.md", "--owner", "C", "--epoch", "3",
+        ])
+        .now(14)
+        .expect(0);
+    assert_keys(
+        &replayed,
+        &["epoch", "outcome", "owner", "replay", "resource"],
+    );
+    env.claim("doc.md", "D", 10, 16);
+    let replayed = env
+        .fp(&["--json", "claim", "doc.md", "--owner", "D", "--ttl", "10"])
+        .now(17)
+        .expect(0);
+    let mut replay_keys = claim_keys.to_vec();
+    replay_keys.push("replay");
+    assert_keys(&replayed, &replay_keys);
 }
 
 #[test]

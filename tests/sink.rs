@@ -294,7 +294,12 @@ fn lazy_fence_accepts_old_epoch_until_new_holder_writes(env: &Backend) {
 
 fn unfenced_write_accepts_old_epoch_reproducing_the_bug(env: &Backend) {
     // The "no fencing" row of docs/protocol.md: the table says B, the document says A.
-    env.claim("doc.md", "A", 10, 0);
+    // A store takes --unfenced only when made for the reproduction, as its first claim
+    // here makes it (the variable means nothing to a state file).
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .env("FENCEPOST_REPRODUCTION_STORE", "1")
+        .expect_stdout(0, "1");
     env.claim("doc.md", "B", 10, 10);
     env.write("doc.md", 2, "B new", 10, 0);
     env.fp(&["complete", "doc.md", "--owner", "B", "--epoch", "2"])
@@ -514,6 +519,15 @@ const JSON_CASES: &[(&[&str], i64, &str, i32, &str)] = &[
         &["complete", "d.md", "--owner", "A", "--epoch", "1"],
         4,
         "",
+        0,
+        "completed",
+    ),
+    (
+        &[
+            "complete", "d.md", "--owner", "A", "--epoch", "1", "--result", "x",
+        ],
+        4,
+        "",
         4,
         "lost",
     ),
@@ -534,6 +548,13 @@ const JSON_CASES: &[(&[&str], i64, &str, i32, &str)] = &[
     ),
     (
         &["release", "d.md", "--owner", "B", "--epoch", "2"],
+        6,
+        "",
+        0,
+        "released",
+    ),
+    (
+        &["release", "d.md", "--owner", "B", "--epoch", "1"],
         6,
         "",
         4,

@@ -464,3 +464,84 @@ fn log_prune_with_a_store_prunes_the_stores_log() {
         .expect_stdout(0, "pruned 1 event(s)");
     assert_eq!(count(&mut client), 1);
 }
+
+/// A name longer than a btree entry can hold (2,705 bytes and more failed with the
+/// server's `index row size ... exceeds btree` and exit 1) is bad input before the store
+/// is touched: every store takes names up to 1,024 bytes, and the longest works in every
+/// table, the log's index included.
+#[test]
+fn names_the_store_could_not_index_are_bad_input() {
+    let Some(store) = pg::store() else { return };
+    let cwd = Env::new();
+    let named = |len: usize| {
+        let mut name = format!("{}/", "f".repeat(200)).repeat(len / 201);
+        name.push_str(&"x".repeat(len - name.len()));
+        name
+    };
+    in_folder(
+        &cwd,
+        store.url(),
+        &["claim", "other.md", "-o", "A", "-t", "10"],
+    )
+    .now(0)
+    .expect(0);
+    let before = dump(&mut store.client());
+    for len in [1025, 2705, 3000, 4030] {
+        let name = named(len);
+        let done = in_folder(&cwd, store.url(), &["claim", &name, "-o", "A", "-t", "10"])
+            .now(1)
+            .expect(2);
+        assert!(
+            done.stderr
+                .contains(&format!("is {len} bytes long, longer than 1024")),
+            "{len}: {}",
+            done.stderr
+        );
+        in_folder(&cwd, store.url(), &["write", &name, "--epoch", "1"])
+            .now(1)
+            .stdin("x")
+            .expect(2);
+    }
+    assert_eq!(dump(&mut store.client()), before, "nothing changed");
+    let longest = named(1024);
+    in_folder(
+        &cwd,
+        store.url(),
+        &["claim", &longest, "-o", "A", "-t", "10"],
+    )
+    .now(1)
+    .expect_stdout(0, "1");
+    in_folder(&cwd, store.url(), &["write", &longest, "--epoch", "1"])
+        .now(2)
+        .stdin("the longest name")
+        .expect_stdout(0, "written");
+    in_folder(&cwd, store.url(), &["log", &longest]).expect(0);
+    in_folder(&cwd, store.url(), &["verify"]).now(3).expect(0);
+}
+
+/// A URL that names no server (`postgresql://`, `postgresql:///db`) can never connect:
+/// bad input (exit 2, with a hint), not an unreachable server (exit 1).
+#[test]
+fn a_store_url_without_a_server_is_bad_usage() {
+    let cwd = Env::new();
+    for url in [
+        "postgresql://",
+        "postgres://",
+        "postgresql:///db",
+        "postgresql://me@/db",
+    ] {
+        let done = in_folder(&cwd, url, &["claim", "d.md", "-o", "A", "-t", "10"]).expect(2);
+        let lines: Vec<&str> = done.stderr.lines().collect();
+        assert!(
+            lines.len() == 2
+                && lines[0]
+                    == format!(
+                        "fencepost: --store {url}: names no server (no host in the URL, and no host= parameter)"
+                    )
+                && lines[1].starts_with("hint: pass postgresql://USER@HOST/DB"),
+            "{url}: {}",
+            done.stderr
+        );
+    }
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}

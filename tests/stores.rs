@@ -266,3 +266,196 @@ both_stores!(
     racing_first_claims_grant_one_epoch_and_hold_the_rest,
     a_write_failing_before_commit_leaves_neither_epoch_nor_content,
 );
+
+/// Ends every session of the store's schema but this one: the COMMIT of a command paused
+/// just before it then meets a broken connection, and the command cannot know whether it
+/// was made.
+fn end_sessions(env: &Backend) {
+    crate::support::pg::connect(env.url())
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = current_setting('application_name')
+               AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .expect("end the paused command's session");
+}
+
+/// A command whose connection broke at COMMIT exits 1 with a hint that says what running
+/// it again will answer, each command its own; run again, it is decided afresh (here the
+/// COMMIT never reached the server).
+#[test]
+fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    env.claim("other.md", "Z", 10, 0);
+    let claim = ["claim", "doc.md", "--owner", "A", "--ttl", "10"];
+    let complete = [
+        "complete", "doc.md", "--owner", "A", "--epoch", "1", "--result", "ok",
+    ];
+    let write = ["write", "doc.md", "--epoch", "1"];
+    let release = ["release", "doc.md", "--owner", "A", "--epoch", "2"];
+    let cases: [(&[&str], &[u8], &str); 4] = [
+        (
+            &claim,
+            b"",
+            "claim again: if it was made, you get the same epoch back",
+        ),
+        (
+            &write,
+            b"v1",
+            "a replay if it was made, else decided afresh",
+        ),
+        (
+            &complete,
+            b"",
+            "complete again with the same --result: if it was made, the answer is \
+             `completed`, marked as a replay",
+        ),
+        (
+            &release,
+            b"",
+            "release again: if it was made, the answer is `released`, marked as a replay",
+        ),
+    ];
+    for (i, (args, stdin, retry)) in cases.into_iter().enumerate() {
+        let now = i64::try_from(i).expect("tick") + 1;
+        if args[0] == "release" {
+            assert_eq!(env.claim("doc.md", "A", 10, now), 2);
+        }
+        let paused = env.spawn_paused(args, now, stdin, "txn.before_commit");
+        end_sessions(&env);
+        let out = paused.resume();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{args:?}: one line and a hint: {stderr}");
+        assert!(
+            lines[0].contains("broke at COMMIT: the change may or may not have been made"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            lines[1].starts_with("hint: `fencepost status` (or `log`) tells whether it was made; ")
+                && lines[1].contains(retry),
+            "{args:?}: {stderr}"
+        );
+        // Not made: the same command again makes it.
+        let again = env.fp(args).now(now).stdin(stdin.to_vec()).expect(0);
+        assert_ne!(again.stdout.trim(), "replay", "{args:?}");
+    }
+}
+
+/// `run` never takes a live lease of its own owner back: when its claim's COMMIT breaks,
+/// its hint says what running it again will answer instead (a store of its own: `run`
+/// needs the wall clock).
+#[test]
+fn a_run_whose_claim_answer_is_lost_says_it_will_be_held() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    let mut cmd = std::process::Command::new(crate::harness::bin());
+    cmd.env_clear()
+        .env("FENCEPOST_STORE", env.url())
+        .current_dir(env.env().root())
+        .args(["run", "job.md", "--owner", "A", "--ttl", "1h", "--", "true"]);
+    let paused = crate::support::spawn_paused_command(cmd, b"", "txn.before_commit");
+    end_sessions(&env);
+    let out = paused.resume();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "run: {stderr}");
+    assert!(
+        stderr.contains(
+            "the lease is held under this owner until its deadline and `run` answers `held`"
+        ),
+        "run: {stderr}"
+    );
+}
+
+/// `write --unfenced` on a store would let any epoch make its bytes current for every
+/// host: refused (exit 2, nothing changed) on old epochs, never-issued ones and
+/// never-claimed resources, even with the reproduction's variable set once the store
+/// exists; only a store made for the reproduction takes it.
+#[test]
+fn an_unfenced_write_is_refused_by_a_store_not_made_for_the_reproduction() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.write("doc.md", 1, "A's old bytes", 1, 0);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.write("doc.md", 2, "B's bytes", 11, 0);
+    let before = row(&env, "doc.md", 12);
+    for (res, epoch, reproduction) in [
+        ("doc.md", "1", false),
+        ("doc.md", "999", false),
+        ("new.md", "1", false),
+        ("doc.md", "1", true),
+    ] {
+        let mut run = env
+            .fp(&["write", res, "-e", epoch, "--unfenced"])
+            .now(12)
+            .stdin("late bytes");
+        if reproduction {
+            run = run.env("FENCEPOST_REPRODUCTION_STORE", "1");
+        }
+        let done = run.expect(2);
+        assert_eq!(done.stdout, "", "{res} {epoch}");
+        assert!(
+            done.stderr
+                .starts_with("fencepost: write --unfenced is refused by the store ")
+                && done.stderr.contains("\nhint: drop --unfenced"),
+            "{res} {epoch}: {}",
+            done.stderr
+        );
+    }
+    assert_eq!(env.text("doc.md"), "B's bytes");
+    assert_eq!(row(&env, "doc.md", 12), before);
+    env.fp(&["status", "new.md"]).now(12).expect(2);
+    env.fp(&["verify"]).now(12).expect(0);
+}
+
+/// A store made for the reproduction (its first claim run with
+/// `FENCEPOST_REPRODUCTION_STORE=1`) takes `write --unfenced`, and `verify` reports the
+/// unfenced version it publishes (exit 9, naming the resource and epoch), and `status`
+/// marks it.
+#[test]
+fn the_reproductions_store_takes_an_unfenced_write_and_verify_reports_it() {
+    let Some(env) = Backend::postgres() else {
+        return;
+    };
+    env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .env("FENCEPOST_REPRODUCTION_STORE", "1")
+        .expect_stdout(0, "1");
+    env.write("doc.md", 1, "A's bytes", 1, 0);
+    assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
+    env.write("doc.md", 2, "B's bytes", 11, 0);
+    env.fp(&["verify"]).now(12).expect(0);
+    env.fp(&["write", "doc.md", "-e", "1", "--unfenced"])
+        .now(12)
+        .stdin("A's late bytes")
+        .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "A's late bytes");
+    let out = env.fp(&["--json", "verify"]).now(13).expect(9).json();
+    let problems = out["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{out}");
+    assert_eq!(problems[0]["resource"], "doc.md");
+    assert_eq!(problems[0]["problem"], "unfenced");
+    let plain = env.fp(&["verify"]).now(13).expect(9);
+    assert!(
+        plain
+            .stdout
+            .contains("doc.md: unfenced: the store publishes epoch 1 written with --unfenced"),
+        "{}",
+        plain.stdout
+    );
+    assert_eq!(row(&env, "doc.md", 13)["sink"]["unfenced"], true);
+    let table = env.fp(&["status"]).now(13).expect(0).stdout;
+    assert!(table.contains("epoch 1 unfenced"), "{table}");
+    // A fenced write after it clears the mark.
+    assert_eq!(env.claim("doc.md", "C", 10, 20), 3);
+    env.write("doc.md", 3, "C's bytes", 21, 0);
+    env.fp(&["verify"]).now(22).expect(0);
+    assert_eq!(row(&env, "doc.md", 22)["sink"].get("unfenced"), None);
+}

@@ -10,7 +10,7 @@ use crate::audit::{Event, EventKind};
 use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, Result};
 use crate::failpoints::failpoint;
-use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
+use crate::lease::{ClaimRefusal, Lease, LeaseState, claim_is_replay, next_epoch};
 use crate::outcome::{Claimed, LeaseView, Outcome, RefusalDetail};
 use crate::resource::Resource;
 use crate::store::Txn;
@@ -19,8 +19,11 @@ use crate::store::Txn;
 ///
 /// Succeeds when there is no lease, the lease was released or completed, or its deadline
 /// has passed (`now >= deadline`). The epoch goes up by one on every successful claim,
-/// even when the same owner claims again. By default the claim also registers the new
-/// epoch with the sink, so writes carrying an older epoch are refused from this moment on.
+/// even when the same owner claims again. A claim by the owner of the live lease (a
+/// retry whose first answer was lost) is answered with that lease's epoch, unchanged,
+/// marked as a replay in --json: an owner name must name one worker. By default the
+/// claim also registers the new epoch with the sink, so writes carrying an older epoch
+/// are refused from this moment on.
 ///
 /// Example:
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
@@ -60,7 +63,12 @@ pub(crate) struct LeaseRequest {
 }
 
 pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
-    let (claimed, _) = take(ctx, claim)?;
+    let (claimed, _) = take_or_replay(ctx, claim, true)?;
+    if claimed.replay {
+        let plain = claimed.epoch.to_string();
+        return Ok(Report::new(plain, Outcome::Claimed(claimed))
+            .changed("nothing was changed (a replay of the claim that made the lease)"));
+    }
     let changed = format!(
         "the lease on {} is held by {} as epoch {} until {}",
         claimed.resource,
@@ -71,10 +79,30 @@ pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
     Ok(Report::new(claimed.epoch.to_string(), Outcome::Claimed(claimed)).changed(changed))
 }
 
-/// Takes the lease (waiting for it with `--wait`): the claim of `claim` and `run`. Also
-/// returns when the transaction that granted it began here: the lease's deadline is at
-/// least its TTL after that, on any clock.
+/// What `claim` tells when its COMMIT's answer is lost.
+const RETRY: &str = "claim again: if it was made, you get the same epoch back, marked as a \
+                     replay; if not, it is decided afresh (`held` if another owner claimed \
+                     it meanwhile)";
+
+/// Takes the lease (waiting for it with `--wait`): the claim of `run`, which refuses
+/// a live lease whoever holds it: two overlapping runs under one owner name (a cron job
+/// with `--owner "$(hostname)"`) must not both run their command. Also returns when the
+/// transaction that granted it began here: the lease's deadline is at least its TTL
+/// after that, on any clock.
 pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<(Claimed, Instant)> {
+    take_or_replay(ctx, claim, false).map_err(|e| e.retry_tells(RUN_RETRY))
+}
+
+/// What `run` tells when its claim's COMMIT's answer is lost: unlike `claim`, it never
+/// takes a live lease of its own owner back.
+const RUN_RETRY: &str = "if the claim was made, the lease is held under this owner until its \
+                         deadline and `run` answers `held` until then (`fencepost status` shows \
+                         its epoch, and `fencepost release` with it frees the lease); if not, \
+                         running it again decides afresh";
+
+/// [`take`]; with `replays`, a claim by the live lease's own owner is answered with that
+/// lease (see `lease::claim_is_replay`): the claim of `claim`.
+fn take_or_replay(ctx: &Ctx, claim: &ClaimArgs, replays: bool) -> Result<(Claimed, Instant)> {
     let args = &claim.request;
     let (resource, ttl, wait) = check_request(ctx, args)?;
     let started = Instant::now();
@@ -110,6 +138,14 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<(Claimed, Instant)> {
         };
         let now = ctx.now();
         let current = tx.lease(&resource)?;
+        if replays
+            && let Some(lease) = current
+                .as_ref()
+                .filter(|l| claim_is_replay(Some(l), &args.owner, now))
+        {
+            // Read-only: dropped, the transaction rolls back.
+            return replayed(&*tx, &resource, lease).map(|claimed| (claimed, asked));
+        }
         let epoch = match next_epoch(current.as_ref(), now) {
             Ok(epoch) => epoch,
             Err(ClaimRefusal::EpochExhausted) => {
@@ -233,7 +269,7 @@ fn grant(
         .detail(format!("deadline {}{fence}", lease.deadline));
     ctx.log(&*tx, &event)?;
     failpoint!("claim.before_commit");
-    tx.commit()?;
+    tx.commit().map_err(|e| e.retry_tells(RETRY))?;
     Ok(Claimed {
         resource: resource.to_string(),
         epoch: lease.epoch,
@@ -241,6 +277,24 @@ fn grant(
         deadline: lease.deadline,
         fenced_at_sink: !claim.lazy_fence,
         previous: LeaseView::at(previous, now),
+        replay: false,
+    })
+}
+
+/// The answer to a claim retried by the live `lease`'s owner: that lease, unchanged,
+/// marked as a replay. Nothing is written (the transaction is rolled back), not even to the audit log: the claim that
+/// made the lease is logged already, and a second line would read as a second claim.
+/// `fenced_at_sink` says whether the sink's fence stands at the lease's epoch.
+fn replayed(tx: &dyn Txn, resource: &Resource, lease: &Lease) -> Result<Claimed> {
+    let fence = tx.sink(resource)?.map_or(0, |r| r.fence);
+    Ok(Claimed {
+        resource: resource.to_string(),
+        epoch: lease.epoch,
+        owner: lease.owner.clone(),
+        deadline: lease.deadline,
+        fenced_at_sink: fence >= lease.epoch,
+        previous: None,
+        replay: true,
     })
 }
 

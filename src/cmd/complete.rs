@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::{Ctx, HolderArgs, Report, change_held};
+use super::{Ctx, HolderArgs, Report, change_held_or_replay};
 use crate::error::Result;
 use crate::outcome::{Completed, Outcome};
 use crate::store::HolderChange;
@@ -11,7 +11,9 @@ use crate::store::HolderChange;
 ///
 /// A compare-and-set: owner and epoch must match a live lease (`now < deadline`).
 /// Otherwise nothing changes and it exits 4 (lost), even if the work was done: a holder
-/// that was taken over cannot complete.
+/// that was taken over cannot complete. Run again after it was made (a retry after a
+/// lost answer), with the same owner, epoch and result, it answers `completed` as a
+/// replay and changes nothing; with another result it stays lost.
 ///
 /// Example:
 ///   fencepost complete reports/daily.md --owner worker-b --epoch "$epoch" --result ok
@@ -30,14 +32,19 @@ pub(crate) fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
     let change = HolderChange::Complete {
         result: args.result.as_deref(),
     };
-    let (resource, _) = change_held(ctx, &args.holder, change)?;
-    let changed = args.holder.changed(&resource, "completed");
+    let done = change_held_or_replay(ctx, &args.holder, change, None)?;
+    let changed = if done.replay {
+        "nothing was changed (a replay of the completion made before)".to_string()
+    } else {
+        args.holder.changed(&done.resource, "completed")
+    };
     let completed = Completed {
-        resource: resource.to_string(),
+        resource: done.resource.to_string(),
         epoch: args.holder.epoch,
         owner: args.holder.owner.clone(),
         result: args.result.clone(),
         exit: None,
+        replay: done.replay,
     };
     Ok(Report::new("completed", Outcome::Completed(completed)).changed(changed))
 }

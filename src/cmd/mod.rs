@@ -12,7 +12,7 @@ use crate::error::{Error, Refusal, Result};
 use crate::lease::{Lease, LostReason};
 use crate::outcome::{LeaseView, Outcome, RefusalDetail};
 use crate::recovery;
-use crate::resource::{self, Resource};
+use crate::resource::{self, Resource, first_misleading};
 use crate::root::{self, How, StateFiles};
 use crate::store::{self, Store, Txn};
 
@@ -432,28 +432,6 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     }
 }
 
-/// True for a character that must not appear in a name or result shown by `status` and
-/// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
-/// invisible format characters, such as the bidirectional overrides (U+202E turns the
-/// text after it around) and zero-width spaces, which make a name show as another.
-fn misleading(c: char) -> bool {
-    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
-    c.is_control()
-        || matches!(
-            c.general_category(),
-            GeneralCategory::Format
-                | GeneralCategory::LineSeparator
-                | GeneralCategory::ParagraphSeparator
-        )
-}
-
-/// The first misleading character of `text`, as `U+202E`.
-fn first_misleading(text: &str) -> Option<String> {
-    text.chars()
-        .find(|&c| misleading(c))
-        .map(|c| format!("U+{:04X}", u32::from(c)))
-}
-
 /// Refuses an owner name that is empty or has control or invisible characters.
 pub(crate) fn check_owner(owner: &str) -> Result<()> {
     if owner.is_empty() {
@@ -501,10 +479,15 @@ pub(crate) fn lost(
 ) -> Error {
     let holder = match current {
         Some(l) => format!(
-            "; current: owner {} epoch {}, {}",
+            "; current: owner {} epoch {}, {}{}",
             l.owner,
             l.epoch,
-            l.view(now)
+            l.view(now),
+            // The result recorded, when that is why the completion is refused.
+            match (&l.result, &reason) {
+                (Some(result), LostReason::OtherResult) => format!(" with result {result:?}"),
+                _ => String::new(),
+            }
         ),
         None => String::new(),
     };
@@ -574,6 +557,44 @@ pub(crate) fn change_held_noting(
     change: store::HolderChange<'_>,
     note: Option<&str>,
 ) -> Result<(Resource, i64)> {
+    change_held_or_replay(ctx, holder, change, note).map(|done| (done.resource, done.now))
+}
+
+/// What a holder's change did: the resource, the time it was decided at, and whether it
+/// was a replay of the same change made before (nothing was changed).
+pub(crate) struct HeldChanged {
+    pub resource: Resource,
+    pub now: i64,
+    pub replay: bool,
+}
+
+/// What each holder's change tells when its COMMIT's answer is lost.
+fn retry_tells(change: store::HolderChange<'_>) -> &'static str {
+    match change {
+        store::HolderChange::Renew { .. } => {
+            "renew again: it renews the lease from now if it is still yours (`lost` if it \
+             expired meanwhile)"
+        }
+        store::HolderChange::Complete { .. } => {
+            "complete again with the same --result: if it was made, the answer is \
+             `completed`, marked as a replay; if not, it is made now (`lost` if the lease \
+             expired meanwhile)"
+        }
+        store::HolderChange::Release => {
+            "release again: if it was made, the answer is `released`, marked as a replay; \
+             if not, it is made now (`lost` if the lease expired meanwhile)"
+        }
+    }
+}
+
+/// [`change_held_noting`]; a complete or release already made in the same way by this
+/// owner and epoch (`lease::finish_is_replay`) is answered as a replay.
+pub(crate) fn change_held_or_replay(
+    ctx: &Ctx,
+    holder: &HolderArgs,
+    change: store::HolderChange<'_>,
+    note: Option<&str>,
+) -> Result<HeldChanged> {
     let resource = ctx.resource(&holder.resource)?;
     check_owner(&holder.owner)?;
     check_epoch(holder.epoch)?;
@@ -621,21 +642,37 @@ pub(crate) fn change_held_noting(
             event = event.detail(detail);
         }
         ctx.log(&*tx, &event)?;
-        tx.commit()?;
-        return Ok((resource, now));
+        tx.commit()
+            .map_err(|e| e.retry_tells(retry_tells(change)))?;
+        return Ok(HeldChanged {
+            resource,
+            now,
+            replay: false,
+        });
     }
     let current = tx.lease(&resource)?;
-    let reason = crate::lease::check_holder(current.as_ref(), &holder.owner, holder.epoch, now)
-        .err()
-        .unwrap_or(LostReason::Expired);
-    Err(lost(
-        &resource,
-        &holder.owner,
-        holder.epoch,
-        current.as_ref(),
-        reason,
-        now,
-    ))
+    let finish = match change {
+        store::HolderChange::Renew { .. } => None,
+        store::HolderChange::Complete { result } => Some(crate::lease::Finish::Complete(result)),
+        store::HolderChange::Release => Some(crate::lease::Finish::Release),
+    };
+    match crate::lease::unmade_change(current.as_ref(), &holder.owner, holder.epoch, now, finish) {
+        // A replay reads only: the transaction is dropped (rolled back) and nothing is
+        // logged, as the change it replays is in the log already.
+        Ok(()) => Ok(HeldChanged {
+            resource,
+            now,
+            replay: true,
+        }),
+        Err(reason) => Err(lost(
+            &resource,
+            &holder.owner,
+            holder.epoch,
+            current.as_ref(),
+            reason,
+            now,
+        )),
+    }
 }
 
 /// Refuses a resource whose document is the state file or one of SQLite's files beside

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::{Ctx, HolderArgs, Report, change_held};
+use super::{Ctx, HolderArgs, Report, change_held_or_replay};
 use crate::error::Result;
 use crate::outcome::{Outcome, Released};
 use crate::store::HolderChange;
@@ -10,7 +10,8 @@ use crate::store::HolderChange;
 /// Give up a live lease now, so the next worker need not wait for the deadline.
 ///
 /// Owner and epoch must match a live lease; otherwise it exits 4 (lost). The epoch is
-/// not reused: the next claim gets epoch + 1.
+/// not reused: the next claim gets epoch + 1. Run again after it was made, it answers
+/// `released` as a replay and changes nothing.
 ///
 /// Example:
 ///   fencepost release reports/daily.md --owner worker-b --epoch "$epoch"
@@ -22,12 +23,17 @@ pub(crate) struct ReleaseArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
-    let (resource, _) = change_held(ctx, &args.holder, HolderChange::Release)?;
-    let changed = args.holder.changed(&resource, "released");
+    let done = change_held_or_replay(ctx, &args.holder, HolderChange::Release, None)?;
+    let changed = if done.replay {
+        "nothing was changed (a replay of the release made before)".to_string()
+    } else {
+        args.holder.changed(&done.resource, "released")
+    };
     let released = Released {
-        resource: resource.to_string(),
+        resource: done.resource.to_string(),
         epoch: args.holder.epoch,
         owner: args.holder.owner.clone(),
+        replay: done.replay,
     };
     Ok(Report::new("released", Outcome::Released(released)).changed(changed))
 }

@@ -565,6 +565,7 @@ fn finish(
                 exit_code: 0,
                 exit_from: "command",
             }),
+            replay: false,
         };
         return Ok(
             Report::new(String::new(), Outcome::Completed(completed)).changed(format!(

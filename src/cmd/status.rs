@@ -32,6 +32,8 @@ use crate::store::Store;
 ///   invalid      the name the state file holds no longer passes the name rules or the
 ///                length limits (why is listed under the table)
 ///   error        the document could not be checked (why is listed under the table)
+/// With --store, WRITTEN says `unfenced` after the epoch of a version written with
+/// --unfenced (`sink.unfenced` in --json): no fence kept older epochs out of it.
 /// Exit 2 when there is no state file, or the resource named was never claimed or written.
 /// Read-only: it changes nothing. Wall-clock deadlines show in UTC; --json gives them
 /// as milliseconds since the Unix epoch.
@@ -52,6 +54,8 @@ struct Row {
     lease: Option<Lease>,
     sink: Option<SinkRecord>,
     doc: DocState,
+    /// The store publishes its content as written with `--unfenced`.
+    unfenced: bool,
 }
 
 /// The document on disk as `status` shows it.
@@ -132,6 +136,7 @@ fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Res
     let mut rows = Vec::with_capacity(names.len());
     for name in names {
         let (lease, sink) = (tx.lease_named(&name)?, tx.sink_named(&name)?);
+        let unfenced = tx.published(&name)?.is_some_and(|p| p.unfenced);
         let doc = match ctx.stored(&name) {
             Err(e) => DocState::problem("invalid", &e),
             Ok(resource) => document(ctx, &resource, sink.as_ref())
@@ -143,6 +148,7 @@ fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Res
             lease,
             sink,
             doc,
+            unfenced,
         });
     }
     Ok(rows)
@@ -262,6 +268,7 @@ fn row_view(row: Row, now: i64) -> StatusRow {
             size: c.as_ref().map(|c| c.size),
             written_at: c.as_ref().map(|c| c.written_at),
             sha256: c.map(|c| c.sha256),
+            unfenced: row.unfenced,
         }
     });
     StatusRow {
@@ -293,7 +300,10 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
             lease.map_or_else(dash, |l| l.epoch.to_string()),
             lease.map_or_else(dash, |l| crate::clock::show(clock, l.deadline)),
             row.sink.as_ref().map_or_else(dash, |s| s.fence.to_string()),
-            content.map_or_else(dash, |c| format!("epoch {}", c.epoch)),
+            content.map_or_else(dash, |c| {
+                let mark = if row.unfenced { " unfenced" } else { "" };
+                format!("epoch {}{mark}", c.epoch)
+            }),
             row.doc.state.to_string(),
         ]);
     }
@@ -311,12 +321,8 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
     text
 }
 
-/// A stored name as one line of a table: quoted, with escapes, when it has control
-/// characters; shortened when very long.
+/// A stored name as one line of a table (see `resource::display_name`), shortened when
+/// very long.
 pub(crate) fn printable(name: &str) -> String {
-    if name.chars().any(char::is_control) {
-        crate::root::shown(&format!("{name:?}"))
-    } else {
-        crate::root::shown(name)
-    }
+    crate::root::shown(&crate::resource::display_name(name))
 }

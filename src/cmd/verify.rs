@@ -22,7 +22,8 @@ use crate::sink::{Content, Recovery};
 /// older epoch; a completed lease with no write at all ("completed but never
 /// published"); a crashed write awaiting recovery, or the recovery links a finished one
 /// left; temp files of dead writers; a name in the state file that no longer passes the
-/// name rules or the length limits, or a document that could not be checked.
+/// name rules or the length limits, or a document that could not be checked; with
+/// --store, a published version written with --unfenced.
 /// Exit 2 when there is no state file, or the resource named was never claimed or written.
 /// Read-only. Prints one line per problem (or one JSON object with --json).
 ///
@@ -282,6 +283,7 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         let Some(published) = published else {
             continue;
         };
+        check_unfenced(&published, &mut found);
         let blobs = store.blobs().ok_or(Error::Internal(
             "a shared store without a place for contents",
         ))?;
@@ -297,6 +299,26 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         problems.extend(verify_mirror_root(ctx, only.as_ref())?);
     }
     conclude(resource, names.len(), problems)
+}
+
+/// A version the store publishes that `write --unfenced` wrote: no fence kept an older
+/// epoch, or one never claimed, from making its bytes current. Only a store made for the
+/// reproduction takes such a write now; anywhere else it came from an older fencepost,
+/// which took one on any store, or from a hand edit.
+fn check_unfenced(
+    published: &crate::store::Published,
+    found: &mut impl FnMut(&'static str, String),
+) {
+    if published.unfenced {
+        found(
+            "unfenced",
+            format!(
+                "the store publishes epoch {} written with --unfenced: no fence kept older \
+                 epochs out, so these bytes may be older than ones already published",
+                published.epoch
+            ),
+        );
+    }
 }
 
 /// A mirror that does not hold the version the store publishes (`held`: what it holds).

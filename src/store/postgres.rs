@@ -176,8 +176,21 @@ impl StoreUrl {
                  for a Unix socket; leave --store (FENCEPOST_STORE) unset for the local state file",
             ));
         }
-        if let Err(e) = text.parse::<postgres::Config>() {
-            return Err(Error::usage(format!("--store {}: {e}", redact(text))));
+        let config = match text.parse::<postgres::Config>() {
+            Ok(config) => config,
+            Err(e) => return Err(Error::usage(format!("--store {}: {e}", redact(text)))),
+        };
+        // The driver takes no default server (libpq's PGHOST and socket folder): a URL
+        // without one can never connect, which is bad input, not an unreachable server.
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err(Error::usage_hint(
+                format!(
+                    "--store {}: names no server (no host in the URL, and no host= parameter)",
+                    redact(text)
+                ),
+                "pass postgresql://USER@HOST/DB, or postgresql:///DB?host=/run/postgresql \
+                 for a Unix socket",
+            ));
         }
         Ok(StoreUrl {
             url: text.to_string(),
@@ -495,6 +508,28 @@ fn foreign(shown: &str, table: &str) -> Error {
     )
 }
 
+/// The `fencepost_meta` key of a store made for the reproduction of the unprotected sink
+/// (`fixtures/reproduce.sh --store`, in a throwaway database of its own): the one kind of
+/// store that takes `write --unfenced`.
+///
+/// `--unfenced` accepts any epoch and never raises the fence. On a shared store that
+/// would let any host make old bytes current for every reader and mirror, so a store
+/// refuses it unless it carries this key; and a store gets the key only as its schema is
+/// made, by a build with the `failpoints` feature (the reproduction's own build, never
+/// the installed one) run with [`REPRODUCTION_VAR`]`=1`. A production store never has
+/// it and cannot gain it: an existing schema is never made again.
+pub(crate) const REPRODUCTION_KEY: &str = "reproduction";
+
+/// The variable that asks a failpoints build to mark the store whose schema it makes as
+/// the reproduction's (see [`REPRODUCTION_KEY`]); documented in fixtures/README.md, not
+/// in `--help`.
+const REPRODUCTION_VAR: &str = "FENCEPOST_REPRODUCTION_STORE";
+
+/// True when the schema this process makes is to be marked as the reproduction's.
+fn for_reproduction() -> bool {
+    cfg!(feature = "failpoints") && std::env::var_os(REPRODUCTION_VAR).is_some_and(|v| v == "1")
+}
+
 /// Creates the schema (once, whoever else is creating it at the same moment).
 fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
     let fail = |e| pg_error(shown, busy, e);
@@ -530,6 +565,13 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()>
         &[&id.as_bytes()],
     )
     .map_err(fail)?;
+    if for_reproduction() {
+        tx.execute(
+            "INSERT INTO fencepost_meta (key, value) VALUES ($1, '1')",
+            &[&REPRODUCTION_KEY],
+        )
+        .map_err(fail)?;
+    }
     tx.commit().map_err(fail)
 }
 
@@ -671,19 +713,14 @@ impl Txn for PgTxn<'_> {
             // The COMMIT was sent; whether the server made it before the session broke
             // cannot be known from here.
             if e.is_closed() || e.code().is_none() {
-                return Err(Error::Remote {
+                return Err(Error::OutcomeUnknown {
                     message: format!(
                         "the connection to {} broke at COMMIT: the change may or may not \
                          have been made ({})",
                         self.shown,
                         root_cause(&e)
                     ),
-                    hint: Some(
-                        "`fencepost status` (or `log`) tells whether it was; running the same \
-                         command again is safe: a replay if it was made, else decided afresh \
-                         (`stale` if a newer epoch took over meanwhile)"
-                            .to_string(),
-                    ),
+                    retry: None,
                 });
             }
             return Err(pg_error(self.shown, self.busy, e));

@@ -16,6 +16,10 @@ use crate::resource::Resource;
 use crate::sink::{Content, WriteDecision, decide, fence_after_write};
 use crate::store::{Blob, Store, WriteRecord};
 
+/// What `write` tells when its COMMIT's answer is lost.
+const RETRY: &str = "running the same command again is safe: a replay if it was made, else \
+                     decided afresh (`stale` if a newer epoch took over meanwhile)";
+
 /// Publishes `source` to `resource` in the shared store under `args.epoch`.
 pub(super) fn run(
     ctx: &Ctx,
@@ -24,6 +28,9 @@ pub(super) fn run(
     source: Source,
 ) -> Result<Report> {
     let mut store = ctx.store()?;
+    if args.unfenced {
+        refuse_unfenced(ctx, &*store.snapshot()?)?;
+    }
     refuse_early(ctx, &*store.snapshot()?, resource, args)?;
     let source = refuse_empty(source, ctx, resource, args)?;
     let mut reader: Box<dyn Read> = match source {
@@ -39,7 +46,7 @@ pub(super) fn run(
     if !matches!(&published, Ok((Outcome::Written(_), used)) if *used == blob.id) {
         blobs(&mut *store)?.discard(blob.id);
     }
-    let (outcome, _) = published?;
+    let (outcome, _) = published.map_err(|e| e.retry_tells(RETRY))?;
     let (plain, changed) = match outcome {
         Outcome::Written(_) => (
             "written",
@@ -51,6 +58,27 @@ pub(super) fn run(
         crate::mirror::apply_after_write(ctx, &mut *store, resource);
     }
     Ok(Report::new(plain, outcome).changed(changed))
+}
+
+/// Refuses `--unfenced` on a shared store not made for the reproduction: there it would
+/// let any epoch, an old one or one never claimed, make its bytes current for every host
+/// (see `postgres::REPRODUCTION_KEY`).
+fn refuse_unfenced(ctx: &Ctx, tx: &dyn crate::store::Txn) -> Result<()> {
+    if tx
+        .meta_bytes(crate::store::postgres::REPRODUCTION_KEY)?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let shown = ctx.remote.as_ref().map_or("", |r| r.url.shown.as_str());
+    Err(Error::usage_hint(
+        format!(
+            "write --unfenced is refused by the store {shown}: without the fence, any epoch \
+             would make its bytes current for every host"
+        ),
+        "drop --unfenced and write with the epoch `claim` printed; --unfenced is for the \
+         local state file, or a store that fixtures/reproduce.sh --store made",
+    ))
 }
 
 fn blobs(store: &mut dyn Store) -> Result<&mut dyn crate::store::Blobs> {
