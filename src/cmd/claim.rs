@@ -10,7 +10,7 @@ use crate::audit::{Event, EventKind};
 use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, Result};
 use crate::failpoints::failpoint;
-use crate::lease::{ClaimRefusal, Lease, LeaseState, next_epoch};
+use crate::lease::{ClaimRefusal, Lease, LeaseState, above, next_epoch};
 use crate::outcome::{Claimed, LeaseView, Outcome, RefusalDetail};
 use crate::resource::Resource;
 use crate::store::Txn;
@@ -82,7 +82,13 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
         let tx = ctx.begin(&mut *store, &resource)?;
         let now = ctx.now();
         let current = tx.lease(&resource)?;
-        let epoch = match next_epoch(current.as_ref(), now) {
+        // A shared store may have lost history a mirror still holds: never issue an
+        // epoch at or below the sink's fence or what a mirror reported holding.
+        let floor = match ctx.remote {
+            Some(_) => floor(&*tx, &resource)?,
+            None => 0,
+        };
+        let epoch = match next_epoch(current.as_ref(), now).and_then(|e| above(e, floor)) {
             Ok(epoch) => epoch,
             Err(ClaimRefusal::EpochExhausted) => {
                 return Err(Error::usage(format!("epochs of {resource} are exhausted")));
@@ -125,6 +131,13 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
         };
         return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now);
     }
+}
+
+/// The highest epoch a shared store knows of for `resource` besides its lease: the
+/// sink's fence and the highest epoch a mirror root reported holding.
+fn floor(tx: &dyn Txn, resource: &Resource) -> Result<i64> {
+    let fence = tx.sink(resource)?.map_or(0, |s| s.fence);
+    Ok(fence.max(tx.seen_epoch(resource.as_str())?))
 }
 
 /// Checks a claim before the state file is opened (bad input never creates one): the

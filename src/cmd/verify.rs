@@ -185,7 +185,7 @@ fn check_document(
     }
     let pending = crate::recovery::pending(&doc, content.and_then(|c| c.file))?;
     match pending.action {
-        Recovery::RestorePre | Recovery::RemoveDoc => found(
+        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::KeepApplied => found(
             "interrupted",
             "a crashed write awaits recovery (run `fencepost recover`)".into(),
         ),
@@ -264,6 +264,12 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         (names, rows)
     };
     let mut problems = Vec::new();
+    let mut ahead = Vec::new();
+    let published_names: Vec<String> = rows
+        .iter()
+        .filter(|(_, _, _, p)| p.is_some())
+        .map(|(n, _, _, _)| n.clone())
+        .collect();
     let mirror = ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists();
     let mirrored = if mirror {
         crate::mirror::records(ctx)?
@@ -290,49 +296,120 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         }
         if mirror {
             let held = mirrored.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
-            check_behind(held, published.epoch, &published.sha256, &mut found);
+            if let Some(epoch) = check_behind(held, &published, &mut found) {
+                ahead.push((name.clone(), epoch, problems.len() - 1));
+            }
         }
     }
     if mirror {
-        problems.extend(verify_mirror_root(ctx, only.as_ref())?);
+        // Tell the store what the mirror holds, so that no claim issues it again; a role
+        // that may not is said in the problem's message.
+        for (name, epoch, at) in ahead {
+            let told =
+                crate::mirror::report_seen(&crate::mirror::local(ctx), &mut *store, &name, epoch);
+            if let Err(e) = told {
+                problems[at]
+                    .message
+                    .push_str(&format!("; could not tell the store: {e}"));
+            }
+        }
+        let published: Vec<String> = published_names;
+        problems.extend(verify_mirror_root(ctx, only.as_ref(), &published)?);
     }
     conclude(resource, names.len(), problems)
 }
 
-/// A mirror that does not hold the version the store publishes (`held`: what it holds).
+/// A mirror that does not hold the version the store publishes (`held`: what it holds):
+/// `behind`, or `ahead` when it holds a version the store does not know (then returns
+/// the epoch it holds, to tell the store).
 fn check_behind(
     held: Option<&Content>,
-    epoch: i64,
-    sha256: &str,
+    published: &crate::store::Published,
     found: &mut impl FnMut(&'static str, String),
-) {
-    match held {
-        Some(c) if c.epoch == epoch && c.sha256 == sha256 => {}
-        Some(c) => found(
-            "behind",
-            format!(
-                "the mirror holds epoch {}, the store publishes epoch {epoch} (run `fencepost mirror`)",
-                c.epoch
-            ),
+) -> Option<i64> {
+    use crate::mirror::{Standing, standing};
+    let epoch = published.epoch;
+    let pair = (epoch, published.sha256.as_str());
+    match (
+        held,
+        standing(
+            held.map(|c| (c.epoch, c.sha256.as_str())),
+            pair,
+            published.unfenced,
         ),
-        None => found(
-            "behind",
-            format!("the mirror does not hold epoch {epoch} yet (run `fencepost mirror`)"),
-        ),
+    ) {
+        (_, Standing::Current) => None,
+        (Some(c), Standing::Ahead) => {
+            found(
+                "ahead",
+                format!(
+                    "{} (see \"Several hosts\" in the README to bring the store forward)",
+                    crate::mirror::ahead_message(c, epoch, &published.sha256)
+                ),
+            );
+            Some(c.epoch)
+        }
+        (Some(c), _) => {
+            found(
+                "behind",
+                format!(
+                    "the mirror holds epoch {}, the store publishes epoch {epoch} (run `fencepost mirror`)",
+                    c.epoch
+                ),
+            );
+            None
+        }
+        (None, _) => {
+            found(
+                "behind",
+                format!("the mirror does not hold epoch {epoch} yet (run `fencepost mirror`)"),
+            );
+            None
+        }
     }
 }
 
-/// The mirror root's own problems, as `verify` finds them on a local root.
-fn verify_mirror_root(ctx: &Ctx, only: Option<&Resource>) -> Result<Vec<Problem>> {
+/// The mirror root's own problems, as `verify` finds them on a local root; and, for
+/// each document the store publishes that the mirror has no record of (`published`), a
+/// crashed first apply or debris beside it.
+fn verify_mirror_root(
+    ctx: &Ctx,
+    only: Option<&Resource>,
+    published: &[String],
+) -> Result<Vec<Problem>> {
     let local = crate::mirror::local(ctx);
     let local_args = VerifyArgs {
         resource: only.map(|r| r.to_string().into()),
     };
-    match run(&local, &local_args) {
-        Ok(_) => Ok(Vec::new()),
-        Err(Error::Diverged { found, .. }) => Ok(found.problems),
+    let mut problems = match run(&local, &local_args) {
+        Ok(_) => Vec::new(),
+        Err(Error::Diverged { found, .. }) => found.problems,
         // A resource the mirror has not seen yet is `behind`, reported by the caller.
-        Err(Error::Usage { .. }) if only.is_some() => Ok(Vec::new()),
-        Err(e) => Err(e),
+        Err(Error::Usage { .. }) if only.is_some() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let recorded = crate::mirror::records(ctx)?;
+    for name in published {
+        if recorded.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let Ok(resource) = local.stored(name) else {
+            continue;
+        };
+        let mut found = |kind, message: String| {
+            problems.push(Problem {
+                resource: name.clone(),
+                problem: kind,
+                message,
+            });
+        };
+        match check_document(&local, &resource, None, &mut found) {
+            Ok(()) => {}
+            Err(e @ Error::Io { .. }) if permission_denied(&e) => {
+                found("unreadable", e.to_string());
+            }
+            Err(e) => found("error", e.to_string()),
+        }
     }
+    Ok(problems)
 }

@@ -143,6 +143,18 @@ pub(crate) trait Txn {
         Ok(Vec::new())
     }
 
+    /// The highest epoch of `resource` any mirror root reported holding (0: none, or a
+    /// store that does not keep them). A claim issues its epoch above it.
+    fn seen_epoch(&self, _resource: &str) -> Result<i64> {
+        Ok(0)
+    }
+
+    /// Records that the mirror root `mirror` holds `epoch` of `resource` (the highest
+    /// it held is kept). Fails for a role without the privilege to write it.
+    fn report_seen(&self, _resource: &str, _mirror: &str, _epoch: i64) -> Result<()> {
+        Ok(())
+    }
+
     /// The blob to point a resource at for `blob`'s bytes: an older copy of the same
     /// bytes, kept from removal until this transaction ends, or `blob` itself.
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
