@@ -203,6 +203,15 @@ pub(crate) fn report_seen(
     tx.commit()
 }
 
+/// After an apply: tells the store this mirror holds `published`'s epoch. Best effort:
+/// a mirror that may not write to the store still applies (it says so only once it is
+/// found ahead). An unfenced version's epoch was never issued, and is not reported.
+fn applied_seen(mirror: &Ctx, store: &mut dyn Store, published: &Published) {
+    if !published.unfenced {
+        let _ = report_seen(mirror, store, &published.resource, published.epoch);
+    }
+}
+
 /// The mirror's record of `resource`, if any.
 fn held(mirror: &Ctx, resource: &Resource) -> Result<Option<Content>> {
     let Some(mut local) = crate::store::open_read_only(&mirror.db, mirror.busy)? else {
@@ -250,7 +259,7 @@ fn apply(
         return Ok(seen("current"));
     }
     if roll_forward(mirror, &resource, published)?.is_some() {
-        let _ = report_seen(mirror, store, &published.resource, published.epoch);
+        applied_seen(mirror, store, published);
         return Ok(seen("applied"));
     }
     let incoming = download(mirror, store, published)?;
@@ -267,8 +276,7 @@ fn apply(
     };
     match crate::cmd::write::run(mirror, &args) {
         Ok(report) if report.plain == "written" => {
-            // Best effort: a mirror that may not write to the store still applies.
-            let _ = report_seen(mirror, store, &published.resource, published.epoch);
+            applied_seen(mirror, store, published);
             Ok(seen("applied"))
         }
         Ok(_) => Ok(seen("current")),

@@ -118,6 +118,11 @@ fn a_mirror_ahead_of_a_store_that_lost_history_says_so_and_the_next_claim_starts
     }
     let plain = m.fp(&["verify"]).expect(9);
     assert!(plain.stdout.contains("doc.md: ahead: "), "{plain:?}");
+    let status = m.fp(&["--json", "status", res]).expect(0).json();
+    assert_eq!(
+        status["resources"][0]["document"]["state"], "ahead",
+        "{status}"
+    );
     // `mirror` says the same, changes nothing, and exits 9.
     let done = m.fp(&["--json", "mirror"]).expect(9);
     assert_eq!(
@@ -141,6 +146,34 @@ fn a_mirror_ahead_of_a_store_that_lost_history_says_so_and_the_next_claim_starts
         .expect_stdout(0, "applied doc.md (epoch 3)");
     assert_eq!(m.file(res).as_deref(), Some(&b"C's version"[..]));
     m.fp(&["verify"]).expect(0);
+}
+
+#[test]
+fn a_store_made_by_the_version_before_gets_the_table_of_what_mirrors_hold() {
+    let Some(store) = pg::store() else { return };
+    let url = store.url();
+    publish(url, "doc.md", "A", "v1");
+    let mut client = store.client();
+    // The store as the build before made it: schema version 1, no fencepost_seen.
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS fencepost_seen;
+             UPDATE fencepost_meta SET value = '1'::bytea WHERE key = 'schema'",
+        )
+        .expect("go back to version 1");
+    let m = Host::new(url);
+    m.fp(&["mirror"])
+        .expect_stdout(0, "applied doc.md (epoch 1)");
+    let schema: Vec<u8> = client
+        .query_one("SELECT value FROM fencepost_meta WHERE key = 'schema'", &[])
+        .expect("schema")
+        .get(0);
+    assert_eq!(schema, b"2");
+    let seen: i64 = client
+        .query_one("SELECT max(epoch) FROM fencepost_seen", &[])
+        .expect("what mirrors hold")
+        .get(0);
+    assert_eq!(seen, 1);
 }
 
 #[test]
