@@ -255,7 +255,7 @@ fn apply(
             ..seen("ahead")
         });
     }
-    if up_to_date(mirror, &resource, published, look)? {
+    if up_to_date(mirror, &resource, recorded.as_ref(), published, look)? {
         return Ok(seen("current"));
     }
     if roll_forward(mirror, &resource, published)?.is_some() {
@@ -310,6 +310,10 @@ pub(crate) fn roll_forward(
     };
     let tx = local.immediate()?;
     let record = tx.sink(resource)?;
+    // A version the local sink would refuse as stale is never recorded over a newer one.
+    if !published.unfenced && record.as_ref().is_some_and(|r| r.fence > published.epoch) {
+        return Ok(None);
+    }
     let recorded = record
         .as_ref()
         .and_then(|r| r.content.as_ref())
@@ -375,17 +379,15 @@ pub(crate) enum Look {
 }
 
 /// Whether the mirror's state file records this version and its document holds it.
+/// `recorded`: the mirror's record of it.
 fn up_to_date(
     mirror: &Ctx,
     resource: &Resource,
+    recorded: Option<&Content>,
     published: &Published,
     look: Look,
 ) -> Result<bool> {
-    let Some(mut local) = crate::store::open_read_only(&mirror.db, mirror.busy)? else {
-        return Ok(false);
-    };
-    let tx = local.snapshot()?;
-    let Some(recorded) = tx.sink(resource)?.and_then(|r| r.content) else {
+    let Some(recorded) = recorded else {
         return Ok(false);
     };
     if recorded.epoch != published.epoch || recorded.sha256 != published.sha256 {
