@@ -9,8 +9,8 @@
 //!
 //! Two edges. A mirror may hold a version the store no longer knows (the store lost
 //! history: a failover without synchronous replication, a restore): it is `ahead`, is
-//! left as it is, and tells the store the epoch it holds, so the store's next claim
-//! issues an epoch above it. And every version a mirror applies was committed in the
+//! left as it is, and tells the store the epoch it holds (raising the store's fence to
+//! it), so the store's next claim issues an epoch above it. And every version a mirror applies was committed in the
 //! store first, so a crashed apply is rolled forward (kept and recorded), never back: a
 //! reader who saw it never sees the older version again.
 
@@ -203,6 +203,24 @@ pub(crate) fn report_seen(
     tx.commit()
 }
 
+/// Tells the store that this mirror is ahead: it holds `epoch` of `resource`, which the
+/// store's sink once accepted and has lost. Besides the report, the sink's fence is
+/// raised to it under the resource's lock, as it was before the loss: a write under an
+/// older epoch (a holder whose lease the store forgot was superseded) is `stale` again.
+pub(crate) fn report_ahead(
+    mirror: &Ctx,
+    store: &mut dyn Store,
+    resource: &str,
+    epoch: i64,
+) -> Result<()> {
+    let name = mirror.stored(resource)?;
+    let tx = store.immediate()?;
+    tx.lock(&name)?;
+    tx.report_seen(resource, &mirror_id(mirror), epoch)?;
+    tx.raise_fence(&name, epoch)?;
+    tx.commit()
+}
+
 /// After an apply: tells the store this mirror holds `published`'s epoch. Best effort:
 /// a mirror that may not write to the store still applies (it says so only once it is
 /// found ahead). An unfenced version's epoch was never issued, and is not reported.
@@ -246,7 +264,7 @@ fn apply(
         && standing(held_pair, pair, published.unfenced) == Standing::Ahead
     {
         let mut why = ahead_message(c, published.epoch, &published.sha256);
-        if let Err(e) = report_seen(mirror, store, &published.resource, c.epoch) {
+        if let Err(e) = report_ahead(mirror, store, &published.resource, c.epoch) {
             why.push_str(&format!("; could not tell the store: {e}"));
         }
         return Ok(Applied {

@@ -138,8 +138,15 @@ fn a_mirror_ahead_of_a_store_that_lost_history_says_so_and_the_next_claim_starts
     );
     assert_eq!(m.file(res).as_deref(), Some(&b"B's version, epoch 2"[..]));
 
-    // The mirror told the store what it holds: the next claim is issued above it, and
-    // the new version reaches the mirror.
+    // The mirror told the store what it holds, and the store's fence is back at it: a
+    // write under the epoch the store forgot was superseded is stale again.
+    let dir = Env::new();
+    dir.fp(&["write", res, "--epoch", "1", "--owner", "B"])
+        .inside(dir.root())
+        .env("FENCEPOST_STORE", url)
+        .stdin("a late write under epoch 1")
+        .expect_stdout(5, "stale");
+    // The next claim is issued above it, and the new version reaches the mirror.
     let epoch = publish(url, res, "C", "C's version");
     assert_eq!(epoch, 3, "the claim reissued an epoch a mirror holds");
     m.fp(&["mirror"])

@@ -306,7 +306,7 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         // that may not is said in the problem's message.
         for (name, epoch, at) in ahead {
             let told =
-                crate::mirror::report_seen(&crate::mirror::local(ctx), &mut *store, &name, epoch);
+                crate::mirror::report_ahead(&crate::mirror::local(ctx), &mut *store, &name, epoch);
             if let Err(e) = told {
                 problems[at]
                     .message
