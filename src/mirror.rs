@@ -92,12 +92,11 @@ pub(crate) fn sync(
     if wanted.is_empty() {
         // Nothing to copy; a root bound to another store is still refused.
         check_binding(&mirror, store, remote, None)?;
-        return Ok(done);
     }
-    for published in wanted {
+    for published in &wanted {
         // One document this host cannot hold (its path is a file here, or a symlink)
         // must not keep the others from being copied.
-        let applied = match apply(&mirror, store, remote, &published, look) {
+        let applied = match apply(&mirror, store, remote, published, look) {
             Ok(applied) => applied,
             Err(e @ (Error::Remote { .. } | Error::RemoteBusy { .. } | Error::Internal(_))) => {
                 return Err(e);
@@ -112,6 +111,25 @@ pub(crate) fn sync(
             },
         };
         done.applied.push(applied);
+    }
+    // What the mirror holds of a resource the store publishes nothing of: lost with the
+    // store's history (its first version, or the resource altogether).
+    for (name, held) in records(ctx)? {
+        if only.is_some_and(|o| o != name) || wanted.iter().any(|p| p.resource == name) {
+            continue;
+        }
+        let mut why = ahead_message(&held, None);
+        if let Err(e) = report_ahead(&mirror, store, &name, held.epoch) {
+            why.push_str(&format!("; could not tell the store: {e}"));
+        }
+        done.applied.push(Applied {
+            resource: name,
+            epoch: held.epoch,
+            sha256: held.sha256,
+            outcome: "ahead",
+            error: Some(why),
+            code: 9,
+        });
     }
     Ok(done)
 }
@@ -165,17 +183,20 @@ pub(crate) fn standing(
     }
 }
 
-/// What `ahead` says: what the mirror holds, what the store publishes, and why.
-pub(crate) fn ahead_message(held: &Content, published_epoch: i64, published_sha: &str) -> String {
-    let bytes = if held.epoch == published_epoch {
-        format!(" with other bytes (sha {})", short(published_sha))
-    } else {
-        String::new()
+/// What `ahead` says: what the mirror holds, what the store publishes (epoch and
+/// SHA-256; `None`: nothing of this resource), and why.
+pub(crate) fn ahead_message(held: &Content, published: Option<(i64, &str)>) -> String {
+    let publishes = match published {
+        None => "nothing of it".to_string(),
+        Some((epoch, sha)) if epoch == held.epoch => {
+            format!("epoch {epoch} with other bytes (sha {})", short(sha))
+        }
+        Some((epoch, _)) => format!("epoch {epoch}"),
     };
     format!(
-        "the mirror holds epoch {} (sha {}), the store publishes epoch {published_epoch}{bytes}: \
-         the store lost history (a failover without synchronous replication, or a restore); \
-         the mirror's copy is left as it is",
+        "the mirror holds epoch {} (sha {}), the store publishes {publishes}: the store lost \
+         history (a failover without synchronous replication, or a restore); the mirror's \
+         copy is left as it is",
         held.epoch,
         short(&held.sha256)
     )
@@ -263,7 +284,7 @@ fn apply(
     if let Some(c) = recorded.as_ref()
         && standing(held_pair, pair, published.unfenced) == Standing::Ahead
     {
-        let mut why = ahead_message(c, published.epoch, &published.sha256);
+        let mut why = ahead_message(c, Some(pair));
         if let Err(e) = report_ahead(mirror, store, &published.resource, c.epoch) {
             why.push_str(&format!("; could not tell the store: {e}"));
         }

@@ -184,6 +184,44 @@ fn a_store_made_by_the_version_before_gets_the_table_of_what_mirrors_hold() {
 }
 
 #[test]
+fn a_mirror_that_holds_a_resource_the_store_lost_altogether_is_ahead() {
+    let Some(store) = pg::store() else { return };
+    let url = store.url();
+    publish(url, "kept.md", "A", "kept");
+    publish(url, "lost.md", "A", "only on the lost primary");
+    let m = Host::new(url);
+    m.fp(&["mirror"]).expect(0);
+    // The failover lost lost.md's first claim and write: the store has no row of it.
+    let mut client = store.client();
+    client
+        .batch_execute(
+            "DELETE FROM fencepost_sink WHERE resource = 'lost.md';
+             DELETE FROM fencepost_lease WHERE resource = 'lost.md';
+             DELETE FROM fencepost_log WHERE resource = 'lost.md';
+             DO $$ BEGIN IF to_regclass('fencepost_seen') IS NOT NULL THEN
+                 DELETE FROM fencepost_seen;
+             END IF; END $$",
+        )
+        .expect("lose the resource");
+    let done = m.fp(&["--json", "verify"]).expect(9);
+    let found = problems(&done, "lost.md");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "ahead", "{found:?}");
+    assert!(
+        found[0].1.contains("the store publishes nothing of it"),
+        "{found:?}"
+    );
+    let done = m.fp(&["--json", "mirror"]).expect(9);
+    let j = done.json();
+    assert_eq!(entry(&j, "lost.md")["outcome"], "ahead", "{j}");
+    assert_eq!(entry(&j, "kept.md")["outcome"], "current", "{j}");
+    // The next claim of it is above the epoch the mirror holds.
+    assert_eq!(publish(url, "lost.md", "C", "C's"), 2);
+    m.fp(&["mirror"])
+        .expect_stdout(0, "applied lost.md (epoch 2)");
+}
+
+#[test]
 fn a_mirror_that_holds_other_bytes_under_the_stores_epoch_is_ahead() {
     let Some(store) = pg::store() else { return };
     let url = store.url();

@@ -240,8 +240,9 @@ fn short(sha: &str) -> &str {
 
 /// `verify` with a shared store: the lease rules and every published blob against its
 /// recorded size and SHA-256 (read in full); with a mirror root, also the mirror: a
-/// version it does not hold yet (`behind`), and its own documents as a local root's
-/// (`drifted`, `missing`, crashed applies...).
+/// version it does not hold yet (`behind`), one the store does not know (`ahead`, told to
+/// the store), and its own documents as a local root's (`drifted`, `missing`, crashed
+/// applies...).
 fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     let resource = only.as_ref().map(ToString::to_string);
@@ -302,21 +303,63 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         }
     }
     if mirror {
-        // Tell the store what the mirror holds, so that no claim issues it again; a role
-        // that may not is said in the problem's message.
-        for (name, epoch, at) in ahead {
-            let told =
-                crate::mirror::report_ahead(&crate::mirror::local(ctx), &mut *store, &name, epoch);
-            if let Err(e) = told {
-                problems[at]
-                    .message
-                    .push_str(&format!("; could not tell the store: {e}"));
-            }
-        }
-        let published: Vec<String> = published_names;
-        problems.extend(verify_mirror_root(ctx, only.as_ref(), &published)?);
+        let held = MirrorHeld {
+            mirrored: &mirrored,
+            published: &published_names,
+        };
+        check_lost(only.as_ref(), &held, &mut problems, &mut ahead);
+        tell_store(ctx, &mut *store, ahead, &mut problems);
+        problems.extend(verify_mirror_root(ctx, only.as_ref(), &published_names)?);
     }
     conclude(resource, names.len(), problems)
+}
+
+/// What a mirror root holds (its records) and the names the store publishes.
+struct MirrorHeld<'a> {
+    mirrored: &'a [(String, Content)],
+    published: &'a [String],
+}
+
+/// What the mirror holds of a resource the store publishes nothing of: `ahead`, noted in
+/// `ahead` (name, epoch held, index of its problem) for [`tell_store`].
+fn check_lost(
+    only: Option<&Resource>,
+    held: &MirrorHeld<'_>,
+    problems: &mut Vec<Problem>,
+    ahead: &mut Vec<(String, i64, usize)>,
+) {
+    for (name, content) in held.mirrored {
+        if only.is_some_and(|o| o.as_str() != name) || held.published.contains(name) {
+            continue;
+        }
+        problems.push(Problem {
+            resource: name.clone(),
+            problem: "ahead",
+            message: format!(
+                "{} (see \"Several hosts\" in the README to bring the store forward)",
+                crate::mirror::ahead_message(content, None)
+            ),
+        });
+        ahead.push((name.clone(), content.epoch, problems.len() - 1));
+    }
+}
+
+/// Tells the store what the mirror holds where it is ahead, so that no claim issues it
+/// again; a role that may not is said in the problem's message.
+fn tell_store(
+    ctx: &Ctx,
+    store: &mut dyn crate::store::Store,
+    ahead: Vec<(String, i64, usize)>,
+    problems: &mut [Problem],
+) {
+    let mirror = crate::mirror::local(ctx);
+    for (name, epoch, at) in ahead {
+        if let Err(e) = crate::mirror::report_ahead(&mirror, store, &name, epoch) {
+            problems[at]
+                .message
+                .push_str(&format!("; could not tell the store: {e}"));
+        }
+    }
 }
 
 /// A mirror that does not hold the version the store publishes (`held`: what it holds):
@@ -344,7 +387,7 @@ fn check_behind(
                 "ahead",
                 format!(
                     "{} (see \"Several hosts\" in the README to bring the store forward)",
-                    crate::mirror::ahead_message(c, epoch, &published.sha256)
+                    crate::mirror::ahead_message(c, Some(pair))
                 ),
             );
             Some(c.epoch)
