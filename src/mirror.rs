@@ -211,21 +211,10 @@ fn mirror_id(mirror: &Ctx) -> String {
     format!("{}:{}", crate::audit::hostname(), mirror.root.display())
 }
 
-/// Tells the store that this mirror holds `epoch` of `resource`, so that no claim
-/// issues it again. Its error says why the store could not be told.
-pub(crate) fn report_seen(
-    mirror: &Ctx,
-    store: &mut dyn Store,
-    resource: &str,
-    epoch: i64,
-) -> Result<()> {
-    let tx = store.immediate()?;
-    tx.report_seen(resource, &mirror_id(mirror), epoch)?;
-    tx.commit()
-}
-
 /// Tells the store that this mirror is ahead: it holds `epoch` of `resource`, which the
-/// store's sink once accepted and has lost. Besides the report, the sink's fence is
+/// store's sink once accepted and has lost. (Only then: a report made at each apply
+/// would be committed after the version it reports, so a store that lost the version
+/// lost the report too.) Besides the report, the sink's fence is
 /// raised to it under the resource's lock, as it was before the loss: a write under an
 /// older epoch (a holder whose lease the store forgot was superseded) is `stale` again.
 pub(crate) fn report_ahead(
@@ -240,15 +229,6 @@ pub(crate) fn report_ahead(
     tx.report_seen(resource, &mirror_id(mirror), epoch)?;
     tx.raise_fence(&name, epoch)?;
     tx.commit()
-}
-
-/// After an apply: tells the store this mirror holds `published`'s epoch. Best effort:
-/// a mirror that may not write to the store still applies (it says so only once it is
-/// found ahead). An unfenced version's epoch was never issued, and is not reported.
-fn applied_seen(mirror: &Ctx, store: &mut dyn Store, published: &Published) {
-    if !published.unfenced {
-        let _ = report_seen(mirror, store, &published.resource, published.epoch);
-    }
 }
 
 /// The mirror's record of `resource`, if any.
@@ -298,7 +278,6 @@ fn apply(
         return Ok(seen("current"));
     }
     if roll_forward(mirror, &resource, published)?.is_some() {
-        applied_seen(mirror, store, published);
         return Ok(seen("applied"));
     }
     let incoming = download(mirror, store, published)?;
@@ -314,10 +293,7 @@ fn apply(
         applied: true,
     };
     match crate::cmd::write::run(mirror, &args) {
-        Ok(report) if report.plain == "written" => {
-            applied_seen(mirror, store, published);
-            Ok(seen("applied"))
-        }
+        Ok(report) if report.plain == "written" => Ok(seen("applied")),
         Ok(_) => Ok(seen("current")),
         // The mirror already holds a newer epoch: this version came late.
         Err(Error::Refused(r)) if r.kind() == crate::error::RefusalKind::Stale => Ok(seen("stale")),
