@@ -24,7 +24,9 @@ use crate::sink::{Content, Recovery};
 /// left; temp files of dead writers; a name in the state file that no longer passes the
 /// name rules or the length limits, or a document that could not be checked.
 /// Exit 2 when there is no state file, or the resource named was never claimed or written.
-/// Read-only. Prints one line per problem (or one JSON object with --json).
+/// Read-only, but for one report: with --store and a mirror root, a mirror that holds a
+/// version the store does not know (`ahead`: the store lost history) tells the store the
+/// epoch it holds. Prints one line per problem (or one JSON object with --json).
 ///
 /// Example (cron):
 ///   fencepost --root /srv/publish verify || mail -s "fencepost: divergence" ops < /dev/null
