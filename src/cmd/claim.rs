@@ -85,7 +85,7 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
         // A shared store may have lost history a mirror still holds: never issue an
         // epoch at or below the sink's fence or what a mirror reported holding.
         let floor = match ctx.remote {
-            Some(_) => floor(&*tx, &resource)?,
+            Some(_) => tx.epoch_floor(&resource)?,
             None => 0,
         };
         let epoch = match next_epoch(current.as_ref(), now).and_then(|e| above(e, floor)) {
@@ -131,13 +131,6 @@ pub(crate) fn take(ctx: &Ctx, claim: &ClaimArgs) -> Result<Claimed> {
         };
         return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now);
     }
-}
-
-/// The highest epoch a shared store knows of for `resource` besides its lease: the
-/// sink's fence and the highest epoch a mirror root reported holding.
-fn floor(tx: &dyn Txn, resource: &Resource) -> Result<i64> {
-    let fence = tx.sink(resource)?.map_or(0, |s| s.fence);
-    Ok(fence.max(tx.seen_epoch(resource.as_str())?))
 }
 
 /// Checks a claim before the state file is opened (bad input never creates one): the

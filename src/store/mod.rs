@@ -143,10 +143,11 @@ pub(crate) trait Txn {
         Ok(Vec::new())
     }
 
-    /// The highest epoch of `resource` any mirror root reported holding (0: none, or a
-    /// store that does not keep them). A claim issues its epoch above it.
-    fn seen_epoch(&self, _resource: &str) -> Result<i64> {
-        Ok(0)
+    /// The highest epoch the store knows of for `resource` besides its lease: the sink's
+    /// fence and, in a shared store, the highest epoch a mirror root reported holding. A
+    /// claim issues its epoch above it.
+    fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
+        Ok(self.sink(resource)?.map_or(0, |s| s.fence))
     }
 
     /// Records that the mirror root `mirror` holds `epoch` of `resource` (the highest

@@ -1047,17 +1047,21 @@ impl Txn for PgTxn<'_> {
             .collect())
     }
 
-    fn seen_epoch(&self, resource: &str) -> Result<i64> {
-        if !self.seen {
-            return Ok(0);
-        }
-        Ok(self
-            .query_opt(
-                "SELECT max(epoch) FROM fencepost_seen WHERE resource = $1",
-                &[&resource],
-            )?
-            .and_then(|r| r.get::<_, Option<i64>>(0))
-            .unwrap_or(0))
+    fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
+        // One round trip for both.
+        let seen = if self.seen {
+            "(SELECT max(epoch) FROM fencepost_seen WHERE resource = $1)"
+        } else {
+            "NULL::bigint"
+        };
+        let row = self.query_opt(
+            &format!(
+                "SELECT greatest(coalesce((SELECT fence FROM fencepost_sink WHERE resource = $1), 0),
+                                 coalesce({seen}, 0))"
+            ),
+            &[&resource.as_str()],
+        )?;
+        Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
     }
 
     fn report_seen(&self, resource: &str, mirror: &str, epoch: i64) -> Result<()> {
