@@ -556,10 +556,12 @@ struct Retries(std::collections::BTreeMap<String, (std::time::Instant, Duration)
 
 impl Retries {
     /// Takes in a pass's outcomes: a failure is scheduled (its back-off doubled, from
-    /// 0.1 s up to 10 s), anything else clears the document.
+    /// 0.1 s up to 10 s), anything else clears the document. A document this host cannot
+    /// hold (bad input here, exit 2: its path is a file, or reaches through a symlink)
+    /// waits for the next full pass instead: only someone's change on this host fixes it.
     fn note(&mut self, pass: &Mirrored) {
         for a in &pass.applied {
-            if a.outcome == "failed" {
+            if a.outcome == "failed" && a.code != 2 {
                 let next = self
                     .0
                     .get(&a.resource)
