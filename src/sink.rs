@@ -190,6 +190,16 @@ mod tests {
     }
 
     #[test]
+    fn a_mirror_keeps_what_recovery_would_roll_back() {
+        for action in [Recovery::RestorePre, Recovery::RemoveDoc] {
+            assert_eq!(on_mirror(action), Recovery::KeepApplied);
+        }
+        for action in [Recovery::Nothing, Recovery::DropLinks] {
+            assert_eq!(on_mirror(action), action);
+        }
+    }
+
+    #[test]
     fn lower_epoch_is_stale() {
         let r = record(2, Some(2));
         assert_eq!(fenced(Some(&r), 2, 1, H2), STALE_AT_2);

@@ -343,6 +343,33 @@ fn a_mirrors_crashed_apply_of_a_committed_version_is_rolled_forward_never_back()
 }
 
 #[test]
+fn a_mirrors_own_recovery_without_the_store_keeps_a_crashed_apply() {
+    let Some(store) = pg::store() else { return };
+    let url = store.url();
+    publish(url, "doc.md", "A", "v5");
+    let m = Host::new(url);
+    m.fp(&["mirror"]).expect(0);
+    publish(url, "doc.md", "B", "v6");
+    crashed(
+        m.fp(&["mirror"])
+            .env("FAILPOINTS", "write.after_rename=return(abort)"),
+    );
+    // Recovery of the mirror root's state file alone (no --store): the bytes stay.
+    let done = m.root.fp(&["recover"]).expect(0);
+    assert!(
+        done.stdout
+            .contains("doc.md: rolled forward a crashed apply"),
+        "{done:?}"
+    );
+    assert_eq!(m.file("doc.md").as_deref(), Some(&b"v6"[..]));
+    // The next pass records the version (applying it again) and all is consistent.
+    m.fp(&["mirror"])
+        .expect_stdout(0, "applied doc.md (epoch 2)");
+    assert_eq!(m.file("doc.md").as_deref(), Some(&b"v6"[..]));
+    m.fp(&["verify"]).expect(0);
+}
+
+#[test]
 fn a_crashed_first_apply_is_interrupted_and_rolled_forward() {
     let Some(store) = pg::store() else { return };
     let url = store.url();
