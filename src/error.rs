@@ -65,6 +65,15 @@ pub(crate) enum Error {
         retry: Option<&'static str>,
     },
 
+    /// A blob of the shared store whose bytes no longer match its record (hand-edited or
+    /// damaged tables): that document's problem, not the store's, so a command working
+    /// through many documents reports it for that one and goes on with the others.
+    #[error("{message}")]
+    Damaged {
+        message: String,
+        hint: Option<String>,
+    },
+
     /// A resource of the shared store stayed locked by another session past the busy
     /// timeout.
     #[error("store {store}: the resource stayed locked by another session (waited {waited_ms} ms)")]
@@ -194,6 +203,7 @@ impl Error {
             | Error::Database { .. }
             | Error::Remote { .. }
             | Error::OutcomeUnknown { .. }
+            | Error::Damaged { .. }
             | Error::Internal(_) => 1,
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => 1,
@@ -223,6 +233,7 @@ impl Error {
             Error::Io { .. }
             | Error::Database { .. }
             | Error::Remote { .. }
+            | Error::Damaged { .. }
             | Error::Internal(_) => "error",
             Error::OutcomeUnknown { .. } => "unknown",
             #[cfg(feature = "failpoints")]
@@ -242,11 +253,13 @@ impl Error {
                 "raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT), or find the session holding it \
                  (pg_stat_activity)",
             )),
-            Error::Remote { hint, .. } => hint.as_deref().map(Cow::Borrowed),
             Error::OutcomeUnknown { retry, .. } => Some(Cow::Owned(format!(
                 "`fencepost status` (or `log`) tells whether it was made; {}",
                 retry.unwrap_or("running the same command again decides it afresh")
             ))),
+            Error::Remote { hint, .. } | Error::Damaged { hint, .. } => {
+                hint.as_deref().map(Cow::Borrowed)
+            }
             Error::Database { path, source } => database_hint(path, source).map(Cow::Owned),
             Error::Io {
                 context: PRE_IMAGE_LINK,

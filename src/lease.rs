@@ -92,6 +92,21 @@ pub fn next_epoch(current: Option<&Lease>, now: i64) -> Result<i64, ClaimRefusal
     }
 }
 
+/// The epoch a claim issues when the store knows of epochs above its lease's (`floor`:
+/// the sink's fence, or the highest a mirror root reported holding, after a store lost
+/// history): `epoch`, or the one after `floor` if that is higher. An epoch a mirror has
+/// seen is never issued again.
+///
+/// # Errors
+///
+/// [`ClaimRefusal::EpochExhausted`] when the epoch after `floor` would overflow.
+pub fn above(epoch: i64, floor: i64) -> Result<i64, ClaimRefusal> {
+    if floor < epoch {
+        return Ok(epoch);
+    }
+    floor.checked_add(1).ok_or(ClaimRefusal::EpochExhausted)
+}
+
 /// Why a holder's renew, complete or release was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LostReason {
@@ -256,6 +271,15 @@ mod tests {
     #[test]
     fn first_claim_gets_epoch_one() {
         assert_eq!(next_epoch(None, 0), Ok(1));
+    }
+
+    #[test]
+    fn a_claim_issues_above_any_epoch_the_store_knows_of() {
+        assert_eq!(above(1, 0), Ok(1));
+        assert_eq!(above(3, 2), Ok(3));
+        assert_eq!(above(2, 2), Ok(3));
+        assert_eq!(above(2, 7), Ok(8));
+        assert_eq!(above(2, i64::MAX), Err(ClaimRefusal::EpochExhausted));
     }
 
     #[test]

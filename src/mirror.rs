@@ -6,6 +6,13 @@
 //! store gave it, so the local fence only rises: an older version applied late, or
 //! twice, is refused locally as `stale` (or is a replay), whatever order hosts see
 //! versions in. A mirror root takes no claim or write of its own.
+//!
+//! Two edges. A mirror may hold a version the store no longer knows (the store lost
+//! history: a failover without synchronous replication, a restore): it is `ahead`, is
+//! left as it is, and tells the store the epoch it holds (raising the store's fence to
+//! it), so the store's next claim issues an epoch above it. And every version a mirror applies was committed in the
+//! store first, so a crashed apply is rolled forward (kept and recorded), never back: a
+//! reader who saw it never sees the older version again.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,8 +23,8 @@ use crate::cmd::{Ctx, Remote};
 use crate::error::{Error, Result};
 use crate::outcome::{Applied, Mirrored};
 use crate::resource::{Resource, STATE_DIR};
-use crate::sink::Content;
-use crate::store::{Published, Store, Txn};
+use crate::sink::{Content, Recovery};
+use crate::store::{Published, Store, Txn, WriteRecord};
 
 /// The state file's setting naming the store a mirror root copies (its identity).
 pub(crate) const MIRROR_OF: &str = "mirror_of";
@@ -85,12 +92,11 @@ pub(crate) fn sync(
     if wanted.is_empty() {
         // Nothing to copy; a root bound to another store is still refused.
         check_binding(&mirror, store, remote, None)?;
-        return Ok(done);
     }
-    for published in wanted {
+    for published in &wanted {
         // One document this host cannot hold (its path is a file here, or a symlink)
         // must not keep the others from being copied.
-        let applied = match apply(&mirror, store, remote, &published, look) {
+        let applied = match apply(&mirror, store, remote, published, look) {
             Ok(applied) => applied,
             Err(
                 e @ (Error::Remote { .. }
@@ -110,6 +116,25 @@ pub(crate) fn sync(
             },
         };
         done.applied.push(applied);
+    }
+    // What the mirror holds of a resource the store publishes nothing of: lost with the
+    // store's history (its first version, or the resource altogether).
+    for (name, held) in records(ctx)? {
+        if only.is_some_and(|o| o != name) || wanted.iter().any(|p| p.resource == name) {
+            continue;
+        }
+        let mut why = ahead_message(&held, None);
+        if let Err(e) = report_ahead(&mirror, store, &name, held.epoch) {
+            why.push_str(&format!("; could not tell the store: {e}"));
+        }
+        done.applied.push(Applied {
+            resource: name,
+            epoch: held.epoch,
+            sha256: held.sha256,
+            outcome: "ahead",
+            error: Some(why),
+            code: 9,
+        });
     }
     Ok(done)
 }
@@ -132,6 +157,94 @@ pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn Store, resource: &Res
     );
 }
 
+/// How the version a mirror root holds of a resource stands to the one the store
+/// publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// The same epoch and bytes.
+    Current,
+    /// Nothing yet, or an older epoch: the next apply brings it up.
+    Behind,
+    /// A higher epoch, or the same epoch with other bytes: a version the store does not
+    /// know. The store lost history; applying its version would go back.
+    Ahead,
+}
+
+/// The rule: `held` (epoch, SHA-256) of the mirror against the store's `published`.
+/// An unfenced version (the reproduction's unprotected sink) is applied as it lands, so
+/// it is never judged ahead.
+pub(crate) fn standing(
+    held: Option<(i64, &str)>,
+    published: (i64, &str),
+    unfenced: bool,
+) -> Standing {
+    match held {
+        None => Standing::Behind,
+        Some((epoch, sha)) if epoch == published.0 && sha == published.1 => Standing::Current,
+        Some(_) if unfenced => Standing::Behind,
+        Some((epoch, _)) if epoch > published.0 => Standing::Ahead,
+        Some((epoch, _)) if epoch == published.0 => Standing::Ahead,
+        Some(_) => Standing::Behind,
+    }
+}
+
+/// What `ahead` says: what the mirror holds, what the store publishes (epoch and
+/// SHA-256; `None`: nothing of this resource), and why.
+pub(crate) fn ahead_message(held: &Content, published: Option<(i64, &str)>) -> String {
+    let publishes = match published {
+        None => "nothing of it".to_string(),
+        Some((epoch, sha)) if epoch == held.epoch => {
+            format!("epoch {epoch} with other bytes (sha {})", short(sha))
+        }
+        Some((epoch, _)) => format!("epoch {epoch}"),
+    };
+    format!(
+        "the mirror holds epoch {} (sha {}), the store publishes {publishes}: the store lost \
+         history (a failover without synchronous replication, or a restore); the mirror's \
+         copy is left as it is",
+        held.epoch,
+        short(&held.sha256)
+    )
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// This mirror root's name in the store's `fencepost_seen`: host and root.
+fn mirror_id(mirror: &Ctx) -> String {
+    format!("{}:{}", crate::audit::hostname(), mirror.root.display())
+}
+
+/// Tells the store that this mirror is ahead: it holds `epoch` of `resource`, which the
+/// store's sink once accepted and has lost. (Only then: a report made at each apply
+/// would be committed after the version it reports, so a store that lost the version
+/// lost the report too.) Besides the report, the sink's fence is
+/// raised to it under the resource's lock, as it was before the loss: a write under an
+/// older epoch (a holder whose lease the store forgot was superseded) is `stale` again.
+pub(crate) fn report_ahead(
+    mirror: &Ctx,
+    store: &mut dyn Store,
+    resource: &str,
+    epoch: i64,
+) -> Result<()> {
+    let name = mirror.stored(resource)?;
+    let tx = store.immediate()?;
+    tx.lock(&name)?;
+    tx.report_seen(resource, &mirror_id(mirror), epoch)?;
+    tx.raise_fence(&name, epoch)?;
+    tx.commit()
+}
+
+/// The mirror's record of `resource`, if any.
+fn held(mirror: &Ctx, resource: &Resource) -> Result<Option<Content>> {
+    let Some(mut local) = crate::store::open_read_only(&mirror.db, mirror.busy)? else {
+        return Ok(None);
+    };
+    let tx = local.snapshot()?;
+    Ok(tx.sink(resource)?.and_then(|r| r.content))
+}
+
 /// Applies one published version to the mirror, unless it holds it already.
 fn apply(
     mirror: &Ctx,
@@ -150,8 +263,27 @@ fn apply(
         error: None,
         code: 0,
     };
-    if up_to_date(mirror, &resource, published, look)? {
+    let recorded = held(mirror, &resource)?;
+    let pair = (published.epoch, published.sha256.as_str());
+    let held_pair = recorded.as_ref().map(|c| (c.epoch, c.sha256.as_str()));
+    if let Some(c) = recorded.as_ref()
+        && standing(held_pair, pair, published.unfenced) == Standing::Ahead
+    {
+        let mut why = ahead_message(c, Some(pair));
+        if let Err(e) = report_ahead(mirror, store, &published.resource, c.epoch) {
+            why.push_str(&format!("; could not tell the store: {e}"));
+        }
+        return Ok(Applied {
+            error: Some(why),
+            code: 9,
+            ..seen("ahead")
+        });
+    }
+    if up_to_date(mirror, &resource, recorded.as_ref(), published, look)? {
         return Ok(seen("current"));
+    }
+    if roll_forward(mirror, &resource, published)?.is_some() {
+        return Ok(seen("applied"));
     }
     let incoming = download(mirror, store, published)?;
     let args = WriteArgs {
@@ -174,6 +306,88 @@ fn apply(
     }
 }
 
+/// Rolls forward a crashed apply of `published`: the document is the file that apply
+/// renamed into place, its bytes are the store's version (a mirror only applies versions
+/// the store committed), but the mirror's own COMMIT never happened. Records it as
+/// applied and removes the apply's links, under the mirror's lock. Returns the epoch
+/// rolled forward, or `None` when there was no such apply (or its bytes are another
+/// version's: the local recovery then keeps them too, and the next apply replaces them).
+pub(crate) fn roll_forward(
+    mirror: &Ctx,
+    resource: &Resource,
+    published: &Published,
+) -> Result<Option<i64>> {
+    // A path this host cannot hold is the apply's to report, in the write's words.
+    let Ok(Some(doc)) = crate::resource::locate(&mirror.root, resource, false) else {
+        return Ok(None);
+    };
+    let sets = crate::atomic::link_sets(&doc)?;
+    if sets.is_empty() {
+        return Ok(None);
+    }
+    let Some(mut local) = crate::store::open(&mirror.db, mirror.busy, false)? else {
+        return Ok(None);
+    };
+    let tx = local.immediate()?;
+    let record = tx.sink(resource)?;
+    // A version the local sink would refuse as stale is never recorded over a newer one.
+    if !published.unfenced && record.as_ref().is_some_and(|r| r.fence > published.epoch) {
+        return Ok(None);
+    }
+    let recorded = record
+        .as_ref()
+        .and_then(|r| r.content.as_ref())
+        .and_then(|c| c.file);
+    for set in sets {
+        if crate::atomic::writer_alive(&doc, &set) {
+            continue;
+        }
+        let found = crate::atomic::leftovers(&doc, &set)?;
+        let action = crate::sink::recovery(recorded, found);
+        if !matches!(action, Recovery::RestorePre | Recovery::RemoveDoc) {
+            continue;
+        }
+        let (sha256, size) = crate::atomic::hash_document(&doc)?;
+        if sha256 != published.sha256 || !crate::atomic::still_staged(&doc, &set, &sha256) {
+            continue;
+        }
+        let content = Content {
+            epoch: published.epoch,
+            sha256,
+            size,
+            written_at: mirror.now(),
+            file: found.new,
+        };
+        let fence =
+            crate::sink::fence_after_write(record.as_ref(), published.epoch, published.unfenced);
+        tx.record_write(
+            resource,
+            &WriteRecord {
+                fence,
+                content: &content,
+                owner: published.owner.as_deref(),
+                blob: None,
+                unfenced: published.unfenced,
+            },
+        )?;
+        let event = crate::audit::Event::new(
+            content.written_at,
+            resource.as_str(),
+            crate::audit::EventKind::Write,
+        )
+        .owner(published.owner.as_deref())
+        .epoch(Some(published.epoch))
+        .previous(None, record.as_ref().map(|r| r.fence))
+        .sha256(Some(&content.sha256))
+        .detail("rolled forward: a crashed apply of the store's committed version");
+        mirror.log(&*tx, &event)?;
+        tx.commit()?;
+        crate::atomic::drop_set(&doc, &set);
+        return Ok(Some(published.epoch));
+    }
+    Ok(None)
+}
+
 /// How closely a pass looks at documents the mirror's state file says it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Look {
@@ -185,17 +399,15 @@ pub(crate) enum Look {
 }
 
 /// Whether the mirror's state file records this version and its document holds it.
+/// `recorded`: the mirror's record of it.
 fn up_to_date(
     mirror: &Ctx,
     resource: &Resource,
+    recorded: Option<&Content>,
     published: &Published,
     look: Look,
 ) -> Result<bool> {
-    let Some(mut local) = crate::store::open_read_only(&mirror.db, mirror.busy)? else {
-        return Ok(false);
-    };
-    let tx = local.snapshot()?;
-    let Some(recorded) = tx.sink(resource)?.and_then(|r| r.content) else {
+    let Some(recorded) = recorded else {
         return Ok(false);
     };
     if recorded.epoch != published.epoch || recorded.sha256 != published.sha256 {
@@ -293,14 +505,31 @@ fn temp_in(dir: &Path) -> Result<(std::fs::File, PathBuf)> {
 
 /// `fencepost mirror --follow`: applies, then waits for the store's notifications and
 /// applies what they name; on a broken connection reconnects with back-off and applies
-/// everything again (notifications sent meanwhile are lost). `rescan`: the longest wait
-/// without a full pass. Runs until killed; each pass's report goes to `report`.
+/// everything again (notifications sent meanwhile are lost). A store without its schema
+/// yet (no claim was ever made) is waited for, polled with back-off. `rescan`: the
+/// longest wait without a full pass. Runs until killed; each pass's report goes to
+/// `report`.
 pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirrored)) -> Result<()> {
     let mut backoff = Duration::from_millis(100);
+    let mut said_empty = false;
     loop {
-        let connected = ctx.store();
+        let connected = ctx.remote_store();
         let mut store = match connected {
-            Ok(store) => store,
+            Ok(Some(store)) => store,
+            Ok(None) => {
+                if !said_empty {
+                    said_empty = true;
+                    let shown = ctx.remote.as_ref().map_or("", |r| r.url.shown.as_str());
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "fencepost: warning: the store {shown} has no fencepost state yet; \
+                         waiting for its first claim"
+                    );
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
             Err(e @ (Error::Usage { .. } | Error::Internal(_))) => return Err(e),
             Err(e) => {
                 warn_retry(&e, backoff);
@@ -324,8 +553,57 @@ pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirror
     }
 }
 
+/// Documents whose last apply failed (a damaged blob, a path this host cannot hold), by
+/// name: when to try each again, and the back-off after that. They never hold up the
+/// others: each is retried on its own, between the notifications.
+#[derive(Debug, Default)]
+struct Retries(std::collections::BTreeMap<String, (std::time::Instant, Duration)>);
+
+impl Retries {
+    /// Takes in a pass's outcomes: a failure is scheduled (its back-off doubled, from
+    /// 0.1 s up to 10 s), anything else clears the document. A document this host cannot
+    /// hold (bad input here, exit 2: its path is a file, or reaches through a symlink)
+    /// waits for the next full pass instead: only someone's change on this host fixes it.
+    fn note(&mut self, pass: &Mirrored) {
+        for a in &pass.applied {
+            if a.outcome == "failed" && a.code != 2 {
+                let next = self
+                    .0
+                    .get(&a.resource)
+                    .map_or(Duration::from_millis(100), |(_, b)| {
+                        (*b * 2).min(Duration::from_secs(10))
+                    });
+                self.0
+                    .insert(a.resource.clone(), (std::time::Instant::now() + next, next));
+            } else {
+                self.0.remove(&a.resource);
+            }
+        }
+    }
+
+    /// How long until the next retry is due, if any.
+    fn next_in(&self) -> Option<Duration> {
+        let now = std::time::Instant::now();
+        self.0
+            .values()
+            .map(|(at, _)| at.saturating_duration_since(now))
+            .min()
+    }
+
+    /// The documents due for a retry now.
+    fn due(&self) -> Vec<String> {
+        let now = std::time::Instant::now();
+        self.0
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
 /// One connection's life in `follow`: listen, a full pass, then passes for what the
-/// notifications name (a full pass again every `rescan`). Returns on a store error.
+/// notifications name (a full pass again every `rescan`), and retries of the documents
+/// that failed. Returns on a store error.
 fn run_session(
     ctx: &Ctx,
     store: &mut dyn Store,
@@ -334,19 +612,43 @@ fn run_session(
     backoff: &mut Duration,
 ) -> Result<()> {
     blobs(store)?.listen()?;
-    report(&sync(ctx, store, None, Look::Identity)?);
+    let mut retries = Retries::default();
+    let first = sync(ctx, store, None, Look::Identity)?;
+    retries.note(&first);
+    report(&first);
+    let mut last_full = std::time::Instant::now();
     *backoff = Duration::from_millis(100);
     loop {
-        let names = blobs(store)?.wait(rescan)?;
-        if names.is_empty() {
-            report(&sync(ctx, store, None, Look::Identity)?);
+        let until_rescan = rescan.saturating_sub(last_full.elapsed());
+        let timeout = retries
+            .next_in()
+            .map_or(until_rescan, |r| r.min(until_rescan));
+        let names = blobs(store)?.wait(timeout)?;
+        if names.is_empty() && last_full.elapsed() >= rescan {
+            let pass = sync(ctx, store, None, Look::Identity)?;
+            retries.note(&pass);
+            report(&pass);
+            last_full = std::time::Instant::now();
             continue;
         }
         let mut names = names;
         names.sort();
         names.dedup();
         for name in names {
-            report(&sync(ctx, store, Some(&name), Look::Identity)?);
+            let pass = sync(ctx, store, Some(&name), Look::Identity)?;
+            retries.note(&pass);
+            report(&pass);
+        }
+        for name in retries.due() {
+            let pass = sync(ctx, store, Some(&name), Look::Identity)?;
+            retries.note(&pass);
+            // A document that failed again is not news: its first failure was reported.
+            if pass.applied.iter().any(|a| a.outcome != "failed") {
+                report(&pass);
+            }
+            if pass.applied.is_empty() {
+                retries.0.remove(&name);
+            }
         }
     }
 }
@@ -447,5 +749,29 @@ fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn Txn, id: &str) -> Result<bool> {
             "with --store, run outside that root, or pass --root DIR of a mirror (or of a new folder)",
         )),
         None => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Standing, standing};
+
+    #[test]
+    fn a_mirror_is_ahead_when_it_holds_a_version_the_store_does_not_know() {
+        let published = (2, "bb");
+        assert_eq!(standing(None, published, false), Standing::Behind);
+        assert_eq!(
+            standing(Some((1, "aa")), published, false),
+            Standing::Behind
+        );
+        assert_eq!(
+            standing(Some((2, "bb")), published, false),
+            Standing::Current
+        );
+        assert_eq!(standing(Some((3, "cc")), published, false), Standing::Ahead);
+        // The same epoch with other bytes: the store reissued an epoch it had lost.
+        assert_eq!(standing(Some((2, "aa")), published, false), Standing::Ahead);
+        // An unfenced version lands as it is published, whatever the mirror holds.
+        assert_eq!(standing(Some((3, "cc")), published, true), Standing::Behind);
     }
 }

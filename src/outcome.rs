@@ -282,7 +282,9 @@ pub(crate) struct Mirrored {
 
 /// One resource of a `mirror` pass: `applied` (the mirror now holds this version),
 /// `current` (it held it already), `stale` (it holds a newer epoch: this one came late),
-/// `failed` (it could not be applied on this host: `error` says why; the others were).
+/// `failed` (it could not be applied on this host: `error` says why; the others were),
+/// `ahead` (it holds a version the store does not know: the store lost history; `error`
+/// says what it holds, and whether the store could be told).
 #[derive(Debug, Serialize)]
 pub(crate) struct Applied {
     pub resource: String,

@@ -2,7 +2,8 @@
 //! state store's write lock, and that `status` and `verify` consult without acting.
 //!
 //! A write that died between its rename and its COMMIT leaves the new bytes in place and
-//! the old record. Recovery undoes exactly that case and nothing else: the rule is
+//! the old record. Recovery undoes exactly that case (on a mirror root it keeps the
+//! bytes instead: an apply is of a version the store committed) and nothing else: the rule is
 //! `sink::recovery` (pure), the file operations are `atomic.rs`'s, and this module joins
 //! them for one document: find the link sets writers left, decide each, apply the
 //! decisions, sweep dead writers' temp files.
@@ -27,10 +28,13 @@ pub(crate) struct Done {
 /// undoes a crashed write's rename (or drops the links of writes that committed or never
 /// renamed) and removes temp files of dead writers. `recorded` reads the identity of the
 /// file the sink's record names; it is asked only when a write left links.
+/// `mirror` says whether the state file is a mirror root's; it is asked only when a
+/// rollback is decided, which on a mirror becomes [`Recovery::KeepApplied`].
 pub(crate) fn recover(
     root: &Path,
     resource: &Resource,
     recorded: impl FnOnce() -> Result<Option<FileId>>,
+    mirror: impl FnOnce() -> Result<bool>,
 ) -> Result<Done> {
     let Some(doc) = locate(root, resource, false)? else {
         return Ok(Done {
@@ -48,6 +52,14 @@ pub(crate) fn recover(
         for set in sets {
             let action = decide(&doc, recorded, &set)?;
             plan.push((set, action));
+        }
+        let rollback = plan
+            .iter()
+            .any(|(_, a)| matches!(a, Recovery::RestorePre | Recovery::RemoveDoc));
+        if rollback && mirror()? {
+            for (_, action) in &mut plan {
+                *action = crate::sink::on_mirror(*action);
+            }
         }
         apply_all(&doc, plan)?
     };
@@ -117,7 +129,7 @@ fn apply_all(doc: &DocPath, mut plan: Vec<(LinkSet, Recovery)>) -> Result<Recove
     for (set, action) in &plan {
         match action {
             Recovery::Nothing => {}
-            Recovery::DropLinks => atomic::drop_set(doc, set),
+            Recovery::DropLinks | Recovery::KeepApplied => atomic::drop_set(doc, set),
             Recovery::RestorePre => atomic::restore_pre(doc, set)?,
             Recovery::RemoveDoc => atomic::remove_uncommitted(doc, set)?,
         }
@@ -131,7 +143,7 @@ fn weight(action: Recovery) -> u8 {
     match action {
         Recovery::Nothing => 0,
         Recovery::DropLinks => 1,
-        Recovery::RestorePre | Recovery::RemoveDoc => 2,
+        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::KeepApplied => 2,
     }
 }
 
@@ -142,5 +154,9 @@ pub(crate) fn describe(action: Recovery) -> &'static str {
         Recovery::DropLinks => "removed leftover recovery links",
         Recovery::RestorePre => "rolled back an uncommitted write (previous document restored)",
         Recovery::RemoveDoc => "rolled back an uncommitted first write (document removed)",
+        Recovery::KeepApplied => {
+            "rolled forward a crashed apply (the store's committed version kept; the next \
+             `mirror` records it)"
+        }
     }
 }

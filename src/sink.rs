@@ -120,6 +120,10 @@ pub enum Recovery {
     RestorePre,
     /// Same, for a first write: the document did not exist before, so remove it.
     RemoveDoc,
+    /// On a mirror root, what would be either of the two above: the write was an apply of
+    /// a version the shared store committed, so its document is kept (rolled forward,
+    /// never back) and only the links are removed; the next apply records it.
+    KeepApplied,
 }
 
 /// The recovery rule. A write links `-pre` to the old document and `-new` to its staged
@@ -143,6 +147,16 @@ pub fn recovery(recorded: Option<FileId>, found: Leftovers) -> Recovery {
         Recovery::RestorePre
     } else {
         Recovery::RemoveDoc
+    }
+}
+
+/// The recovery rule on a mirror root: a rollback becomes [`Recovery::KeepApplied`], as
+/// every version a mirror applies was committed in the store before.
+#[must_use]
+pub fn on_mirror(action: Recovery) -> Recovery {
+    match action {
+        Recovery::RestorePre | Recovery::RemoveDoc => Recovery::KeepApplied,
+        other => other,
     }
 }
 
@@ -172,6 +186,16 @@ mod tests {
                 written_at: 0,
                 file: None,
             }),
+        }
+    }
+
+    #[test]
+    fn a_mirror_keeps_what_recovery_would_roll_back() {
+        for action in [Recovery::RestorePre, Recovery::RemoveDoc] {
+            assert_eq!(on_mirror(action), Recovery::KeepApplied);
+        }
+        for action in [Recovery::Nothing, Recovery::DropLinks] {
+            assert_eq!(on_mirror(action), action);
         }
     }
 

@@ -11,6 +11,7 @@ mod documents;
 mod hosts;
 mod inputs;
 mod leases;
+mod mirror_edges;
 mod mirrors;
 mod model;
 mod operator;

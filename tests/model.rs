@@ -552,7 +552,8 @@ impl WriteModel {
             let drop_set = [Op::Unlink(Name::New(t)), Op::Unlink(Name::Pre(t))];
             match sink::recovery(recorded, found) {
                 Recovery::Nothing => {}
-                Recovery::DropLinks => {
+                // Only a mirror root's recovery keeps an apply (`sink::on_mirror`).
+                Recovery::DropLinks | Recovery::KeepApplied => {
                     if self.protocol.fsync_before_drop {
                         drops.push(Op::Fsync);
                     }

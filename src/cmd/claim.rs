@@ -10,7 +10,7 @@ use crate::audit::{Event, EventKind};
 use crate::clock::{Clock, Zero, parse_duration};
 use crate::error::{Error, Refusal, Result};
 use crate::failpoints::failpoint;
-use crate::lease::{ClaimRefusal, Lease, LeaseState, claim_is_replay, next_epoch};
+use crate::lease::{ClaimRefusal, Lease, LeaseState, above, claim_is_replay, next_epoch};
 use crate::outcome::{Claimed, LeaseView, Outcome, RefusalDetail};
 use crate::resource::Resource;
 use crate::store::Txn;
@@ -146,7 +146,8 @@ fn take_or_replay(ctx: &Ctx, claim: &ClaimArgs, replays: bool) -> Result<(Claime
             // Read-only: dropped, the transaction rolls back.
             return replayed(&*tx, &resource, lease).map(|claimed| (claimed, asked));
         }
-        let epoch = match next_epoch(current.as_ref(), now) {
+        let floor = epoch_floor(ctx, &*tx, &resource)?;
+        let epoch = match next_epoch(current.as_ref(), now).and_then(|e| above(e, floor)) {
             Ok(epoch) => epoch,
             Err(ClaimRefusal::EpochExhausted) => {
                 return Err(Error::usage(format!("epochs of {resource} are exhausted")));
@@ -189,6 +190,15 @@ fn take_or_replay(ctx: &Ctx, claim: &ClaimArgs, replays: bool) -> Result<(Claime
         };
         return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now)
             .map(|claimed| (claimed, asked));
+    }
+}
+
+/// The epoch a claim must issue above: a shared store may have lost history a mirror
+/// still holds, so never at or below the sink's fence or what a mirror reported holding.
+fn epoch_floor(ctx: &Ctx, tx: &dyn Txn, resource: &Resource) -> Result<i64> {
+    match ctx.remote {
+        Some(_) => tx.epoch_floor(resource),
+        None => Ok(0),
     }
 }
 

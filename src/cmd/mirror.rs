@@ -22,7 +22,11 @@ use crate::outcome::{Mirrored, Outcome};
 /// everything every --rescan, and reconnects with back-off when the connection drops. Its
 /// passes know a document they hold by inode and size; a plain `mirror` hashes each one
 /// and repairs one edited in place. A document this host cannot hold (its path is a file
-/// here, or reaches through a symlink) is listed as failed, and the others are copied.
+/// here, or reaches through a symlink) is listed as failed, and the others are copied;
+/// so is a version whose bytes in the store no longer match their record (--follow
+/// retries it with back-off). A document the mirror holds a newer version of than the
+/// store publishes (the store lost history) is listed as ahead and left as it is (exit 9).
+/// --follow started before the store's first claim waits for it.
 ///
 /// Example:
 ///   fencepost mirror --store postgresql:///fencepost?host=/run/postgresql --root /srv/reports --follow
@@ -84,6 +88,7 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
         .iter()
         .filter(|a| a.outcome == "failed")
         .collect();
+    let ahead = done.applied.iter().filter(|a| a.outcome == "ahead").count();
     if let Some(first) = failed.first() {
         // The others were copied; say which were not, and exit with the first's code.
         return Err(Error::Partial {
@@ -94,6 +99,18 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
                 done.applied.len(),
                 first.resource,
                 first.error.as_deref().unwrap_or("")
+            ),
+            report: plain,
+            done: Box::new(Outcome::Mirrored(done)),
+        });
+    }
+    if ahead > 0 {
+        // Not an error of this host's: the store went back. Exit 9, as `verify` does.
+        return Err(Error::Partial {
+            code: 9,
+            message: format!(
+                "{ahead} of {} document(s) ahead of the store: it lost history the mirror holds",
+                done.applied.len()
             ),
             report: plain,
             done: Box::new(Outcome::Mirrored(done)),

@@ -151,6 +151,15 @@ impl Ctx {
         )
     }
 
+    /// The shared store, or `None` while it has no fencepost schema yet (before its first
+    /// claim): what `mirror --follow` waits for.
+    pub(crate) fn remote_store(&self) -> Result<Option<Box<dyn Store>>> {
+        match &self.remote {
+            Some(remote) => self.open_remote(remote, false),
+            None => Err(Error::Internal("a shared store without --store")),
+        }
+    }
+
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
@@ -283,12 +292,17 @@ impl Ctx {
     /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
     /// the sink's record.
     pub(crate) fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
-        recovery::recover(&self.root, resource, || {
-            Ok(tx
-                .sink(resource)?
-                .and_then(|r| r.content)
-                .and_then(|c| c.file))
-        })
+        recovery::recover(
+            &self.root,
+            resource,
+            || {
+                Ok(tx
+                    .sink(resource)?
+                    .and_then(|r| r.content)
+                    .and_then(|c| c.file))
+            },
+            || Ok(tx.meta_bytes(crate::mirror::MIRROR_OF)?.is_some()),
+        )
     }
 
     /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on

@@ -166,12 +166,41 @@ fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<R
             "a shared store without a place for contents",
         ))?
         .collect(std::time::Duration::from_millis(grace.unsigned_abs()))?;
-    drop(store);
     let mut lines = vec![format!(
         "{removed} orphan blob(s) removed from {}",
         remote.url.shown
     )];
     let mut resources = Vec::new();
+    if remote.mirror && ctx.db.exists() {
+        // A crashed apply of the version the store publishes is rolled forward first
+        // (kept and recorded): every version a mirror applies was committed in the store,
+        // and a reader may have seen it.
+        let local = crate::mirror::local(ctx);
+        let published = {
+            let tx = store.snapshot()?;
+            match &only {
+                Some(r) => tx.published(r.as_str())?.into_iter().collect(),
+                None => tx.all_published()?,
+            }
+        };
+        for version in &published {
+            let Ok(resource) = local.stored(&version.resource) else {
+                continue;
+            };
+            if let Some(epoch) = crate::mirror::roll_forward(&local, &resource, version)? {
+                lines.push(format!(
+                    "{}: rolled forward a crashed apply of epoch {epoch} (the store's committed version kept)",
+                    version.resource
+                ));
+                resources.push(RecoverLine::Done {
+                    resource: version.resource.clone(),
+                    action: "rolled forward",
+                    temps_removed: 0,
+                });
+            }
+        }
+    }
+    drop(store);
     if remote.mirror && ctx.db.exists() {
         let stale = crate::mirror::remove_dead_downloads(ctx)?;
         if stale > 0 {
@@ -188,7 +217,7 @@ fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<R
             lines.push(report.plain);
         }
         if let Outcome::Recovered(done) = report.outcome {
-            resources = done.resources;
+            resources.extend(done.resources);
         }
     }
     Ok(Report::new(

@@ -23,6 +23,8 @@ use crate::store::Store;
 ///   missing      the recorded file is gone
 ///   untracked    a file exists but no write was recorded
 ///   absent       no file and no record
+///   ahead        (a mirror root) it holds a version the store does not know: the
+///                store lost history (see "Several hosts" in the README)
 ///   interrupted  a crashed write awaits recovery (any change or `fencepost recover`)
 ///   not-a-file   a symlink, folder or special file stands at the document's path
 ///   unreachable  a folder on its path is a file, a symlink leading outside the root,
@@ -167,18 +169,24 @@ fn behind(
     };
     let published = sink.and_then(|s| s.content.as_ref());
     let mirrored = held.iter().find(|(n, _)| n == name).map(|(_, c)| c);
-    let applied = match (published, mirrored) {
-        (Some(p), Some(m)) => p.epoch == m.epoch && p.sha256 == m.sha256,
-        (Some(_), None) => false,
-        (None, _) => true,
+    let standing = match (published, mirrored) {
+        (Some(p), m) => crate::mirror::standing(
+            m.map(|m| (m.epoch, m.sha256.as_str())),
+            (p.epoch, &p.sha256),
+            false,
+        ),
+        (None, _) => crate::mirror::Standing::Current,
     };
-    if applied || !matches!(doc.state, "drifted" | "missing" | "absent") {
+    let state = match standing {
+        crate::mirror::Standing::Current => return doc,
+        // A version the store does not know: the store lost history.
+        crate::mirror::Standing::Ahead => "ahead",
+        crate::mirror::Standing::Behind => "behind",
+    };
+    if !matches!(doc.state, "drifted" | "missing" | "absent") {
         return doc;
     }
-    DocState {
-        state: "behind",
-        ..doc
-    }
+    DocState { state, ..doc }
 }
 
 /// How the document compares with the sink's record. A document this user may not read

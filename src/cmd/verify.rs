@@ -25,7 +25,9 @@ use crate::sink::{Content, Recovery};
 /// name rules or the length limits, or a document that could not be checked; with
 /// --store, a published version written with --unfenced.
 /// Exit 2 when there is no state file, or the resource named was never claimed or written.
-/// Read-only. Prints one line per problem (or one JSON object with --json).
+/// Read-only, but for one report: with --store and a mirror root, a mirror that holds a
+/// version the store does not know (`ahead`: the store lost history) tells the store the
+/// epoch it holds. Prints one line per problem (or one JSON object with --json).
 ///
 /// Example (cron):
 ///   fencepost --root /srv/publish verify || mail -s "fencepost: divergence" ops < /dev/null
@@ -186,7 +188,7 @@ fn check_document(
     }
     let pending = crate::recovery::pending(&doc, content.and_then(|c| c.file))?;
     match pending.action {
-        Recovery::RestorePre | Recovery::RemoveDoc => found(
+        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::KeepApplied => found(
             "interrupted",
             "a crashed write awaits recovery (run `fencepost recover`)".into(),
         ),
@@ -241,8 +243,9 @@ fn short(sha: &str) -> &str {
 
 /// `verify` with a shared store: the lease rules and every published blob against its
 /// recorded size and SHA-256 (read in full); with a mirror root, also the mirror: a
-/// version it does not hold yet (`behind`), and its own documents as a local root's
-/// (`drifted`, `missing`, crashed applies...).
+/// version it does not hold yet (`behind`), one the store does not know (`ahead`, told to
+/// the store), and its own documents as a local root's (`drifted`, `missing`, crashed
+/// applies...).
 fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
     let only = ctx.resource_opt(args.resource.as_deref())?;
     let resource = only.as_ref().map(ToString::to_string);
@@ -265,6 +268,12 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         (names, rows)
     };
     let mut problems = Vec::new();
+    let mut ahead = Vec::new();
+    let published_names: Vec<String> = rows
+        .iter()
+        .filter(|(_, _, _, p)| p.is_some())
+        .map(|(n, _, _, _)| n.clone())
+        .collect();
     let mirror = ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists();
     let mirrored = if mirror {
         crate::mirror::records(ctx)?
@@ -292,11 +301,19 @@ fn run_remote(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
         }
         if mirror {
             let held = mirrored.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
-            check_behind(held, published.epoch, &published.sha256, &mut found);
+            if let Some(epoch) = check_behind(held, &published, &mut found) {
+                ahead.push((name.clone(), epoch, problems.len() - 1));
+            }
         }
     }
     if mirror {
-        problems.extend(verify_mirror_root(ctx, only.as_ref())?);
+        let held = MirrorHeld {
+            mirrored: &mirrored,
+            published: &published_names,
+        };
+        check_lost(only.as_ref(), &held, &mut problems, &mut ahead);
+        tell_store(ctx, &mut *store, ahead, &mut problems);
+        problems.extend(verify_mirror_root(ctx, only.as_ref(), &published_names)?);
     }
     conclude(resource, names.len(), problems)
 }
@@ -321,40 +338,145 @@ fn check_unfenced(
     }
 }
 
-/// A mirror that does not hold the version the store publishes (`held`: what it holds).
-fn check_behind(
-    held: Option<&Content>,
-    epoch: i64,
-    sha256: &str,
-    found: &mut impl FnMut(&'static str, String),
+/// What a mirror root holds (its records) and the names the store publishes.
+struct MirrorHeld<'a> {
+    mirrored: &'a [(String, Content)],
+    published: &'a [String],
+}
+
+/// What the mirror holds of a resource the store publishes nothing of: `ahead`, noted in
+/// `ahead` (name, epoch held, index of its problem) for [`tell_store`].
+fn check_lost(
+    only: Option<&Resource>,
+    held: &MirrorHeld<'_>,
+    problems: &mut Vec<Problem>,
+    ahead: &mut Vec<(String, i64, usize)>,
 ) {
-    match held {
-        Some(c) if c.epoch == epoch && c.sha256 == sha256 => {}
-        Some(c) => found(
-            "behind",
-            format!(
-                "the mirror holds epoch {}, the store publishes epoch {epoch} (run `fencepost mirror`)",
-                c.epoch
+    for (name, content) in held.mirrored {
+        if only.is_some_and(|o| o.as_str() != name) || held.published.contains(name) {
+            continue;
+        }
+        problems.push(Problem {
+            resource: name.clone(),
+            problem: "ahead",
+            message: format!(
+                "{} (see \"Several hosts\" in the README to bring the store forward)",
+                crate::mirror::ahead_message(content, None)
             ),
-        ),
-        None => found(
-            "behind",
-            format!("the mirror does not hold epoch {epoch} yet (run `fencepost mirror`)"),
-        ),
+        });
+        ahead.push((name.clone(), content.epoch, problems.len() - 1));
     }
 }
 
-/// The mirror root's own problems, as `verify` finds them on a local root.
-fn verify_mirror_root(ctx: &Ctx, only: Option<&Resource>) -> Result<Vec<Problem>> {
+/// Tells the store what the mirror holds where it is ahead, so that no claim issues it
+/// again; a role that may not is said in the problem's message.
+fn tell_store(
+    ctx: &Ctx,
+    store: &mut dyn crate::store::Store,
+    ahead: Vec<(String, i64, usize)>,
+    problems: &mut [Problem],
+) {
+    let mirror = crate::mirror::local(ctx);
+    for (name, epoch, at) in ahead {
+        if let Err(e) = crate::mirror::report_ahead(&mirror, store, &name, epoch) {
+            problems[at]
+                .message
+                .push_str(&format!("; could not tell the store: {e}"));
+        }
+    }
+}
+
+/// A mirror that does not hold the version the store publishes (`held`: what it holds):
+/// `behind`, or `ahead` when it holds a version the store does not know (then returns
+/// the epoch it holds, to tell the store).
+fn check_behind(
+    held: Option<&Content>,
+    published: &crate::store::Published,
+    found: &mut impl FnMut(&'static str, String),
+) -> Option<i64> {
+    use crate::mirror::{Standing, standing};
+    let epoch = published.epoch;
+    let pair = (epoch, published.sha256.as_str());
+    match (
+        held,
+        standing(
+            held.map(|c| (c.epoch, c.sha256.as_str())),
+            pair,
+            published.unfenced,
+        ),
+    ) {
+        (_, Standing::Current) => None,
+        (Some(c), Standing::Ahead) => {
+            found(
+                "ahead",
+                format!(
+                    "{} (see \"Several hosts\" in the README to bring the store forward)",
+                    crate::mirror::ahead_message(c, Some(pair))
+                ),
+            );
+            Some(c.epoch)
+        }
+        (Some(c), _) => {
+            found(
+                "behind",
+                format!(
+                    "the mirror holds epoch {}, the store publishes epoch {epoch} (run `fencepost mirror`)",
+                    c.epoch
+                ),
+            );
+            None
+        }
+        (None, _) => {
+            found(
+                "behind",
+                format!("the mirror does not hold epoch {epoch} yet (run `fencepost mirror`)"),
+            );
+            None
+        }
+    }
+}
+
+/// The mirror root's own problems, as `verify` finds them on a local root; and, for
+/// each document the store publishes that the mirror has no record of (`published`), a
+/// crashed first apply or debris beside it.
+fn verify_mirror_root(
+    ctx: &Ctx,
+    only: Option<&Resource>,
+    published: &[String],
+) -> Result<Vec<Problem>> {
     let local = crate::mirror::local(ctx);
     let local_args = VerifyArgs {
         resource: only.map(|r| r.to_string().into()),
     };
-    match run(&local, &local_args) {
-        Ok(_) => Ok(Vec::new()),
-        Err(Error::Diverged { found, .. }) => Ok(found.problems),
+    let mut problems = match run(&local, &local_args) {
+        Ok(_) => Vec::new(),
+        Err(Error::Diverged { found, .. }) => found.problems,
         // A resource the mirror has not seen yet is `behind`, reported by the caller.
-        Err(Error::Usage { .. }) if only.is_some() => Ok(Vec::new()),
-        Err(e) => Err(e),
+        Err(Error::Usage { .. }) if only.is_some() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let recorded = crate::mirror::records(ctx)?;
+    for name in published {
+        if recorded.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let Ok(resource) = local.stored(name) else {
+            continue;
+        };
+        let mut found = |kind, message: String| {
+            problems.push(Problem {
+                resource: name.clone(),
+                problem: kind,
+                message,
+            });
+        };
+        match check_document(&local, &resource, None, &mut found) {
+            Ok(()) => {}
+            Err(e @ Error::Io { .. }) if permission_denied(&e) => {
+                found("unreadable", e.to_string());
+            }
+            Err(e) => found("error", e.to_string()),
+        }
     }
+    Ok(problems)
 }

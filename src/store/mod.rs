@@ -143,6 +143,19 @@ pub(crate) trait Txn {
         Ok(Vec::new())
     }
 
+    /// The highest epoch the store knows of for `resource` besides its lease: the sink's
+    /// fence and, in a shared store, the highest epoch a mirror root reported holding. A
+    /// claim issues its epoch above it.
+    fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
+        Ok(self.sink(resource)?.map_or(0, |s| s.fence))
+    }
+
+    /// Records that the mirror root `mirror` holds `epoch` of `resource` (the highest
+    /// it held is kept). Fails for a role without the privilege to write it.
+    fn report_seen(&self, _resource: &str, _mirror: &str, _epoch: i64) -> Result<()> {
+        Ok(())
+    }
+
     /// The blob to point a resource at for `blob`'s bytes: an older copy of the same
     /// bytes, kept from removal until this transaction ends, or `blob` itself.
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {

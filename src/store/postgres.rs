@@ -40,7 +40,8 @@ use crate::resource::Resource;
 use crate::sink::{Content, SinkRecord};
 
 /// Schema versions this build knows; `fencepost_meta.schema` is how many have run.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE fencepost_meta (
         key   text PRIMARY KEY,
         value bytea NOT NULL
@@ -101,7 +102,23 @@ const MIGRATIONS: &[&str] = &["
         detail     text
     );
     CREATE INDEX fencepost_log_by_resource ON fencepost_log (resource, id);
-"];
+",
+    "
+    -- The highest epoch each mirror root holds of each resource, as the mirror reported
+    -- it: a store that lost history (a failover without synchronous replication, a
+    -- restore) issues its next epoch above these, never one a mirror has seen.
+    CREATE TABLE fencepost_seen (
+        resource text NOT NULL,
+        mirror   text NOT NULL,
+        epoch    bigint NOT NULL,
+        at       timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (resource, mirror)
+    );
+",
+];
+
+/// The first schema version with `fencepost_seen`.
+const SEEN_SCHEMA: usize = 2;
 
 /// The tables a fencepost store consists of; one of them in a database without
 /// `fencepost_meta` is someone else's.
@@ -113,6 +130,7 @@ const TABLES: &[&str] = &[
     "fencepost_chunk",
     "fencepost_sink",
     "fencepost_log",
+    "fencepost_seen",
 ];
 
 /// The channel a publishing transaction notifies, with the resource's name as payload.
@@ -146,6 +164,9 @@ pub(crate) struct PgStore {
     server_clock: (i64, Instant),
     /// The session's `synchronous_commit` for publishing (uploads lower it for a while).
     durable: &'static str,
+    /// How many of [`MIGRATIONS`] the store has run (an older schema this session could
+    /// not upgrade lacks the later tables).
+    schema: usize,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -274,6 +295,7 @@ impl PgStore {
             }
         };
         let here = Instant::now();
+        let schema = upgrade(&mut client, &url.shown, busy, header.schema)?;
         // An acknowledged write must be on disk (and on synchronous standbys) at COMMIT:
         // a server or role that does not wait is overruled for fencepost's sessions; one
         // that waits longer (remote_apply) is kept.
@@ -295,6 +317,7 @@ impl PgStore {
             busy,
             id,
             server_clock: (server_now, here),
+            schema,
         }))
     }
 }
@@ -414,6 +437,8 @@ struct Header {
     now: i64,
     /// The session's `synchronous_commit`.
     synchronous_commit: String,
+    /// How many of [`MIGRATIONS`] have run.
+    schema: usize,
 }
 
 /// The store's identity and the server's clock, or `None` for a database without a
@@ -481,6 +506,7 @@ fn read_header_once(
         id,
         now,
         synchronous_commit,
+        schema,
     }))
 }
 
@@ -575,6 +601,50 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()>
     tx.commit().map_err(fail)
 }
 
+/// Runs the migrations a store made by an older fencepost lacks (each additive), once,
+/// whoever else upgrades it at the same moment. A role without the privilege to create
+/// tables keeps the older schema: returns how many have run.
+fn upgrade(client: &mut Client, shown: &str, busy: Duration, schema: usize) -> Result<usize> {
+    if schema >= MIGRATIONS.len() {
+        return Ok(schema);
+    }
+    let fail = |e| pg_error(shown, busy, e);
+    let mut tx = client.transaction().map_err(fail)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .map_err(fail)?;
+    let row = tx
+        .query_one(
+            "SELECT convert_from(value, 'UTF8') FROM fencepost_meta WHERE key = 'schema'",
+            &[],
+        )
+        .map_err(fail)?;
+    let mut done: usize = row.get::<_, String>(0).parse().unwrap_or(schema);
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(done) {
+        match tx.batch_execute(step) {
+            Ok(()) => {}
+            // Rolled back as a whole when `tx` drops: none of this round's steps stand.
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => return Ok(schema),
+            Err(e) => return Err(fail(e)),
+        }
+        let version = (i + 1).to_string();
+        let recorded = tx.execute(
+            "UPDATE fencepost_meta SET value = $1 WHERE key = 'schema'",
+            &[&version.as_bytes()],
+        );
+        match recorded {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => return Ok(schema),
+            Err(e) => return Err(fail(e)),
+        }
+        done = i + 1;
+    }
+    match tx.commit() {
+        Ok(()) => Ok(done),
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Ok(schema),
+        Err(e) => Err(fail(e)),
+    }
+}
+
 impl Store for PgStore {
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
         self.begin("BEGIN")
@@ -623,7 +693,7 @@ impl PgStore {
         }
         let sha256 = crate::atomic::hex(&hasher.finalize());
         if sha256 != published.sha256 || size != published.size {
-            return Err(Error::Remote {
+            return Err(Error::Damaged {
                 message: format!(
                     "the store's copy of {} (epoch {}) does not match its record: \
                      {size} bytes with SHA-256 {sha256}, recorded {} bytes with {}",
@@ -644,6 +714,7 @@ impl PgStore {
             client: RefCell::new(&mut self.client),
             shown,
             busy,
+            seen: self.schema >= SEEN_SCHEMA,
             open: Cell::new(true),
             now: Cell::new(None),
         }))
@@ -655,6 +726,8 @@ pub(crate) struct PgTxn<'a> {
     client: RefCell<&'a mut Client>,
     shown: &'a str,
     busy: Duration,
+    /// The store has `fencepost_seen`.
+    seen: bool,
     open: Cell<bool>,
     /// The server's clock once the resource's lock was granted.
     now: Cell<Option<i64>>,
@@ -1072,6 +1145,43 @@ impl Txn for PgTxn<'_> {
                 unfenced: r.get(6),
             })
             .collect())
+    }
+
+    fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
+        // One round trip for both.
+        let seen = if self.seen {
+            "(SELECT max(epoch) FROM fencepost_seen WHERE resource = $1)"
+        } else {
+            "NULL::bigint"
+        };
+        let row = self.query_opt(
+            &format!(
+                "SELECT greatest(coalesce((SELECT fence FROM fencepost_sink WHERE resource = $1), 0),
+                                 coalesce({seen}, 0))"
+            ),
+            &[&resource.as_str()],
+        )?;
+        Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
+    }
+
+    fn report_seen(&self, resource: &str, mirror: &str, epoch: i64) -> Result<()> {
+        if !self.seen {
+            return Err(Error::Remote {
+                message: format!(
+                    "the store {} has no table for what mirrors hold (schema older than \
+                     version {SEEN_SCHEMA}, and this role may not upgrade it)",
+                    self.shown
+                ),
+                hint: None,
+            });
+        }
+        self.execute(
+            "INSERT INTO fencepost_seen (resource, mirror, epoch) VALUES ($1, $2, $3)
+             ON CONFLICT (resource, mirror) DO UPDATE
+                 SET epoch = greatest(fencepost_seen.epoch, excluded.epoch), at = now()",
+            &[&resource, &mirror, &epoch],
+        )?;
+        Ok(())
     }
 
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
