@@ -8,6 +8,7 @@ mod acknowledged;
 mod conventions;
 mod crash;
 mod documents;
+mod failover;
 mod hosts;
 mod inputs;
 mod leases;
