@@ -27,6 +27,7 @@ mod shapes;
 mod sink;
 mod store_crash;
 mod store_inputs;
+mod store_torture;
 mod stores;
 mod strace;
 mod torture;
