@@ -4,7 +4,9 @@
 //! roots; readers `cat` the store and read the mirrors' files all along; and a chaos loop
 //! chooses, by a seeded RNG, among SIGKILL and SIGSTOP/SIGCONT of a worker's command or a
 //! follower, `pg_terminate_backend` of a fencepost session, and a crash of the server
-//! (`pg_ctl stop -m immediate`, then a restart that replays the WAL).
+//! (`pg_ctl stop -m immediate`, then a restart that replays the WAL). A quarter of the
+//! commands and followers are slowed at one step of a write (a `sleep` failpoint), to
+//! widen the windows the chaos can land in.
 //!
 //! All along: every version a reader sees is one complete version that was offered, and
 //! no reader sees a resource's epoch go back (on the store or on a mirror). At the end:
@@ -30,7 +32,7 @@ use postgres::{Client, NoTls};
 use crate::harness::{Env, Run, bin};
 use crate::hosts::Host;
 use crate::support::pg::PrivateCluster;
-use crate::support::{sha256_hex, signal};
+use crate::support::{WRITE_POINTS, sha256_hex, signal};
 use crate::torture::{Rng, check_version, make_version};
 
 const RESOURCES: [&str; 3] = ["r0.txt", "r1.txt", "deep/r2.txt"];
@@ -47,6 +49,7 @@ struct Stats {
     stopped: AtomicUsize,
     terminated: AtomicUsize,
     crashes: AtomicUsize,
+    slowed: AtomicUsize,
     follower_restarts: AtomicUsize,
     claims: AtomicUsize,
     held: AtomicUsize,
@@ -116,7 +119,7 @@ impl Shared {
         let s = &self.stats;
         format!(
             "store torture seed {} (replay: FENCEPOST_TORTURE_SEED={}): {} processes: {} \
-             SIGKILLed, {} SIGSTOPped; {} sessions terminated, {} server crashes, {} follower \
+             SIGKILLed, {} SIGSTOPped, {} slowed; {} sessions terminated, {} server crashes, {} follower \
              restarts; {} claims ({} held), {} written, {} replayed, {} refused, {} busy, {} errors; {} \
              cats, {} mirror reads",
             self.seed,
@@ -124,6 +127,7 @@ impl Shared {
             get(&s.spawned),
             get(&s.killed),
             get(&s.stopped),
+            get(&s.slowed),
             get(&s.terminated),
             get(&s.crashes),
             get(&s.follower_restarts),
@@ -167,10 +171,22 @@ fn wait_registered(shared: &Shared, mut child: Child, stop: Option<&AtomicBool>)
     child.wait_with_output().expect("wait")
 }
 
+/// `FAILPOINTS` slowing one step of a write by 1-30 ms, a quarter of the time: a wider
+/// window for a kill, a pause or a crash to land in.
+fn slowed(rng: &mut Rng, stats: &Stats) -> String {
+    if rng.below(4) != 0 {
+        return String::new();
+    }
+    add(&stats.slowed);
+    let point = WRITE_POINTS[rng.below(WRITE_POINTS.len() as u64) as usize];
+    format!("{point}=sleep({})", 1 + rng.below(30))
+}
+
 /// Runs one `fencepost` command against the store, open to the chaos while it runs.
-fn chaos_run(shared: &Shared, args: &[&str], stdin: &[u8]) -> Outcome {
+fn chaos_run(shared: &Shared, rng: &mut Rng, args: &[&str], stdin: &[u8]) -> Outcome {
     let mut child = Command::new(bin())
         .env_clear()
+        .env("FAILPOINTS", slowed(rng, &shared.stats))
         .env("FENCEPOST_STORE", &shared.url)
         .current_dir(shared.cwd.root())
         .args(["--busy-timeout", BUSY])
@@ -203,13 +219,18 @@ fn chaos_run(shared: &Shared, args: &[&str], stdin: &[u8]) -> Outcome {
     out
 }
 
-/// One worker: claim a resource, write a version under the epoch (retrying the same
-/// bytes after an unknown outcome, as a real worker would), complete half the time.
+/// One worker: claim a resource, write a version under the epoch, complete half the
+/// time.
 fn worker(shared: &Shared, rng: &mut Rng, owner: &str) {
     let stats = &shared.stats;
     while !shared.done() {
         let res = RESOURCES[rng.below(RESOURCES.len() as u64) as usize];
-        let out = chaos_run(shared, &["claim", res, "--owner", owner, "--ttl", TTL], b"");
+        let out = chaos_run(
+            shared,
+            rng,
+            &["claim", res, "--owner", owner, "--ttl", TTL],
+            b"",
+        );
         let epoch = match out.code {
             Some(0) => {
                 add(&stats.claims);
@@ -232,50 +253,13 @@ fn worker(shared: &Shared, rng: &mut Rng, owner: &str) {
                 return;
             }
         };
-        let content = make_version(res, epoch, owner, 200 + rng.below(12_000) as usize);
-        let sha = sha256_hex(&content);
-        shared
-            .offered
-            .lock()
-            .expect("lock")
-            .insert(sha.clone(), (res.to_string(), epoch));
-        let e = epoch.to_string();
-        for _ in 0..3 {
-            let write = ["write", res, "--epoch", &e, "--owner", owner];
-            let out = chaos_run(shared, &write, &content);
-            match (out.code, out.stdout.as_str()) {
-                (Some(0), "written" | "replay") => {
-                    add(if out.stdout == "written" {
-                        &stats.written
-                    } else {
-                        &stats.replayed
-                    });
-                    shared.acks.lock().expect("lock").push(Ack {
-                        res: res.to_string(),
-                        epoch,
-                        sha256: sha.clone(),
-                    });
-                    break;
-                }
-                (Some(5 | 6 | 8), _) => {
-                    add(&stats.refused);
-                    break;
-                }
-                (Some(7), _) => add(&stats.busy),
-                (Some(1), _) => add(&stats.errors),
-                (None, _) => {}
-                (code, stdout) => {
-                    shared.violation(format!(
-                        "write {res} -e {e} exited {code:?}: {stdout} {}",
-                        out.stderr
-                    ));
-                    return;
-                }
-            }
+        if !write(shared, rng, res, epoch, owner) {
+            return;
         }
+        let e = epoch.to_string();
         if rng.below(2) == 0 {
             let complete = ["complete", res, "--owner", owner, "--epoch", &e];
-            let out = chaos_run(shared, &complete, b"");
+            let out = chaos_run(shared, rng, &complete, b"");
             if !matches!(out.code, None | Some(0 | 1 | 4 | 7)) {
                 shared.violation(format!(
                     "complete {res} -e {e} exited {:?}: {}",
@@ -287,14 +271,63 @@ fn worker(shared: &Shared, rng: &mut Rng, owner: &str) {
     }
 }
 
+/// Writes a new version of `res` under `epoch`, retrying the same bytes after an
+/// unknown outcome, as a real worker would. False after a violation.
+fn write(shared: &Shared, rng: &mut Rng, res: &str, epoch: i64, owner: &str) -> bool {
+    let stats = &shared.stats;
+    let content = make_version(res, epoch, owner, 200 + rng.below(12_000) as usize);
+    let sha = sha256_hex(&content);
+    shared
+        .offered
+        .lock()
+        .expect("lock")
+        .insert(sha.clone(), (res.to_string(), epoch));
+    let e = epoch.to_string();
+    for _ in 0..3 {
+        let write = ["write", res, "--epoch", &e, "--owner", owner];
+        let out = chaos_run(shared, rng, &write, &content);
+        match (out.code, out.stdout.as_str()) {
+            (Some(0), "written" | "replay") => {
+                add(if out.stdout == "written" {
+                    &stats.written
+                } else {
+                    &stats.replayed
+                });
+                shared.acks.lock().expect("lock").push(Ack {
+                    res: res.to_string(),
+                    epoch,
+                    sha256: sha,
+                });
+                return true;
+            }
+            (Some(5 | 6 | 8), _) => {
+                add(&stats.refused);
+                return true;
+            }
+            (Some(7), _) => add(&stats.busy),
+            (Some(1), _) => add(&stats.errors),
+            (None, _) => {}
+            (code, stdout) => {
+                shared.violation(format!(
+                    "write {res} -e {e} exited {code:?}: {stdout} {}",
+                    out.stderr
+                ));
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// A follower on `host`, restarted whenever the chaos kills it, until the test says
 /// `stop`. One that exits by itself (not by a signal) is a violation: it must outlive
 /// the server's crashes and its sessions' ends.
-fn follower(shared: &Shared, host: &Host, stop: &AtomicBool) {
+fn follower(shared: &Shared, host: &Host, rng: &mut Rng, stop: &AtomicBool) {
     let mut first = true;
     while !stop.load(Ordering::SeqCst) {
         let child = Command::new(bin())
             .env_clear()
+            .env("FAILPOINTS", slowed(rng, &shared.stats))
             .env("FENCEPOST_STORE", &shared.url)
             .current_dir(host.root.root())
             .arg("--root")
@@ -490,19 +523,22 @@ fn store_torture_kill_stop_terminate_and_crash_under_workers_and_followers() {
         .fp(&["claim", RESOURCES[0], "--owner", "setup", "--ttl", "1ms"])
         .expect(0);
     let mirrors: Vec<Host> = (0..FOLLOWERS).map(|_| Host::new(&shared.url)).collect();
-    let mut rngs: Vec<Rng> = (0..=WORKERS as u64)
+    // One RNG per worker, per follower, and the chaos's.
+    let mut rngs: Vec<Rng> = (0..(WORKERS + FOLLOWERS + 1) as u64)
         .map(|id| Rng::new(seed ^ (id + 1).wrapping_mul(0xA24B_AED4_963E_E407)))
         .collect();
-    let mut chaos_rng = rngs.pop().expect("the chaos's rng");
+    let mut follower_rngs = rngs.split_off(WORKERS);
+    let mut chaos_rng = follower_rngs.pop().expect("the chaos's rng");
     let stop_followers = AtomicBool::new(false);
     let until = Instant::now() + Duration::from_secs(secs);
     std::thread::scope(|s| {
         let shared = &shared;
         let followers: Vec<_> = mirrors
             .iter()
-            .map(|host| {
+            .zip(follower_rngs.iter_mut())
+            .map(|(host, rng)| {
                 let stop = &stop_followers;
-                s.spawn(move || follower(shared, host, stop))
+                s.spawn(move || follower(shared, host, rng, stop))
             })
             .collect();
         let readers = s.spawn(|| reader(shared, &mirrors));
