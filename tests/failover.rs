@@ -198,6 +198,18 @@ impl Writers {
     }
 }
 
+/// Sets its flags when dropped: the threads of a scope stop, on a panic too, before the
+/// scope waits for them.
+struct StopAll<'a>(Vec<&'a AtomicBool>);
+
+impl Drop for StopAll<'_> {
+    fn drop(&mut self) {
+        for flag in &self.0 {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 /// One writer's loop on `r{w}.md` until told to stop: claim, write, complete, at ticks
 /// of its own (10 a round, the lease 5, so each claim finds the last one expired or
 /// completed). A command that fails is not retried: the next round claims again.
@@ -423,6 +435,7 @@ fn sync_phases(pair: &Pair, cwd: &Env, writers: &Writers, story: &mut Vec<String
     let cancelled = AtomicUsize::new(0);
     let cancels = || cancelled.load(Ordering::SeqCst);
     std::thread::scope(|scope| {
+        let _stop = StopAll(vec![&writers.stop, &stop_cancel]);
         for w in 0..WRITERS {
             let url = url.as_str();
             scope.spawn(move || writer(cwd, url, w, writers));
@@ -579,6 +592,7 @@ fn async_phases(
 ) -> Vec<Vec<(i64, String)>> {
     let url = pair.url();
     std::thread::scope(|scope| {
+        let _stop = StopAll(vec![&writers.stop]);
         for w in 0..WRITERS {
             let url = url.as_str();
             scope.spawn(move || writer(cwd, url, w, writers));

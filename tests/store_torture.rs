@@ -484,6 +484,28 @@ fn chaos(shared: &Shared, cluster: &PrivateCluster, rng: &mut Rng, until: Instan
     }
 }
 
+/// Sets both flags when dropped: everything stops, on a panic too.
+struct StopAll<'a>(&'a AtomicBool, &'a AtomicBool);
+
+impl Drop for StopAll<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+        self.1.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A thread's end; a panic in it fails the test with the seed and the summary.
+fn joined(shared: &Shared, who: &str, result: std::thread::Result<()>) {
+    if let Err(panic) = result {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_default();
+        panic!("{}: {who} panicked: {why}", shared.summary());
+    }
+}
+
 /// The seed: `FENCEPOST_TORTURE_SEED`, or the clock.
 fn seed() -> u64 {
     std::env::var("FENCEPOST_TORTURE_SEED")
@@ -533,6 +555,9 @@ fn store_torture_kill_stop_terminate_and_crash_under_workers_and_followers() {
     let until = Instant::now() + Duration::from_secs(secs);
     std::thread::scope(|s| {
         let shared = &shared;
+        // A panic here (the chaos's, a thread's) stops every thread before the scope
+        // waits for them.
+        let _stop = StopAll(&shared.done, &stop_followers);
         let followers: Vec<_> = mirrors
             .iter()
             .zip(follower_rngs.iter_mut())
@@ -550,14 +575,14 @@ fn store_torture_kill_stop_terminate_and_crash_under_workers_and_followers() {
         chaos(shared, &cluster, &mut chaos_rng, until);
         shared.done.store(true, Ordering::SeqCst);
         for w in workers {
-            w.join().expect("a worker panicked");
+            joined(shared, "a worker", w.join());
         }
-        readers.join().expect("the reader panicked");
+        joined(shared, "the reader", readers.join());
         // The followers, unharmed now, must catch up by themselves.
         converge(shared, &mirrors, Duration::from_secs(30));
         stop_followers.store(true, Ordering::SeqCst);
         for f in followers {
-            f.join().expect("a follower panicked");
+            joined(shared, "a follower", f.join());
         }
     });
     let summary = shared.summary();
