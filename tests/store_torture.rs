@@ -5,8 +5,9 @@
 //! chooses, by a seeded RNG, among SIGKILL and SIGSTOP/SIGCONT of a worker's command or a
 //! follower, `pg_terminate_backend` of a fencepost session, and a crash of the server
 //! (`pg_ctl stop -m immediate`, then a restart that replays the WAL). A quarter of the
-//! commands and followers are slowed at one step of a write (a `sleep` failpoint), to
-//! widen the windows the chaos can land in.
+//! commands are slowed at one step of a write, and half the followers at one step of
+//! every apply (a `sleep` failpoint), to widen the windows the chaos can land in; half
+//! the time a killed follower's root is recovered (`recover`) before it starts again.
 //!
 //! All along: every version a reader sees is one complete version that was offered, and
 //! no reader sees a resource's epoch go back (on the store or on a mirror). At the end:
@@ -51,6 +52,7 @@ struct Stats {
     crashes: AtomicUsize,
     slowed: AtomicUsize,
     follower_restarts: AtomicUsize,
+    recovered: AtomicUsize,
     claims: AtomicUsize,
     held: AtomicUsize,
     written: AtomicUsize,
@@ -120,7 +122,7 @@ impl Shared {
         format!(
             "store torture seed {} (replay: FENCEPOST_TORTURE_SEED={}): {} processes: {} \
              SIGKILLed, {} SIGSTOPped, {} slowed; {} sessions terminated, {} server crashes, {} follower \
-             restarts; {} claims ({} held), {} written, {} replayed, {} refused, {} busy, {} errors; {} \
+             restarts ({} after a recover); {} claims ({} held), {} written, {} replayed, {} refused, {} busy, {} errors; {} \
              cats, {} mirror reads",
             self.seed,
             self.seed,
@@ -131,6 +133,7 @@ impl Shared {
             get(&s.terminated),
             get(&s.crashes),
             get(&s.follower_restarts),
+            get(&s.recovered),
             get(&s.claims),
             get(&s.held),
             get(&s.written),
@@ -327,7 +330,7 @@ fn follower(shared: &Shared, host: &Host, rng: &mut Rng, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         let child = Command::new(bin())
             .env_clear()
-            .env("FAILPOINTS", slowed(rng, &shared.stats))
+            .env("FAILPOINTS", slowed_apply(rng, &shared.stats))
             .env("FENCEPOST_STORE", &shared.url)
             .current_dir(host.root.root())
             .arg("--root")
@@ -353,7 +356,41 @@ fn follower(shared: &Shared, host: &Host, rng: &mut Rng, stop: &AtomicBool) {
             ));
             return;
         }
+        // Half the time the host's service recovers the root before it starts the
+        // follower again, as an operator would after a crash.
+        if !stop.load(Ordering::SeqCst) && rng.below(2) == 0 {
+            add(&shared.stats.recovered);
+            let out = host.fp(&["recover"]).output();
+            if out.code != 0 {
+                shared.violation(format!(
+                    "recover on {} after its follower was killed: {out:?}",
+                    host.root.root().display()
+                ));
+                return;
+            }
+        }
     }
+}
+
+/// The steps of a mirror's local apply between its first link and its COMMIT: where a
+/// killed follower leaves an apply for the next one, or `recover`, to finish.
+const APPLY_POINTS: [&str; 5] = [
+    "write.after_pre_link",
+    "write.after_new_link",
+    "write.after_rename",
+    "write.after_dir_fsync",
+    "txn.before_commit",
+];
+
+/// `FAILPOINTS` for a follower: half of them slowed by 1-200 ms at one step of every
+/// apply, a window for the chaos's SIGKILL.
+fn slowed_apply(rng: &mut Rng, stats: &Stats) -> String {
+    if rng.below(2) != 0 {
+        return String::new();
+    }
+    add(&stats.slowed);
+    let point = APPLY_POINTS[rng.below(APPLY_POINTS.len() as u64) as usize];
+    format!("{point}=sleep({})", 1 + rng.below(200))
 }
 
 /// A reader of the store (`cat`) and of every mirror's files: each version it sees is
@@ -623,8 +660,15 @@ fn converge(shared: &Shared, mirrors: &[Host], deadline: Duration) {
                 let want = served(shared, res);
                 mirrors.iter().enumerate().filter_map(move |(m, host)| {
                     let want = want.clone()?;
-                    (host.file(res).as_deref() != Some(&want[..]))
-                        .then(|| format!("mirror {m}: {res}"))
+                    let held = host.file(res);
+                    (held.as_deref() != Some(&want[..])).then(|| {
+                        let epoch = |b: Option<&[u8]>| b.map(|b| check_version(res, b));
+                        format!(
+                            "mirror {m}: {res} holds {:?}, the store serves {:?}",
+                            epoch(held.as_deref()),
+                            epoch(Some(&want[..]))
+                        )
+                    })
                 })
             })
             .collect();
@@ -632,9 +676,21 @@ fn converge(shared: &Shared, mirrors: &[Host], deadline: Duration) {
             return;
         }
         if start.elapsed() > deadline {
+            let verify: Vec<String> = mirrors
+                .iter()
+                .enumerate()
+                .map(|(m, host)| {
+                    let out = host.fp(&["verify"]).output();
+                    format!(
+                        "verify --root on mirror {m}: exit {}: {}{}",
+                        out.code, out.stdout, out.stderr
+                    )
+                })
+                .collect();
             shared.violation(format!(
-                "the followers did not converge within {deadline:?} of the chaos's end: {}",
-                behind.join(", ")
+                "the followers did not converge within {deadline:?} of the chaos's end: {}\n{}",
+                behind.join(", "),
+                verify.join("\n")
             ));
             return;
         }
