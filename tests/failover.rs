@@ -127,9 +127,8 @@ fn fp(cwd: &Env, url: &str, args: &[&str]) -> Run {
 struct Seen {
     /// Claims acknowledged (exit 0, an epoch printed).
     claims: Vec<i64>,
-    /// Writes acknowledged (exit 0 `written`), as (epoch, SHA-256), each with the
-    /// number of acknowledged writes (all writers) before it, to place it against a
-    /// replication barrier.
+    /// Writes acknowledged (exit 0 `written`), as (epoch, SHA-256), in order: a prefix
+    /// taken at a replication barrier is what the standby must have.
     acked: Vec<(i64, String)>,
     /// Commands that did not succeed (unreachable server, cancelled, unknown outcome).
     failures: usize,
