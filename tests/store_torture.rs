@@ -1,7 +1,7 @@
 //! A bounded torture of the PostgreSQL store, as tests/torture.rs is of the local state
 //! file: workers loop claim, write, complete on a few resources (the wall clock, short
 //! leases) against a server of the test's own; followers (`mirror --follow`) keep mirror
-//! roots; readers `cat` the store and read the mirrors' files all along; and a chaos loop
+//! roots; a reader `cat`s the store and reads the mirrors' files all along; a chaos loop
 //! chooses, by a seeded RNG, among SIGKILL and SIGSTOP/SIGCONT of a worker's command or a
 //! follower, `pg_terminate_backend` of a fencepost session, and a crash of the server
 //! (`pg_ctl stop -m immediate`, then a restart that replays the WAL). A quarter of the
