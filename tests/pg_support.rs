@@ -1,6 +1,7 @@
 //! The PostgreSQL test support itself: a store is a fresh schema of the test's own that
 //! goes away with it, its URL takes more server settings, and a private cluster keeps a
-//! committed row across an immediate stop and a restart. These run whenever `FENCEPOST_TEST_STORE` and
+//! committed row across an immediate stop and a restart, and a standby made of it streams
+//! from it and takes writes once promoted. These run whenever `FENCEPOST_TEST_STORE` and
 //! `FENCEPOST_TEST_PGBIN` are set (CI sets both) and say "skipped" otherwise.
 
 use crate::support::pg::{self, PrivateCluster, with_dbname};
@@ -123,4 +124,65 @@ fn a_store_url_names_another_database_on_the_same_server() {
         with_dbname("postgresql://h/app?dbname=app&sslmode=disable", "fp_1"),
         "postgresql://h/fp_1?sslmode=disable"
     );
+}
+
+#[test]
+fn a_standby_streams_from_its_primary_and_takes_writes_once_promoted() {
+    let Some(primary) = PrivateCluster::start() else {
+        return;
+    };
+    let standby = PrivateCluster::standby_of(&primary);
+    let mut p = pg::connect(&primary.url());
+    p.batch_execute("CREATE TABLE t (v int); INSERT INTO t VALUES (7)")
+        .expect("write on the primary");
+    let lsn: String = p
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .expect("lsn")
+        .get(0);
+    let streaming: i64 = p
+        .query_one(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = $1",
+            &[&pg::STANDBY_NAME],
+        )
+        .expect("pg_stat_replication")
+        .get(0);
+    assert_eq!(streaming, 1, "the standby streams under its name");
+    let mut s = pg::connect(&standby.url());
+    let started = std::time::Instant::now();
+    while !s
+        .query_one(
+            "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+            &[&lsn],
+        )
+        .expect("replay lsn")
+        .get::<_, bool>(0)
+    {
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the standby never replayed {lsn}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        s.query_one("SELECT v FROM t", &[])
+            .expect("read")
+            .get::<_, i32>(0),
+        7
+    );
+    assert!(
+        s.batch_execute("INSERT INTO t VALUES (8)").is_err(),
+        "a standby takes no writes"
+    );
+    drop(s);
+    drop(p);
+
+    primary.stop_immediate();
+    standby.promote();
+    let mut s = pg::connect(&standby.url());
+    s.batch_execute("INSERT INTO t VALUES (8)")
+        .expect("the promoted standby takes writes");
+    let dir = standby.dir().to_path_buf();
+    drop(s);
+    drop(standby);
+    assert!(!dir.exists(), "{} outlived its standby", dir.display());
 }

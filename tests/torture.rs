@@ -40,10 +40,10 @@ const RECOVER_POINTS: [&str; 4] = [
 
 /// xorshift64*: small, seedable, good enough to pick actions.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     fn next(&mut self) -> u64 {
@@ -54,7 +54,7 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
@@ -65,7 +65,7 @@ impl Rng {
 /// A document version that checks itself: a header naming resource, epoch, owner and
 /// length, a body generated from the header, and a trailer. A torn, truncated or mixed
 /// file fails [`check_version`].
-fn make_version(res: &str, epoch: i64, owner: &str, len: usize) -> Vec<u8> {
+pub(crate) fn make_version(res: &str, epoch: i64, owner: &str, len: usize) -> Vec<u8> {
     let header = format!("torture res={res} epoch={epoch} owner={owner} n={len}\n");
     let mut out = header.clone().into_bytes();
     out.extend(body(&header, len));
@@ -82,7 +82,7 @@ fn body(header: &str, len: usize) -> Vec<u8> {
 }
 
 /// The epoch of a valid version of `res`, or why it is not one.
-fn check_version(res: &str, bytes: &[u8]) -> Result<i64, String> {
+pub(crate) fn check_version(res: &str, bytes: &[u8]) -> Result<i64, String> {
     let nl = bytes
         .iter()
         .position(|&b| b == b'\n')

@@ -11,6 +11,12 @@
 #                                        replays the WAL)
 #   tools/pg-test-cluster.sh stop DIR    stop it if it runs and remove it (DIR too,
 #                                        when nothing else is in it)
+#   tools/pg-test-cluster.sh standby PRIMARY DIR
+#                                        make DIR a streaming standby of the cluster
+#                                        in PRIMARY (pg_basebackup -R; its
+#                                        application_name, for synchronous_standby_names,
+#                                        is fencepost_standby) and start it
+#   tools/pg-test-cluster.sh promote DIR promote the standby in DIR to a primary
 #
 # The cluster lives in DIR/data, logs to DIR/log and puts its socket in DIR itself, so
 # clusters in different folders never collide and none takes a TCP port. Authentication
@@ -28,9 +34,15 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start|crash|stop DIR" >&2
+  echo "usage: $0 start|crash|stop|promote DIR, or $0 standby PRIMARY DIR" >&2
   exit 2
 }
+primary=
+if [ $# -eq 3 ] && [ "$1" = standby ]; then
+  primary=$(cd "$2" && pwd -P)
+  mkdir -p "$3"
+  set -- "$1" "$3"
+fi
 [ $# -eq 2 ] || usage
 action=$1
 dir=$2
@@ -119,6 +131,28 @@ start() {
   printf 'export FENCEPOST_TEST_PGBIN=%q\n' "$bin"
 }
 
+# A copy of the primary's data taken over its replication connection, set up (-R:
+# standby.signal and primary_conninfo) to stream from it; then started as any cluster.
+standby() {
+  programs
+  [ -n "$primary" ] || usage
+  [ ! -e "$dir/data" ] || {
+    echo "$0: $dir/data exists already" >&2
+    exit 1
+  }
+  [ "$(id -u)" -ne 0 ] || chown postgres: "$dir"
+  chmod 755 "$dir"
+  as_owner "$bin/pg_basebackup" --pgdata="$dir/data" --write-recovery-conf \
+    --checkpoint=fast --wal-method=stream \
+    --dbname="host=$primary user=postgres application_name=fencepost_standby" \
+    >"$dir/basebackup.log" 2>&1 || {
+    cat "$dir/basebackup.log" >&2
+    echo "$0: pg_basebackup from $primary into $dir/data failed" >&2
+    exit 1
+  }
+  start
+}
+
 running() {
   [ -f "$dir/data/postmaster.pid" ] || return 1
   programs
@@ -127,6 +161,10 @@ running() {
 
 case $action in
   start) start ;;
+  standby) standby ;;
+  promote)
+    programs
+    as_owner "$bin/pg_ctl" promote --pgdata="$dir/data" --wait --silent ;;
   crash)
     programs
     as_owner "$bin/pg_ctl" stop --pgdata="$dir/data" --mode=immediate --wait --silent ;;
@@ -135,7 +173,7 @@ case $action in
       as_owner "$bin/pg_ctl" stop --pgdata="$dir/data" --mode=fast --wait --silent
     fi
     # Only what start made: a DIR that holds anything else is left in place.
-    rm -rf -- "$dir/data" "$dir/log" "$dir/initdb.log" "$dir"/.s.PGSQL.*
+    rm -rf -- "$dir/data" "$dir/log" "$dir/initdb.log" "$dir/basebackup.log" "$dir"/.s.PGSQL.*
     rmdir --ignore-fail-on-non-empty -- "$dir"
     ;;
   *) usage ;;

@@ -9,7 +9,8 @@
 //! themselves. What tests in one database share is harmless: publish notifications name
 //! resources that another schema's `mirror --follow` looks up in its own tables.)
 //! [`PrivateCluster`] starts a whole server of its own, from the programs in
-//! `FENCEPOST_TEST_PGBIN`, for the tests that crash or restart it.
+//! `FENCEPOST_TEST_PGBIN`, for the tests that crash or restart it, and
+//! [`PrivateCluster::standby_of`] a streaming standby of one, for the failover tests.
 //!
 //! Without the variable the test says "skipped", as the root-only tests do; under
 //! `CI=true` it fails instead. With the variable set, a server that cannot be reached
@@ -186,6 +187,9 @@ impl Drop for TestStore {
     }
 }
 
+/// The `application_name` a standby made by [`PrivateCluster::standby_of`] streams as.
+pub(crate) const STANDBY_NAME: &str = "fencepost_standby";
+
 /// A PostgreSQL server of the test's own, in a temp folder, for tests that crash and
 /// restart it; stopped and removed when dropped.
 #[derive(Debug)]
@@ -227,6 +231,45 @@ impl PrivateCluster {
         let cluster = PrivateCluster { dir, pgbin, listen };
         cluster.script("start");
         Some(cluster)
+    }
+
+    /// Makes a streaming standby of `primary` (`pg_basebackup -R` over its replication
+    /// connection, its own socket folder) and starts it. It reports to the primary as
+    /// [`STANDBY_NAME`], the name `synchronous_standby_names` takes to wait for it.
+    #[track_caller]
+    pub(crate) fn standby_of(primary: &PrivateCluster) -> PrivateCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("fencepost-pg-")
+            .tempdir()
+            .expect("temp dir for a standby");
+        let out = Command::new(cluster_script())
+            .arg("standby")
+            .arg(primary.dir())
+            .arg(dir.path())
+            .env(PGBIN_VAR, &primary.pgbin)
+            .output()
+            .expect("run tools/pg-test-cluster.sh");
+        assert!(
+            out.status.success(),
+            "tools/pg-test-cluster.sh standby {} {}: {}\n{}",
+            primary.dir().display(),
+            dir.path().display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // On the socket: the standby streams from the primary's socket folder.
+        PrivateCluster {
+            dir,
+            pgbin: primary.pgbin.clone(),
+            listen: Vec::new(),
+        }
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote --wait`): it accepts writes once
+    /// this returns.
+    #[track_caller]
+    pub(crate) fn promote(&self) {
+        self.script("promote");
     }
 
     /// The URL of the cluster's `postgres` database, as the superuser `postgres`.
