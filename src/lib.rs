@@ -185,6 +185,19 @@ pub(crate) struct Global {
     )]
     pub busy_timeout: String,
 
+    /// With --store: how long a change waits for the store to confirm its COMMIT (its
+    /// synchronous standbys, when the server has them) before exiting 1 saying it is
+    /// committed on the primary but not confirmed. Real time, even with --now.
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_COMMIT_TIMEOUT",
+        default_value = "30s",
+        value_name = "DURATION"
+    )]
+    pub commit_timeout: String,
+
     /// How many audit-log events to keep. Checked every 1000 events (dropping at most 2000
     /// older ones per check); `log --prune` drops all the excess at once.
     #[arg(
@@ -620,6 +633,15 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             i32::MAX
         )));
     }
+    // Long enough that a healthy standby under load, or a slow disk, is not reported as
+    // a failure; no longer than a paused writer may hold a resource (the store's idle
+    // limit, 30 s), so a standby that is down stops a command no longer than that.
+    let commit_ms = parse_duration(
+        &global.commit_timeout,
+        ClockKind::Wall,
+        "--commit-timeout",
+        Zero::Refused,
+    )?;
     if global.log_keep < 1 {
         return Err(Error::usage(format!(
             "--log-keep must be at least 1, got {}",
@@ -642,6 +664,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     let remote = url.map(|url| cmd::Remote {
         url,
         mirror: place.how != root::How::Current,
+        commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),
     });
     let db = place.db;
     if db.is_dir() {

@@ -27,5 +27,6 @@ mod store_crash;
 mod store_inputs;
 mod stores;
 mod strace;
+mod sync_commit;
 mod torture;
 mod walls;
