@@ -294,6 +294,21 @@ fn a_backend_terminated_before_commit_is_reported_as_rolled_back() {
         .expect_stdout(0, "1");
 }
 
+#[test]
+fn a_commit_timeout_of_zero_is_bad_input() {
+    let env = crate::harness::Env::new();
+    let done = env
+        .fp(&["--commit-timeout", "0", "status"])
+        .now(0)
+        .expect(2);
+    assert!(
+        done.stderr
+            .starts_with("fencepost: --commit-timeout must be more than zero"),
+        "{}",
+        done.stderr
+    );
+}
+
 /// A role dropped (with its privileges) when the test ends.
 struct Role {
     admin: String,

@@ -290,6 +290,10 @@ impl PgStore {
             None if !create => return Ok(None),
             None => {
                 create_schema(&mut client, &url.shown, busy)?;
+                // Its COMMIT is the first one: one the standbys did not confirm is said.
+                if let Some(warning) = notices.take().into_iter().find(sync_wait_cancelled) {
+                    return Err(not_confirmed(&url.shown, &warning, None));
+                }
                 read_header(&mut client, &url.shown, busy)?.ok_or(Error::Internal(
                     "a store's schema was made but cannot be read",
                 ))?
