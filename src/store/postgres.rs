@@ -159,6 +159,8 @@ pub(crate) struct PgStore {
     commit_timeout: Duration,
     /// The warnings the server sent on this session.
     notices: Notices,
+    /// What cancels a COMMIT that waits past `commit_timeout`.
+    timer: CommitTimer,
 }
 
 /// The warnings and notices a session received, kept until a statement looks at them:
@@ -283,6 +285,8 @@ impl PgStore {
     ) -> Result<Option<PgStore>> {
         let notices = Notices::default();
         let mut client = connect(url, busy, &notices)?;
+        // Started here, so that its start overlaps the round trips that follow.
+        let timer = CommitTimer::start(client.cancel_token());
         let fail = |e| pg_error(&url.shown, busy, e);
         let header = read_header(&mut client, &url.shown, busy)?;
         let header = match header {
@@ -324,6 +328,7 @@ impl PgStore {
             url: url.clone(),
             commit_timeout,
             notices,
+            timer,
         }))
     }
 }
@@ -594,6 +599,7 @@ impl PgStore {
             url: &self.url,
             commit_timeout: self.commit_timeout,
             notices: &self.notices,
+            timer: &self.timer,
             xid: RefCell::new(None),
             idle_limit: Cell::new(None),
             last_reply: Cell::new(Instant::now()),
@@ -612,6 +618,7 @@ pub(crate) struct PgTxn<'a> {
     url: &'a StoreUrl,
     commit_timeout: Duration,
     notices: &'a Notices,
+    timer: &'a CommitTimer,
     /// The transaction's id (`pg_current_xact_id()`), read with the clock once the lock
     /// was granted: what a new session asks about when this one broke at COMMIT.
     xid: RefCell<Option<String>>,
@@ -693,9 +700,9 @@ impl PgTxn<'_> {
         self.open.set(false);
         let _ = self.notices.take();
         let sent = Instant::now();
-        let timer = CommitTimer::start(self.client.borrow().cancel_token(), self.commit_timeout);
+        self.timer.arm(self.commit_timeout);
         let done = self.client.borrow_mut().batch_execute(sql);
-        let timed_out = timer.stop();
+        let timed_out = self.timer.disarm();
         let warned = self.notices.take().into_iter().find(sync_wait_cancelled);
         if let Some(warning) = warned {
             return Err(not_confirmed(
@@ -862,40 +869,75 @@ fn xact_status(url: &StoreUrl, busy: Duration, xid: &str) -> Option<String> {
     answer.recv_timeout(RESOLVE_WITHIN).ok().flatten()
 }
 
-/// Cancels the statement in flight on a session after a while (the server's
-/// `statement_timeout` does not cover the wait for synchronous standbys at COMMIT: the
-/// server turns the timer off before it commits).
+/// Cancels a session's COMMIT that waits too long (the server's `statement_timeout`
+/// does not cover the wait for synchronous standbys at COMMIT: the server turns the
+/// timer off before it commits). One thread per session, started with it, so that its
+/// start overlaps the connect's round trips instead of delaying a COMMIT; each COMMIT
+/// arms it and disarms it.
 struct CommitTimer {
-    /// Dropped to stop the timer.
-    stop: Option<mpsc::Sender<()>>,
+    /// Arms the timer for one COMMIT; `None` when no thread could be started (a COMMIT
+    /// then waits as long as it takes).
+    arm: Option<mpsc::Sender<Duration>>,
+    /// Disarms it: the COMMIT answered.
+    done: Option<mpsc::Sender<()>>,
     fired: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CommitTimer {
-    fn start(token: postgres::CancelToken, after: Duration) -> CommitTimer {
+    fn start(token: postgres::CancelToken) -> CommitTimer {
         use std::sync::atomic::{AtomicBool, Ordering};
-        let (stop, stopped) = mpsc::channel::<()>();
+        let (arm, armed) = mpsc::channel::<Duration>();
+        let (done, answered) = mpsc::channel::<()>();
         let fired = Arc::new(AtomicBool::new(false));
         let flag = fired.clone();
+        // A small stack: the thread mostly sleeps.
         let spawned = std::thread::Builder::new()
             .name("fencepost-commit-timer".into())
+            .stack_size(256 * 1024)
             .spawn(move || {
-                if let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(after) {
-                    flag.store(true, Ordering::SeqCst);
-                    let _ = token.cancel_query(NoTls);
+                while let Ok(after) = armed.recv() {
+                    match answered.recv_timeout(after) {
+                        Ok(()) => {}
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            flag.store(true, Ordering::SeqCst);
+                            let _ = token.cancel_query(NoTls);
+                            // The COMMIT's answer (the server's warning) comes next.
+                            if answered.recv().is_err() {
+                                return;
+                            }
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             });
-        CommitTimer {
-            // Without a thread there is no timer: the COMMIT waits as long as it takes.
-            stop: spawned.is_ok().then_some(stop),
-            fired,
+        match spawned {
+            Ok(_) => CommitTimer {
+                arm: Some(arm),
+                done: Some(done),
+                fired,
+            },
+            Err(_) => CommitTimer {
+                arm: None,
+                done: None,
+                fired,
+            },
         }
     }
 
-    /// Stops the timer; true if it had fired.
-    fn stop(mut self) -> bool {
-        drop(self.stop.take());
-        self.fired.load(std::sync::atomic::Ordering::SeqCst)
+    /// Starts counting `after` for a COMMIT about to be sent.
+    fn arm(&self, after: Duration) {
+        self.fired.store(false, std::sync::atomic::Ordering::SeqCst);
+        if let Some(arm) = &self.arm {
+            let _ = arm.send(after);
+        }
+    }
+
+    /// The COMMIT answered; true if the timer had cancelled it.
+    fn disarm(&self) -> bool {
+        if let Some(done) = &self.done {
+            let _ = done.send(());
+        }
+        self.fired.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
