@@ -1412,8 +1412,12 @@ impl Blobs for PgStore {
             other => other,
         });
         if uploaded.is_err() {
-            // A full disk, a source that failed: what was uploaded is of no use.
+            // A full disk, a source that failed: what was uploaded is of no use. Best
+            // effort, as is setting the session's durability back.
             self.discard(id);
+            let _ = self
+                .client
+                .batch_execute(&format!("SET synchronous_commit = {}", self.durable));
         }
         let uploaded = uploaded?;
         self.client
