@@ -185,6 +185,19 @@ pub(crate) struct Global {
     )]
     pub busy_timeout: String,
 
+    /// With --store: how long a change waits for the store to confirm its COMMIT (its
+    /// synchronous standbys, when the server has them) before exiting 1 saying it is
+    /// committed on the primary but not confirmed. Real time, even with --now.
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "FENCEPOST_COMMIT_TIMEOUT",
+        default_value = "30s",
+        value_name = "DURATION"
+    )]
+    pub commit_timeout: String,
+
     /// How many audit-log events to keep. Checked every 1000 events (dropping at most 2000
     /// older ones per check); `log --prune` drops all the excess at once.
     #[arg(
@@ -583,6 +596,26 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
     }
 }
 
+/// `--busy-timeout`, on real time even under --now; zero means "do not wait at all"
+/// (exit 7 at once if the state file is locked).
+fn busy_timeout(global: &Global) -> Result<Duration> {
+    let busy_ms = parse_duration(
+        &global.busy_timeout,
+        ClockKind::Wall,
+        "--busy-timeout",
+        Zero::Allowed,
+    )?;
+    // SQLite counts the busy timeout in an int of milliseconds (about 24.8 days).
+    if busy_ms > i64::from(i32::MAX) {
+        return Err(Error::usage(format!(
+            "--busy-timeout {} is too large: at most {}ms (about 24 days)",
+            global.busy_timeout.trim(),
+            i32::MAX
+        )));
+    }
+    Ok(Duration::from_millis(busy_ms.unsigned_abs()))
+}
+
 /// Resolves the global options. `typed`: the resource was typed on the command line
 /// (not read from `FENCEPOST_RESOURCE`), so under a found root it starts in the current
 /// folder.
@@ -605,22 +638,16 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             deadline: None,
         });
     }
-    // Real time even under --now; zero means "do not wait at all" (exit 7 at once if
-    // the state file is locked).
-    let busy_ms = parse_duration(
-        &global.busy_timeout,
+    let busy = busy_timeout(global)?;
+    // Long enough that a healthy standby under load, or a slow disk, is not reported as
+    // a failure; no longer than a paused writer may hold a resource (the store's idle
+    // limit, 30 s), so a standby that is down stops a command no longer than that.
+    let commit_ms = parse_duration(
+        &global.commit_timeout,
         ClockKind::Wall,
-        "--busy-timeout",
-        Zero::Allowed,
+        "--commit-timeout",
+        Zero::Refused,
     )?;
-    // SQLite counts the busy timeout in an int of milliseconds (about 24.8 days).
-    if busy_ms > i64::from(i32::MAX) {
-        return Err(Error::usage(format!(
-            "--busy-timeout {} is too large: at most {}ms (about 24 days)",
-            global.busy_timeout.trim(),
-            i32::MAX
-        )));
-    }
     if global.log_keep < 1 {
         return Err(Error::usage(format!(
             "--log-keep must be at least 1, got {}",
@@ -643,6 +670,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     let remote = url.map(|url| cmd::Remote {
         url,
         mirror: place.how != root::How::Current,
+        commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),
     });
     let db = place.db;
     if db.is_dir() {
@@ -656,7 +684,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         state_files: root::StateFiles::of(&db),
         db,
         clock,
-        busy: Duration::from_millis(busy_ms.unsigned_abs()),
+        busy,
         log_keep: global.log_keep,
         how: place.how,
         here: place.here.filter(|_| typed),

@@ -31,5 +31,6 @@ mod store_inputs;
 mod store_torture;
 mod stores;
 mod strace;
+mod sync_commit;
 mod torture;
 mod walls;

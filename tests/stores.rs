@@ -281,9 +281,10 @@ fn end_sessions(env: &Backend) {
         .expect("end the paused command's session");
 }
 
-/// A command whose connection broke at COMMIT exits 1 with a hint that says what running
-/// it again will answer, each command its own; run again, it is decided afresh (here the
-/// COMMIT never reached the server).
+/// A command whose connection broke at COMMIT, and whose outcome a new session could not
+/// learn either (failpoint `txn.resolving`, as with a server out of reach), exits 1 with a
+/// hint that says what running it again will answer, each command its own; run again, it
+/// is decided afresh (here the COMMIT never reached the server).
 #[test]
 fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
     let Some(env) = Backend::postgres() else {
@@ -324,7 +325,7 @@ fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
         if args[0] == "release" {
             assert_eq!(env.claim("doc.md", "A", 10, now), 2);
         }
-        let paused = env.spawn_paused(args, now, stdin, "txn.before_commit");
+        let paused = env.spawn_paused_also(args, now, stdin, "txn.before_commit", UNRESOLVED);
         end_sessions(&env);
         let out = paused.resume();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -346,6 +347,10 @@ fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
     }
 }
 
+/// Keeps a broken COMMIT unresolved: the new session that would ask the server what
+/// became of it is not made, so the outcome stays unknown.
+const UNRESOLVED: &str = "txn.resolving=return(unreachable)";
+
 /// `run` never takes a live lease of its own owner back: when its claim's COMMIT breaks,
 /// its hint says what running it again will answer instead (a store of its own: `run`
 /// needs the wall clock).
@@ -359,7 +364,8 @@ fn a_run_whose_claim_answer_is_lost_says_it_will_be_held() {
         .env("FENCEPOST_STORE", env.url())
         .current_dir(env.env().root())
         .args(["run", "job.md", "--owner", "A", "--ttl", "1h", "--", "true"]);
-    let paused = crate::support::spawn_paused_command(cmd, b"", "txn.before_commit");
+    let paused =
+        crate::support::spawn_paused_command_also(cmd, b"", "txn.before_commit", UNRESOLVED);
     end_sessions(&env);
     let out = paused.resume();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -67,6 +67,8 @@ pub(crate) struct Remote {
     /// A root was given or found: the mirror of the store's documents on this host
     /// (`root` and `db` of the [`Ctx`] are its).
     pub mirror: bool,
+    /// How long a COMMIT may wait for the store's confirmation (`--commit-timeout`).
+    pub commit_timeout: Duration,
 }
 
 /// What a successful command prints: a plain line for people and shell capture, and
@@ -113,22 +115,33 @@ impl Ctx {
     /// Opens the shared store: `None` when its database has no fencepost schema yet and
     /// `create` is false.
     fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
-        let opened =
-            match store::postgres::PgStore::open(&remote.url, self.busy, self.deadline, false)? {
-                Some(opened) => opened,
-                None if !create => return Ok(None),
-                None => {
-                    // A store without tables yet: a root bound to any store, or with leases
-                    // of its own, is not its mirror; refused before the tables are made.
-                    if remote.mirror {
-                        crate::mirror::check_root(self, remote, "")?;
-                    }
-                    store::postgres::PgStore::open(&remote.url, self.busy, self.deadline, true)?
-                        .ok_or(Error::Internal(
-                            "a store opened to be created had no schema",
-                        ))?
+        let opened = match store::postgres::PgStore::open(
+            &remote.url,
+            self.busy,
+            self.deadline,
+            remote.commit_timeout,
+            false,
+        )? {
+            Some(opened) => opened,
+            None if !create => return Ok(None),
+            None => {
+                // A store without tables yet: a root bound to any store, or with leases
+                // of its own, is not its mirror; refused before the tables are made.
+                if remote.mirror {
+                    crate::mirror::check_root(self, remote, "")?;
                 }
-            };
+                store::postgres::PgStore::open(
+                    &remote.url,
+                    self.busy,
+                    self.deadline,
+                    remote.commit_timeout,
+                    true,
+                )?
+                .ok_or(Error::Internal(
+                    "a store opened to be created had no schema",
+                ))?
+            }
+        };
         if let Some(clock) = store::Store::server_clock(&opened) {
             self.server_clock.set(Some(clock));
         }
@@ -432,7 +445,8 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
         let tx = store.immediate()?;
         tx.bind_clock(ctx.clock.kind())?;
         ctx.log(&*tx, &event)?;
-        tx.commit()
+        // The refusal is the answer, logged or not: it does not wait for standbys.
+        tx.commit_unreplicated()
     });
     // A busy state file is the likely cause, and its refusal already has its line; other
     // failures are worth a warning.

@@ -119,6 +119,13 @@ pub(crate) trait Txn {
     /// Commits: the single point where a change becomes real.
     fn commit(self: Box<Self>) -> Result<()>;
 
+    /// Commits a change whose loss would cost only a line of the audit log (a refusal's
+    /// record): a shared store does not wait for its synchronous standbys to confirm it,
+    /// so a refusal is answered while they are down.
+    fn commit_unreplicated(self: Box<Self>) -> Result<()> {
+        self.commit()
+    }
+
     /// Locks `resource` until the end of the transaction, for a store whose
     /// transactions do not lock everything from their start (SQLite's `BEGIN IMMEDIATE`
     /// does).

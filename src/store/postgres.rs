@@ -25,9 +25,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::{Read, Write};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use postgres::error::SqlState;
+use postgres::error::{DbError, SqlState};
 use postgres::{Client, NoTls, Row};
 use sha2::{Digest, Sha256};
 
@@ -149,6 +150,12 @@ const IDLE_IN_TRANSACTION: &str = "30s";
 /// Automatic pruning runs when an event id is a multiple of this.
 const PRUNE_EVERY: i64 = 1_000;
 
+/// Drops the log's oldest events but the newest `$1`, at most `$2` of them.
+const PRUNE: &str = "DELETE FROM fencepost_log WHERE id IN (
+     SELECT id FROM fencepost_log
+     WHERE id <= (SELECT max(id) FROM fencepost_log) - $1
+     ORDER BY id LIMIT $2)";
+
 /// Key of the advisory lock that serialises creating the schema.
 const SCHEMA_LOCK: i64 = 0x4650_5354;
 
@@ -167,6 +174,35 @@ pub(crate) struct PgStore {
     /// How many of [`MIGRATIONS`] the store has run (an older schema this session could
     /// not upgrade lacks the later tables).
     schema: usize,
+    /// The URL, to ask a new session what became of a COMMIT whose session broke.
+    url: StoreUrl,
+    /// How long a COMMIT may wait before it is cancelled (`--commit-timeout`).
+    commit_timeout: Duration,
+    /// The warnings the server sent on this session.
+    notices: Notices,
+    /// What cancels a COMMIT that waits past `commit_timeout`.
+    timer: CommitTimer,
+}
+
+/// The warnings and notices a session received, kept until a statement looks at them:
+/// the one that matters is the server's warning that a COMMIT's wait for its
+/// synchronous standbys was cancelled, which comes as a notice, not as an error.
+#[derive(Clone, Default)]
+struct Notices(Arc<Mutex<Vec<DbError>>>);
+
+impl Notices {
+    fn push(&self, notice: DbError) {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.push(notice);
+        }
+    }
+
+    fn take(&self) -> Vec<DbError> {
+        self.0
+            .lock()
+            .map(|mut kept| std::mem::take(&mut *kept))
+            .unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for PgStore {
@@ -274,14 +310,19 @@ fn percent_decoded(text: &str) -> String {
 impl PgStore {
     /// Connects to the store at `url`, creating its schema if `create` and missing.
     /// `None` when the database has no fencepost schema and `create` is false.
-    /// With a `deadline`, every wait on the network ends by then (see [`connect`]).
+    /// With a `deadline`, every wait on the network ends by then (see [`connect`]); a
+    /// COMMIT that waits longer than `commit_timeout` is cancelled.
     pub(crate) fn open(
         url: &StoreUrl,
         busy: Duration,
         deadline: Option<Instant>,
+        commit_timeout: Duration,
         create: bool,
     ) -> Result<Option<PgStore>> {
-        let mut client = connect(url, busy, deadline)?;
+        let notices = Notices::default();
+        let mut client = connect(url, busy, deadline, &notices)?;
+        // Started here, so that its start overlaps the round trips that follow.
+        let timer = CommitTimer::start(client.cancel_token());
         let fail = |e| pg_error(&url.shown, busy, e);
         let header = read_header(&mut client, &url.shown, busy)?;
         let header = match header {
@@ -289,6 +330,10 @@ impl PgStore {
             None if !create => return Ok(None),
             None => {
                 create_schema(&mut client, &url.shown, busy)?;
+                // Its COMMIT is the first one: one the standbys did not confirm is said.
+                if let Some(warning) = notices.take().into_iter().find(sync_wait_cancelled) {
+                    return Err(not_confirmed(&url.shown, &warning, None));
+                }
                 read_header(&mut client, &url.shown, busy)?.ok_or(Error::Internal(
                     "a store's schema was made but cannot be read",
                 ))?
@@ -318,6 +363,10 @@ impl PgStore {
             id,
             server_clock: (server_now, here),
             schema,
+            url: url.clone(),
+            commit_timeout,
+            notices,
+            timer,
         }))
     }
 }
@@ -330,8 +379,14 @@ impl PgStore {
 ///
 /// With a `deadline` (`run`'s renewals), every wait is bounded by the time left until
 /// it: the connect, each statement (`statement_timeout`), each lock (`lock_timeout`),
-/// and data left unacknowledged on the socket (TCP user timeout).
-fn connect(url: &StoreUrl, busy: Duration, deadline: Option<Instant>) -> Result<Client> {
+/// and data left unacknowledged on the socket (TCP user timeout). The server's warnings
+/// go to `notices`.
+fn connect(
+    url: &StoreUrl,
+    busy: Duration,
+    deadline: Option<Instant>,
+    notices: &Notices,
+) -> Result<Client> {
     let mut config: postgres::Config = url
         .url
         .parse()
@@ -388,6 +443,8 @@ fn connect(url: &StoreUrl, busy: Duration, deadline: Option<Instant>) -> Result<
         .filter(|t| !t.is_zero())
         .unwrap_or(TCP_USER_TIMEOUT);
     config.tcp_user_timeout(bounded(user_timeout).max(Duration::from_millis(1)));
+    let kept = notices.clone();
+    config.notice_callback(move |notice| kept.push(notice));
     config.connect(NoTls).map_err(|e| Error::Remote {
         message: format!("cannot reach the store {}: {}", url.shown, root_cause(&e)),
         hint: Some(
@@ -717,6 +774,13 @@ impl PgStore {
             seen: self.schema >= SEEN_SCHEMA,
             open: Cell::new(true),
             now: Cell::new(None),
+            url: &self.url,
+            commit_timeout: self.commit_timeout,
+            notices: &self.notices,
+            timer: &self.timer,
+            xid: RefCell::new(None),
+            idle_limit: Cell::new(None),
+            last_reply: Cell::new(Instant::now()),
         }))
     }
 }
@@ -731,6 +795,19 @@ pub(crate) struct PgTxn<'a> {
     open: Cell<bool>,
     /// The server's clock once the resource's lock was granted.
     now: Cell<Option<i64>>,
+    url: &'a StoreUrl,
+    commit_timeout: Duration,
+    notices: &'a Notices,
+    timer: &'a CommitTimer,
+    /// The transaction's id (`pg_current_xact_id()`), read with the clock once the lock
+    /// was granted: what a new session asks about when this one broke at COMMIT.
+    xid: RefCell<Option<String>>,
+    /// The session's `idle_in_transaction_session_timeout`, read with the clock (`None`
+    /// when not read, or 0: no limit).
+    idle_limit: Cell<Option<Duration>>,
+    /// When the last answer arrived: a session that broke after sitting idle longer than
+    /// [`Self::idle_limit`] was ended by the server's idle timeout.
+    last_reply: Cell<Instant>,
 }
 
 impl Drop for PgTxn<'_> {
@@ -747,15 +824,38 @@ impl PgTxn<'_> {
         move |e| pg_error(self.shown, self.busy, e)
     }
 
+    /// Runs one statement, noting when its answer came; a session that broke while the
+    /// transaction sat idle past the server's limit is said to have been ended by it.
+    fn statement<T>(
+        &self,
+        run: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let sent = Instant::now();
+        let done = run(&mut self.client.borrow_mut());
+        match done {
+            Ok(answer) => {
+                self.last_reply.set(Instant::now());
+                Ok(answer)
+            }
+            Err(e) if broken(&e) && self.idled_out(sent) => Err(idle_ended(self.shown)),
+            Err(e) => Err(pg_error(self.shown, self.busy, e)),
+        }
+    }
+
+    /// True when the transaction sat idle, up to `sent`, at least as long as the
+    /// server's `idle_in_transaction_session_timeout`.
+    fn idled_out(&self, sent: Instant) -> bool {
+        self.idle_limit
+            .get()
+            .is_some_and(|limit| sent.saturating_duration_since(self.last_reply.get()) >= limit)
+    }
+
     fn query(
         &self,
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        self.client
-            .borrow_mut()
-            .query(sql, params)
-            .map_err(self.fail())
+        self.statement(|c| c.query(sql, params))
     }
 
     fn query_opt(
@@ -763,43 +863,278 @@ impl PgTxn<'_> {
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<Option<Row>> {
-        self.client
-            .borrow_mut()
-            .query_opt(sql, params)
-            .map_err(self.fail())
+        self.statement(|c| c.query_opt(sql, params))
     }
 
     fn execute(&self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<u64> {
-        self.client
-            .borrow_mut()
-            .execute(sql, params)
-            .map_err(self.fail())
+        self.statement(|c| c.execute(sql, params))
+    }
+
+    /// Sends `sql`, which ends with COMMIT, and says what became of it: committed (and
+    /// confirmed, as far as the server waits for its standbys); committed on the primary
+    /// but not confirmed by its synchronous standbys (the server warned that the wait was
+    /// cancelled: by `--commit-timeout`, an operator or a shutdown); rolled back; or, when
+    /// the session broke and a new one cannot tell, unknown.
+    fn finish(&self, sql: &str) -> Result<()> {
+        crate::failpoints::failpoint!("txn.before_commit");
+        self.open.set(false);
+        let _ = self.notices.take();
+        let sent = Instant::now();
+        self.timer.arm(self.commit_timeout);
+        let done = self.client.borrow_mut().batch_execute(sql);
+        let timed_out = self.timer.disarm();
+        let warned = self.notices.take().into_iter().find(sync_wait_cancelled);
+        if let Some(warning) = warned {
+            return Err(not_confirmed(
+                self.shown,
+                &warning,
+                timed_out.then_some(self.commit_timeout),
+            ));
+        }
+        match done {
+            Ok(()) => {}
+            Err(e) if e.code() == Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) => {
+                return Err(idle_ended(self.shown));
+            }
+            Err(e) if broken(&e) => {
+                let idled_out = self.idled_out(sent);
+                let xid = self.xid.borrow_mut().take();
+                return match xid.and_then(|xid| xact_status(self.url, self.busy, &xid)) {
+                    Some(status) if status == "committed" => Ok(()),
+                    Some(status) if status == "aborted" && idled_out => Err(idle_ended(self.shown)),
+                    Some(status) if status == "aborted" => Err(rolled_back(self.shown, &e)),
+                    _ => Err(unknown_outcome(self.shown, &e)),
+                };
+            }
+            Err(e) => return Err(pg_error(self.shown, self.busy, e)),
+        }
+        crate::failpoints::failpoint!("txn.after_commit");
+        Ok(())
+    }
+}
+
+/// True for a failure that ended the session rather than the statement: the connection
+/// closed or failed, or the server said it is ending the session (shutdown, a
+/// terminated backend, the idle timeout).
+fn broken(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || match e.code() {
+            None => true,
+            Some(code) => {
+                let code = code.code();
+                code.starts_with("08") || code.starts_with("57P") || code == "25P03"
+            }
+        }
+}
+
+/// True for the server's warning that a COMMIT's wait for its synchronous standbys
+/// was cancelled (by a cancel request or a statement timeout: "canceling wait for
+/// synchronous replication ...", or by a terminated backend or a shutdown: "canceling
+/// the wait for synchronous replication and terminating connection ..."): the
+/// transaction committed on the primary, and no standby confirmed it. A COMMIT draws no
+/// other warning, so any warning during one is read as that, whatever the server's
+/// language.
+fn sync_wait_cancelled(notice: &DbError) -> bool {
+    match notice.parsed_severity() {
+        Some(severity) => severity == postgres::error::Severity::Warning,
+        // A server older than 9.6 sends the severity in its own language only.
+        None => notice.severity() == "WARNING",
+    }
+}
+
+/// A duration as `--commit-timeout` takes it: `2s`, `1500ms`.
+fn shown_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// The store answered that a COMMIT is in effect on the primary, but not confirmed by
+/// its synchronous standbys; `timeout` when fencepost's commit timeout cancelled the
+/// wait.
+fn not_confirmed(shown: &str, warning: &DbError, timeout: Option<Duration>) -> Error {
+    let why = match timeout {
+        Some(d) => format!(
+            "the store {shown} did not confirm the COMMIT within {}",
+            shown_duration(d)
+        ),
+        None => format!("the store {shown} cancelled the wait for its COMMIT"),
+    };
+    Error::Remote {
+        message: format!(
+            "{why}: committed on the primary, not confirmed by its synchronous standby ({})",
+            warning.message()
+        ),
+        hint: Some(
+            "the change is in effect on the primary, but a failover to a standby that lacks \
+             it would lose it: check the standby (pg_stat_replication, \
+             synchronous_standby_names); once it has caught up the change is as safe as any"
+                .to_string(),
+        ),
+    }
+}
+
+/// The session broke at COMMIT and its outcome could not be learnt from a new one.
+fn unknown_outcome(shown: &str, e: &postgres::Error) -> Error {
+    Error::OutcomeUnknown {
+        message: format!(
+            "the connection to {shown} broke at COMMIT: the change may or may not have been \
+             made ({})",
+            root_cause(e)
+        ),
+        retry: None,
+    }
+}
+
+/// The session broke at COMMIT, and a new one learnt that the transaction rolled back.
+fn rolled_back(shown: &str, e: &postgres::Error) -> Error {
+    Error::Remote {
+        message: format!(
+            "the connection to {shown} broke at COMMIT, and the transaction rolled back: \
+             nothing was changed ({})",
+            root_cause(e)
+        ),
+        hint: Some("run the same command again".to_string()),
+    }
+}
+
+/// The server ended the session for sitting idle in its transaction.
+fn idle_ended(shown: &str) -> Error {
+    Error::Remote {
+        message: format!(
+            "the store {shown} ended this session: it sat idle in its transaction past \
+             idle_in_transaction_session_timeout; the transaction rolled back, nothing was \
+             changed"
+        ),
+        hint: Some(
+            "run the command again; a process paused inside a transaction (a debugger, \
+             SIGSTOP) loses it this way"
+                .to_string(),
+        ),
+    }
+}
+
+/// How long a new session may take to say what became of a broken COMMIT.
+const RESOLVE_WITHIN: Duration = Duration::from_secs(3);
+
+/// `pg_xact_status` of the transaction `xid`, asked on a new session, within
+/// [`RESOLVE_WITHIN`]: `committed`, `aborted`, `in progress`, or `None` when the
+/// server could not be asked in time.
+fn xact_status(url: &StoreUrl, busy: Duration, xid: &str) -> Option<String> {
+    may_resolve().ok()?;
+    let (send, answer) = mpsc::channel();
+    let (url, xid) = (url.clone(), xid.to_string());
+    // A thread of its own, so that a server that does not answer costs at most the
+    // bound; left behind then, it ends with the process.
+    std::thread::Builder::new()
+        .name("fencepost-resolve".into())
+        .spawn(move || {
+            let within = Some(Instant::now() + RESOLVE_WITHIN);
+            let status = connect(&url, busy, within, &Notices::default())
+                .ok()
+                .and_then(|mut c| {
+                    c.query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid])
+                        .ok()
+                        .and_then(|r| r.get::<_, Option<String>>(0))
+                });
+            let _ = send.send(status);
+        })
+        .ok()?;
+    answer.recv_timeout(RESOLVE_WITHIN).ok().flatten()
+}
+
+/// The failpoint `txn.resolving`, where a broken COMMIT is about to be resolved: with it
+/// failed, the server is taken to be unable to tell (the outcome stays unknown), as when
+/// it is down or out of reach.
+fn may_resolve() -> Result<()> {
+    crate::failpoints::failpoint!("txn.resolving");
+    Ok(())
+}
+
+/// Cancels a session's COMMIT that waits too long (the server's `statement_timeout`
+/// does not cover the wait for synchronous standbys at COMMIT: the server turns the
+/// timer off before it commits). One thread per session, started with it, so that its
+/// start overlaps the connect's round trips instead of delaying a COMMIT; each COMMIT
+/// arms it and disarms it.
+struct CommitTimer {
+    /// Arms the timer for one COMMIT; `None` when no thread could be started (a COMMIT
+    /// then waits as long as it takes).
+    arm: Option<mpsc::Sender<Duration>>,
+    /// Disarms it: the COMMIT answered.
+    done: Option<mpsc::Sender<()>>,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CommitTimer {
+    fn start(token: postgres::CancelToken) -> CommitTimer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (arm, armed) = mpsc::channel::<Duration>();
+        let (done, answered) = mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = fired.clone();
+        // A small stack: the thread mostly sleeps.
+        let spawned = std::thread::Builder::new()
+            .name("fencepost-commit-timer".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                while let Ok(after) = armed.recv() {
+                    match answered.recv_timeout(after) {
+                        Ok(()) => {}
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            flag.store(true, Ordering::SeqCst);
+                            let _ = token.cancel_query(NoTls);
+                            // The COMMIT's answer (the server's warning) comes next.
+                            if answered.recv().is_err() {
+                                return;
+                            }
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => CommitTimer {
+                arm: Some(arm),
+                done: Some(done),
+                fired,
+            },
+            Err(_) => CommitTimer {
+                arm: None,
+                done: None,
+                fired,
+            },
+        }
+    }
+
+    /// Starts counting `after` for a COMMIT about to be sent.
+    fn arm(&self, after: Duration) {
+        self.fired.store(false, std::sync::atomic::Ordering::SeqCst);
+        if let Some(arm) = &self.arm {
+            let _ = arm.send(after);
+        }
+    }
+
+    /// The COMMIT answered; true if the timer had cancelled it.
+    fn disarm(&self) -> bool {
+        if let Some(done) = &self.done {
+            let _ = done.send(());
+        }
+        self.fired.swap(false, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
 impl Txn for PgTxn<'_> {
     fn commit(self: Box<Self>) -> Result<()> {
-        crate::failpoints::failpoint!("txn.before_commit");
-        self.open.set(false);
-        let done = self.client.borrow_mut().batch_execute("COMMIT");
-        if let Err(e) = done {
-            // The COMMIT was sent; whether the server made it before the session broke
-            // cannot be known from here.
-            if e.is_closed() || e.code().is_none() {
-                return Err(Error::OutcomeUnknown {
-                    message: format!(
-                        "the connection to {} broke at COMMIT: the change may or may not \
-                         have been made ({})",
-                        self.shown,
-                        root_cause(&e)
-                    ),
-                    retry: None,
-                });
-            }
-            return Err(pg_error(self.shown, self.busy, e));
-        }
-        crate::failpoints::failpoint!("txn.after_commit");
-        Ok(())
+        self.finish("COMMIT")
+    }
+
+    fn commit_unreplicated(self: Box<Self>) -> Result<()> {
+        // Flushed to the primary's disk, not waited for on standbys: in one message with
+        // the COMMIT, so it costs no round trip.
+        self.finish("SET LOCAL synchronous_commit = local; COMMIT")
     }
 
     fn lock(&self, resource: &Resource) -> Result<()> {
@@ -812,12 +1147,24 @@ impl Txn for PgTxn<'_> {
             &[&resource.as_str()],
         )?;
         // Read after the lock is granted (a statement of its own: the one above may have
-        // waited), so decisions use the time they are made at.
+        // waited), so decisions use the time they are made at. With it, what tells a
+        // broken COMMIT's outcome and cause later: the transaction's id (the row lock
+        // gave it one) and the server's idle limit.
         let now = self.query_opt(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                    pg_current_xact_id()::text,
+                    (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
+                        ::interval) * 1000)::bigint",
             &[],
         )?;
-        self.now.set(now.and_then(|r| r.try_get(0).ok()));
+        self.now.set(now.as_ref().and_then(|r| r.try_get(0).ok()));
+        *self.xid.borrow_mut() = now.as_ref().and_then(|r| r.try_get(1).ok());
+        let idle_ms: Option<i64> = now.as_ref().and_then(|r| r.try_get(2).ok());
+        self.idle_limit.set(
+            idle_ms
+                .filter(|ms| *ms > 0)
+                .map(|ms| Duration::from_millis(ms.unsigned_abs())),
+        );
         Ok(())
     }
 
@@ -1033,19 +1380,29 @@ impl Txn for PgTxn<'_> {
         )?;
         let id: i64 = row.map_or(0, |r| r.get(0));
         if id % PRUNE_EVERY == 0 {
-            self.prune(keep, Some(2 * PRUNE_EVERY))?;
+            // Under a savepoint: a role that may not delete from the log still makes its
+            // change, and leaves the pruning to `log --prune` by one that may.
+            self.execute("SAVEPOINT fencepost_prune", &[])?;
+            let limit = Some(2 * PRUNE_EVERY);
+            let pruned = self
+                .client
+                .borrow_mut()
+                .execute(PRUNE, &[&keep.max(0), &limit]);
+            match pruned {
+                Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                    self.execute("ROLLBACK TO SAVEPOINT fencepost_prune", &[])?;
+                }
+                Err(e) => return Err(pg_error(self.shown, self.busy, e)),
+                Ok(_) => {
+                    self.execute("RELEASE SAVEPOINT fencepost_prune", &[])?;
+                }
+            }
         }
         Ok(())
     }
 
     fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
-        let dropped = self.execute(
-            "DELETE FROM fencepost_log WHERE id IN (
-                 SELECT id FROM fencepost_log
-                 WHERE id <= (SELECT max(id) FROM fencepost_log) - $1
-                 ORDER BY id LIMIT $2)",
-            &[&keep.max(0), &limit],
-        )?;
+        let dropped = self.execute(PRUNE, &[&keep.max(0), &limit])?;
         Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
     }
 
@@ -1210,23 +1567,11 @@ fn sink_row(r: &Row) -> SinkRecord {
     }
 }
 
-impl Blobs for PgStore {
-    fn upload(&mut self, source: &mut dyn Read) -> Result<Blob> {
+impl PgStore {
+    /// Uploads the chunks of the blob `id` from `source` and marks it complete.
+    fn upload_chunks(&mut self, id: i64, source: &mut dyn Read) -> Result<Blob> {
         let fail = |shown: &str, busy, e| pg_error(shown, busy, e);
         let (shown, busy) = (self.shown.clone(), self.busy);
-        // Each statement commits on its own without waiting for the disk; the fenced
-        // COMMIT that publishes the blob waits for all of them.
-        self.client
-            .batch_execute("SET synchronous_commit = off")
-            .map_err(|e| fail(&shown, busy, e))?;
-        let id: i64 = self
-            .client
-            .query_one(
-                "INSERT INTO fencepost_blob DEFAULT VALUES RETURNING id",
-                &[],
-            )
-            .map_err(|e| fail(&shown, busy, e))?
-            .get(0);
         let insert = self
             .client
             .prepare("INSERT INTO fencepost_chunk (blob, seq, data) VALUES ($1, $2, $3)")
@@ -1263,19 +1608,57 @@ impl Blobs for PgStore {
                 &[&id, &sha256, &size_i],
             )
             .map_err(|e| fail(&shown, busy, e))?;
+        Ok(Blob { id, sha256, size })
+    }
+}
+
+impl Blobs for PgStore {
+    fn upload(&mut self, source: &mut dyn Read) -> Result<Blob> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let fail = |e| upload_error(&shown, busy, e);
+        // Each statement commits on its own without waiting for the disk; the fenced
+        // COMMIT that publishes the blob waits for all of them.
+        self.client
+            .batch_execute("SET synchronous_commit = off")
+            .map_err(fail)?;
+        let id: i64 = self
+            .client
+            .query_one(
+                "INSERT INTO fencepost_blob DEFAULT VALUES RETURNING id",
+                &[],
+            )
+            .map_err(fail)?
+            .get(0);
+        let uploaded = self.upload_chunks(id, source).map_err(|e| match e {
+            Error::Remote { message, hint } => uploading(message, hint),
+            other => other,
+        });
+        if uploaded.is_err() {
+            // A full disk, a source that failed: what was uploaded is of no use. Best
+            // effort, as is setting the session's durability back.
+            self.discard(id);
+            let _ = self
+                .client
+                .batch_execute(&format!("SET synchronous_commit = {}", self.durable));
+        }
+        let uploaded = uploaded?;
         self.client
             .batch_execute(&format!("SET synchronous_commit = {}", self.durable))
-            .map_err(|e| fail(&shown, busy, e))?;
-        Ok(Blob { id, sha256, size })
+            .map_err(fail)?;
+        Ok(uploaded)
     }
 
     fn discard(&mut self, id: i64) {
-        // Best effort: `recover` removes what is left.
-        let _ = self.client.execute(
-            "DELETE FROM fencepost_blob b WHERE id = $1
-             AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
-            &[&id],
-        );
+        // Best effort: `recover` removes what is left. Not waited for on the disk or on
+        // standbys (as the upload was not): a refused write answers at once.
+        let _ = self.client.batch_execute(&format!(
+            "BEGIN; SET LOCAL synchronous_commit = off;
+             DELETE FROM fencepost_blob b WHERE id = {id}
+             AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id);
+             COMMIT"
+        ));
+        // A failed statement leaves the transaction open (ROLLBACK is a no-op if not).
+        let _ = self.client.batch_execute("ROLLBACK");
     }
 
     fn read(&mut self, published: &Published, out: &mut dyn Write) -> Result<()> {
@@ -1379,22 +1762,66 @@ fn clock_mismatch(shown: &str, bound: ClockKind) -> Error {
     }
 }
 
+/// An upload's failure: [`pg_error`], saying that nothing was published.
+fn upload_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
+    match pg_error(shown, busy, e) {
+        Error::Remote { message, hint } => uploading(message, hint),
+        other => other,
+    }
+}
+
+/// A failure while uploading content, said so, with the hint that nothing was published.
+fn uploading(message: String, hint: Option<String>) -> Error {
+    Error::Remote {
+        message: format!("cannot upload the content: {message}"),
+        hint: Some(hint.map_or_else(
+            || "nothing was published; the partial upload was removed".to_string(),
+            |h| format!("{h}; nothing was published"),
+        )),
+    }
+}
+
+/// True when the server says its disk is full: SQLSTATE 53100, or a file it could not
+/// extend or write for lack of space (e.g. "could not extend file ...: No space left on
+/// device").
+fn disk_full(e: &postgres::Error) -> bool {
+    if e.code() == Some(&SqlState::DISK_FULL) {
+        return true;
+    }
+    let text = root_cause(e);
+    text.contains("No space left on device") || text.contains("could not extend file")
+}
+
 /// Maps the server's answers to ours: a lock not granted within the busy timeout is
-/// `busy` (exit 7); a broken session or any other failure is exit 1 with the server's
-/// words.
+/// `busy` (exit 7); a full disk, a session the server ended, or any other failure is
+/// exit 1 with the server's words.
 fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
+    if disk_full(&e) {
+        return Error::Remote {
+            message: format!("the store's disk is full: {shown}: {}", root_cause(&e)),
+            hint: Some(
+                "free space on the database server's disk (or give it more), then run the \
+                 command again"
+                    .to_string(),
+            ),
+        };
+    }
+    if e.is_closed() || e.code().is_some_and(|c| c.code().starts_with("57P")) {
+        return Error::Remote {
+            message: format!(
+                "the store {shown} closed the connection: the server was stopped, crashed or \
+                 restarted, or this session was terminated ({})",
+                root_cause(&e)
+            ),
+            hint: Some("see the server's log; run the command again once it is up".to_string()),
+        };
+    }
     match e.code() {
         Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Error::RemoteBusy {
             store: shown.to_string(),
             waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
         },
-        Some(c) if *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => Error::Remote {
-            message: format!(
-                "the store {shown} ended this session: it sat idle in its transaction past \
-                 idle_in_transaction_session_timeout; nothing it had not committed was kept"
-            ),
-            hint: None,
-        },
+        Some(c) if *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => idle_ended(shown),
         _ => Error::Remote {
             message: format!("store {shown}: {}", root_cause(&e)),
             hint: None,

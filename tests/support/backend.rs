@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt as _;
 
 use crate::harness::{Done, Env, Run, bin};
 use crate::support::pg::{self, TestStore};
-use crate::support::{Paused, spawn_paused, spawn_paused_command};
+use crate::support::{Paused, spawn_paused_also, spawn_paused_command_also};
 
 /// Where a behaviour test keeps its state.
 pub(crate) struct Backend {
@@ -117,13 +117,26 @@ impl Backend {
         stdin: &[u8],
         point: &str,
     ) -> Paused {
+        self.spawn_paused_also(args, now, stdin, point, "")
+    }
+
+    /// [`Self::spawn_paused`] with more failpoints set (`also`, in the `FAILPOINTS`
+    /// syntax), to hit once the process is resumed.
+    pub(crate) fn spawn_paused_also(
+        &self,
+        args: &[&str],
+        now: i64,
+        stdin: &[u8],
+        point: &str,
+        also: &str,
+    ) -> Paused {
         let Some(store) = &self.pg else {
-            return spawn_paused(&self.env, args, Some(now), stdin, point);
+            return spawn_paused_also(&[], &self.env, args, Some(now), stdin, point, also);
         };
         if self.mirror {
             let mut all = vec!["--store", store.url()];
             all.extend(args);
-            return spawn_paused(&self.env, &all, Some(now), stdin, point);
+            return spawn_paused_also(&[], &self.env, &all, Some(now), stdin, point, also);
         }
         let mut cmd = std::process::Command::new(bin());
         cmd.env_clear()
@@ -132,7 +145,7 @@ impl Backend {
             .arg("--now")
             .arg(now.to_string())
             .args(args);
-        spawn_paused_command(cmd, stdin, point)
+        spawn_paused_command_also(cmd, stdin, point, also)
     }
 
     /// The document's current bytes: the file in the root, or what `cat` prints (`None`

@@ -162,6 +162,11 @@ impl TestStore {
         &self.name
     }
 
+    /// The URL of the shared database, as `FENCEPOST_TEST_STORE` gives it (a superuser).
+    pub(crate) fn admin(&self) -> &str {
+        &self.admin
+    }
+
     /// A session on the store, to look at what fencepost left there.
     #[track_caller]
     pub(crate) fn client(&self) -> Client {
@@ -278,6 +283,21 @@ impl PrivateCluster {
             "postgresql:///postgres?host={}&user=postgres",
             self.dir.path().display()
         )
+    }
+
+    /// Sets server settings (`ALTER SYSTEM SET name = value`, `value` as SQL, quoted
+    /// where it must be) and has the server reload them.
+    #[track_caller]
+    pub(crate) fn configure(&self, settings: &[(&str, &str)]) {
+        let mut admin = connect(&self.url());
+        for (name, value) in settings {
+            if let Err(e) = admin.batch_execute(&format!("ALTER SYSTEM SET {name} = {value}")) {
+                panic!("ALTER SYSTEM SET {name} = {value}: {}", chain(&e));
+            }
+        }
+        if let Err(e) = admin.batch_execute("SELECT pg_reload_conf()") {
+            panic!("pg_reload_conf(): {}", chain(&e));
+        }
     }
 
     /// The folder holding the cluster (its data, log and socket).

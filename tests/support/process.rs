@@ -115,7 +115,17 @@ pub(crate) fn spawn_paused_also(
 /// Starts `cmd`, a `fencepost` command the caller built (its environment, folder and
 /// arguments), with `stdin`, and waits until it is blocked at `point`.
 pub(crate) fn spawn_paused_command(cmd: Command, stdin: &[u8], point: &str) -> Paused {
-    start_paused(cmd, Fifos::new(), stdin, point, "")
+    spawn_paused_command_also(cmd, stdin, point, "")
+}
+
+/// [`spawn_paused_command`] with more failpoints set (`also`, as in [`spawn_paused_also`]).
+pub(crate) fn spawn_paused_command_also(
+    cmd: Command,
+    stdin: &[u8],
+    point: &str,
+    also: &str,
+) -> Paused {
+    start_paused(cmd, Fifos::new(), stdin, point, also)
 }
 
 /// The FIFOs a paused process signals and waits on (`BASE.ready`, `BASE.resume`).
