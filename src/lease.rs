@@ -175,16 +175,27 @@ pub fn check_holder(
 }
 
 /// True when a claim by `owner` at `now` is a retry of the claim that made the current
-/// lease: the lease is live and held under this very owner name. Such a claim is answered
-/// with that lease and its epoch, unchanged (a replay), instead of `held`: after a claim
-/// whose answer was lost (its COMMIT made, the reply not delivered), the retry learns
-/// the epoch it holds rather than being told that it is held by itself.
+/// lease: the lease is live, held under this very owner name, and nothing was written
+/// under its epoch yet (`written`: the epoch of the sink's recorded content). Such a claim
+/// is answered with that lease and its epoch, unchanged (a replay), instead of `held`:
+/// after a claim whose answer was lost (its COMMIT made, the reply not delivered), the
+/// retry learns the epoch it holds rather than being told that it is held by itself.
 ///
-/// This is why an owner name must name one worker: two processes claiming under one
-/// name would both be answered with the same lease.
+/// A write under the epoch proves the claim was answered: a claim after it is a new one
+/// by a worker that forgot to finish its lease, and handing it the old epoch would only
+/// lead it to a `conflict` (one value per epoch), so it is `held` as any claim on a live
+/// lease. An owner name must still name one worker: two processes claiming under one
+/// name before either writes would both be answered with the same lease.
 #[must_use]
-pub fn claim_is_replay(current: Option<&Lease>, owner: &str, now: i64) -> bool {
-    current.is_some_and(|lease| lease.is_live(now) && lease.owner == owner)
+pub fn claim_is_replay(
+    current: Option<&Lease>,
+    owner: &str,
+    now: i64,
+    written: Option<i64>,
+) -> bool {
+    current.is_some_and(|lease| {
+        lease.is_live(now) && lease.owner == owner && written != Some(lease.epoch)
+    })
 }
 
 /// What a holder asked to finish its lease with: `complete` (and its result) or
@@ -329,14 +340,18 @@ mod tests {
     #[test]
     fn a_claim_by_the_live_holder_is_a_replay_and_nobody_elses_is() {
         let a = held("A", 3, 10);
-        assert!(claim_is_replay(Some(&a), "A", 9));
-        assert!(!claim_is_replay(Some(&a), "B", 9));
+        assert!(claim_is_replay(Some(&a), "A", 9, None));
+        // Content of an older epoch is no answer to this claim.
+        assert!(claim_is_replay(Some(&a), "A", 9, Some(2)));
+        assert!(!claim_is_replay(Some(&a), "B", 9, None));
+        // A write under the epoch proves the claim was answered: a new claim, held.
+        assert!(!claim_is_replay(Some(&a), "A", 9, Some(3)));
         // At the deadline the lease is over: a new claim, with the next epoch.
-        assert!(!claim_is_replay(Some(&a), "A", 10));
-        assert!(!claim_is_replay(None, "A", 0));
+        assert!(!claim_is_replay(Some(&a), "A", 10, None));
+        assert!(!claim_is_replay(None, "A", 0, None));
         for state in [LeaseState::Released, LeaseState::Completed] {
             let finished = Lease { state, ..a.clone() };
-            assert!(!claim_is_replay(Some(&finished), "A", 1));
+            assert!(!claim_is_replay(Some(&finished), "A", 1, None));
         }
     }
 

@@ -320,6 +320,24 @@ fn a_claim_retried_after_its_answer_was_lost_gets_its_epoch_back(env: &Backend) 
     assert_eq!(env.claim("doc.md", "A", 10, 11), 2);
 }
 
+/// A claim by the live lease's own owner after a write under that lease is no retry of the
+/// claim that made it (the write proves its answer came): it is `held`, as before replays
+/// existed, not the old epoch back, which could only end in a `conflict` for new bytes.
+fn a_claim_by_the_holder_after_it_wrote_is_held(env: &Backend) {
+    assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
+    env.write("doc.md", 1, "by A", 1, 0);
+    let j = env
+        .fp(&["--json", "claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(2)
+        .expect(3)
+        .json();
+    assert_eq!(j["outcome"], "held", "{j}");
+    assert_eq!(j["holder"], "A", "{j}");
+    assert_eq!(j["holder_epoch"], 1, "{j}");
+    // Once the lease is over, the same owner's claim is a new one.
+    assert_eq!(env.claim("doc.md", "A", 10, 11), 2);
+}
+
 /// A renew whose COMMIT was made but whose answer never came, run again, simply renews
 /// again from the time of the retry: no rule of its own is needed.
 fn a_renew_retried_after_its_answer_was_lost_renews_again(env: &Backend) {
@@ -578,6 +596,7 @@ both_stores!(
     release_lets_next_claim_succeed_at_once_with_next_epoch,
     release_retried_after_it_was_made_is_a_replay,
     a_claim_retried_after_its_answer_was_lost_gets_its_epoch_back,
+    a_claim_by_the_holder_after_it_wrote_is_held,
     run_refuses_a_live_lease_of_its_own_owner,
     a_renew_retried_after_its_answer_was_lost_renews_again,
     a_complete_retried_after_its_answer_was_lost_is_a_replay,

@@ -21,7 +21,8 @@ use crate::store::Txn;
 /// has passed (`now >= deadline`). The epoch goes up by one on every successful claim,
 /// even when the same owner claims again. A claim by the owner of the live lease (a
 /// retry whose first answer was lost) is answered with that lease's epoch, unchanged,
-/// marked as a replay in --json: an owner name must name one worker. By default the
+/// marked as a replay in --json, while nothing was written under it; after a write it is
+/// held. An owner name must name one worker. By default the
 /// claim also registers the new epoch with the sink, so writes carrying an older epoch
 /// are refused from this moment on.
 ///
@@ -139,9 +140,8 @@ fn take_or_replay(ctx: &Ctx, claim: &ClaimArgs, replays: bool) -> Result<(Claime
         let now = ctx.now();
         let current = tx.lease(&resource)?;
         if replays
-            && let Some(lease) = current
-                .as_ref()
-                .filter(|l| claim_is_replay(Some(l), &args.owner, now))
+            && let Some(lease) = current.as_ref()
+            && is_replay(&*tx, &resource, lease, &args.owner, now)?
         {
             // Read-only: dropped, the transaction rolls back.
             return replayed(&*tx, &resource, lease).map(|claimed| (claimed, asked));
@@ -191,6 +191,22 @@ fn take_or_replay(ctx: &Ctx, claim: &ClaimArgs, replays: bool) -> Result<(Claime
         return grant(ctx, tx, claim, &resource, &lease, current.as_ref(), now)
             .map(|claimed| (claimed, asked));
     }
+}
+
+/// Whether a claim by `owner` is a retry of the claim that made `lease` (see
+/// `lease::claim_is_replay`); the sink is read only when the owner's lease is live.
+fn is_replay(
+    tx: &dyn Txn,
+    resource: &Resource,
+    lease: &Lease,
+    owner: &str,
+    now: i64,
+) -> Result<bool> {
+    if !claim_is_replay(Some(lease), owner, now, None) {
+        return Ok(false);
+    }
+    let written = tx.sink(resource)?.and_then(|s| s.content).map(|c| c.epoch);
+    Ok(claim_is_replay(Some(lease), owner, now, written))
 }
 
 /// The epoch a claim must issue above: a shared store may have lost history a mirror
