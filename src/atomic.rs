@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::folder::{self, Entry, Kind};
 use crate::resource::DocPath;
 use crate::sink::{FileId, Leftovers};
+use crate::text::hex;
 
 /// What follows `.<name>.fencepost-` in a staged temp file's name (then random chars).
 const TEMP: &str = "tmp-";
@@ -802,20 +803,6 @@ pub(crate) fn ensure_space(dir: &Path, size: u64) -> Result<()> {
     }
 }
 
-/// The folder a path names its file in: `.` for a bare file name.
-pub(crate) fn folder_of(path: &Path) -> &Path {
-    path.parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-}
-
-/// fsyncs a folder, making renames and links in it durable.
-pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(Error::io("cannot fsync folder", dir))
-}
-
 /// SHA-256 and size of the document, streamed (never through a symlink).
 pub(crate) fn hash_document(doc: &DocPath) -> Result<(String, u64)> {
     doc.folder
@@ -838,16 +825,6 @@ fn hash_stream(source: &mut dyn Read) -> io::Result<(String, u64)> {
         size += n as u64;
     }
     Ok((hex(&hasher.finalize()), size))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use unicode_width::UnicodeWidthStr;
 
 use crate::clock::{ClockKind, show};
-use crate::error::RefusalKind;
+use crate::refusal::RefusalKind;
 
 /// What an event records: a change, or a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,7 +184,7 @@ pub(crate) fn table(events: &[Event], clock: ClockKind) -> String {
     for e in events {
         rows.push([
             show(clock, e.at),
-            crate::resource::display_name(&e.resource),
+            crate::text::display_name(&e.resource),
             e.kind.as_str().to_string(),
             e.owner.clone().unwrap_or_else(|| "-".into()),
             e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
@@ -234,7 +234,7 @@ pub(crate) fn timeline(events: &[Event], clock: ClockKind) -> String {
     for e in events {
         let mut row = vec![show(clock, e.at)];
         if several {
-            row.push(crate::resource::display_name(&e.resource));
+            row.push(crate::text::display_name(&e.resource));
         }
         row.push(e.owner.clone().unwrap_or_else(|| "?".into()));
         row.push(e.summary());
@@ -266,7 +266,7 @@ fn lanes(events: &[Event], clock: ClockKind) -> String {
         let owner = e.owner.clone().unwrap_or_else(|| "?".into());
         let mut row = vec![show(clock, e.at)];
         if several {
-            row.push(crate::resource::display_name(&e.resource));
+            row.push(crate::text::display_name(&e.resource));
         }
         row.extend(owners.iter().map(|o| {
             if *o == owner {

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::refusal::RefusalKind;
+
 use crate::outcome::{RefusalDetail, RunFailed, Verified};
 
 /// Everything that can stop a command.
@@ -115,34 +117,6 @@ pub(crate) enum Error {
     /// Something the code holds cannot happen did: a bug, never bad input (exit 1).
     #[error("internal error: {0}")]
     Internal(&'static str),
-}
-
-/// The kinds of refusal, each with its own exit code and outcome word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefusalKind {
-    /// claim: someone else holds a live lease.
-    Held,
-    /// renew, complete, release: not your lease any more, or expired.
-    Lost,
-    /// write: a newer epoch has been accepted for this resource.
-    Stale,
-    /// write: same epoch, different bytes.
-    Conflict,
-    /// write: an epoch that `claim` never issued for this resource (or to this owner).
-    Unissued,
-}
-
-impl RefusalKind {
-    /// The word printed on stdout and in `outcome` of the JSON object.
-    pub(crate) fn outcome(self) -> &'static str {
-        match self {
-            RefusalKind::Held => "held",
-            RefusalKind::Lost => "lost",
-            RefusalKind::Stale => "stale",
-            RefusalKind::Conflict => "conflict",
-            RefusalKind::Unissued => "unissued",
-        }
-    }
 }
 
 /// A refusal: a one-line explanation and the facts behind it (its kind follows from

@@ -251,3 +251,17 @@ fn entry(st: &rustix::fs::Stat) -> Entry {
 pub(crate) fn entry_of(file: &File) -> io::Result<Entry> {
     Ok(entry(&rustix::fs::fstat(file)?))
 }
+
+/// The folder a path names its file in: `.` for a bare file name.
+pub(crate) fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// fsyncs a folder, making renames and links in it durable.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io("cannot fsync folder", dir))
+}

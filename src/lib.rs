@@ -32,12 +32,15 @@ pub mod lease;
 mod mirror;
 mod outcome;
 mod recovery;
+mod refusal;
 mod resource;
 mod root;
 pub mod sink;
 mod store;
+mod text;
 
-use clock::{Clock, ClockKind, Zero, parse_duration};
+use clock::{Clock, ClockKind};
+use cmd::durations::{Zero, parse_duration};
 use cmd::{Ctx, Report};
 use error::{Error, Result};
 
@@ -620,7 +623,15 @@ fn busy_timeout(global: &Global) -> Result<Duration> {
 /// (not read from `FENCEPOST_RESOURCE`), so under a found root it starts in the current
 /// folder.
 fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
-    let clock = Clock::from_option(global.now)?;
+    let clock = match global.now {
+        Some(n) if n < 0 => {
+            return Err(Error::usage(format!(
+                "--now must be zero or positive, got {n}"
+            )));
+        }
+        Some(n) => Clock::Logical(n),
+        None => Clock::Wall,
+    };
     if matches!(command, Command::Completions(_) | Command::Man(_)) {
         // Generated from the CLI definition alone: no root, no state file.
         return Ok(Ctx {

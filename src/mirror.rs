@@ -301,7 +301,9 @@ fn apply(
         Ok(report) if report.plain == "written" => Ok(seen("applied")),
         Ok(_) => Ok(seen("current")),
         // The mirror already holds a newer epoch: this version came late.
-        Err(Error::Refused(r)) if r.kind() == crate::error::RefusalKind::Stale => Ok(seen("stale")),
+        Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => {
+            Ok(seen("stale"))
+        }
         Err(e) => Err(e),
     }
 }

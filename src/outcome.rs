@@ -9,8 +9,8 @@
 
 use serde::Serialize;
 
-use crate::error::RefusalKind;
 use crate::lease::Lease;
+use crate::refusal::RefusalKind;
 
 /// A successful command's answer; `outcome` in its JSON is the variant's name.
 #[derive(Debug, Serialize)]

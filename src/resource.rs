@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::folder::{Child, Folder, Kind};
+use crate::text::{first_misleading, padded};
 
 /// The folder under the root that holds the default state file.
 pub(crate) const STATE_DIR: &str = ".fencepost";
@@ -31,48 +32,6 @@ const MAX_FOLDER: usize = 255;
 /// margin. It is also well under `PATH_MAX` with the tool's sibling names beside the
 /// document; the root's own length is checked where the root is known.
 pub(crate) const MAX_RESOURCE: usize = 1024;
-
-/// True for a character that must not appear in a name, or a result shown by `status` and
-/// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
-/// invisible format characters (general category Cf), such as the bidirectional overrides
-/// (U+202E turns the text after it around), zero-width spaces and U+FEFF, which make a
-/// name show as another.
-pub(crate) fn misleading(c: char) -> bool {
-    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
-    c.is_control()
-        || matches!(
-            c.general_category(),
-            GeneralCategory::Format
-                | GeneralCategory::LineSeparator
-                | GeneralCategory::ParagraphSeparator
-        )
-}
-
-/// The first misleading character of `text`, as `U+202E`.
-pub(crate) fn first_misleading(text: &str) -> Option<String> {
-    text.chars()
-        .find(|&c| misleading(c))
-        .map(|c| format!("U+{:04X}", u32::from(c)))
-}
-
-/// True when a component of the name starts or ends with white space: `doc.md ` and
-/// ` doc.md` show as `doc.md` in a table.
-fn padded(name: &str) -> bool {
-    name.split('/')
-        .any(|part| part.starts_with(char::is_whitespace) || part.ends_with(char::is_whitespace))
-}
-
-/// A stored name as `status`, `verify`, `recover` and `log` show it: as it is when it
-/// reads as itself; quoted with its invisible characters escaped (`"a\u{202e}b"`) when it
-/// holds a control or invisible character or a component with leading or trailing white
-/// space, which only a name from before today's rules, or put in by hand, can.
-pub(crate) fn display_name(name: &str) -> String {
-    if name.chars().any(misleading) || padded(name) {
-        format!("{name:?}")
-    } else {
-        name.to_string()
-    }
-}
 
 /// A validated resource name: relative, normalised, `/`-separated, UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +101,7 @@ impl Resource {
         if let Some(folder) = parts.iter().find(|p| p.len() > MAX_FOLDER) {
             return Err(Error::usage(format!(
                 "resource {:?} has a folder name of {} bytes, longer than {MAX_FOLDER}",
-                crate::root::shown(text),
+                crate::text::shown(text),
                 folder.len()
             )));
         }
@@ -151,7 +110,7 @@ impl Resource {
             return Err(Error::usage(format!(
                 "resource {:?} is {} bytes long, longer than {MAX_RESOURCE} (the longest \
                  name every store can index)",
-                crate::root::shown(text),
+                crate::text::shown(text),
                 joined.len()
             )));
         }
@@ -443,6 +402,7 @@ pub(crate) fn locate(root: &Path, resource: &Resource, create: bool) -> Result<O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::display_name;
 
     fn parse(s: &str) -> Result<Resource> {
         Resource::parse(OsStr::new(s))

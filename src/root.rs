@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::resource::{Resource, STATE_DIR};
+use crate::text::shown;
 
 /// The file in `.fencepost/` that names a state file kept outside that folder.
 pub(crate) const MARKER: &str = "state-file";
@@ -207,7 +208,7 @@ pub(crate) fn real_path(path: &Path) -> PathBuf {
             return real;
         }
         match fs::read_link(&path) {
-            Ok(target) => path = crate::atomic::folder_of(&path).join(target),
+            Ok(target) => path = crate::folder::folder_of(&path).join(target),
             Err(_) => break,
         }
     }
@@ -274,18 +275,6 @@ pub(crate) fn fits(root: &Path, resource: &Resource) -> Result<()> {
     Ok(())
 }
 
-/// A name for a message: whole when short, else its start and its length.
-pub(crate) fn shown(name: &str) -> String {
-    if name.len() <= 120 {
-        return name.to_string();
-    }
-    let mut end = 60;
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &name[..end], name.len())
-}
-
 /// Refuses a resource whose real folders pass through another publish root: its
 /// documents are that root's, and the hint names them as that root does. Only the plain
 /// folders at the start of the path are looked at; the walk that resolves symlinks
@@ -329,7 +318,7 @@ pub(crate) fn establish(place: &Place, resource: &Resource) -> Result<()> {
         refuse_enclosed(place, resource)?;
         match fs::create_dir(&state_dir) {
             Ok(()) => {
-                crate::atomic::fsync_dir(&place.root)?;
+                crate::folder::fsync_dir(&place.root)?;
                 true
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
@@ -375,7 +364,7 @@ fn mark(place: &Place) -> Result<()> {
             file.sync_all()
         });
     match written {
-        Ok(()) => crate::atomic::fsync_dir(&state_dir),
+        Ok(()) => crate::folder::fsync_dir(&state_dir),
         // Another first claim wrote it meanwhile: it must name the same state file.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match kept_db(&place.root)? {
             Some(kept) if same_file(&kept, &place.db) => Ok(()),
@@ -446,7 +435,7 @@ pub(crate) fn pinned_root(db: &Path, pin: &[u8]) -> PathBuf {
 /// The state file's real folder: through a symlinked state file to the folder of the file
 /// SQLite opens.
 fn db_dir(db: &Path) -> PathBuf {
-    crate::atomic::folder_of(&real_path(db)).to_path_buf()
+    crate::folder::folder_of(&real_path(db)).to_path_buf()
 }
 
 /// The state file and SQLite's files beside it, known by what they are on disk: the
@@ -464,7 +453,7 @@ impl StateFiles {
     pub(crate) fn of(db: &Path) -> StateFiles {
         let mut files = StateFiles::default();
         let real = real_path(db);
-        let typed_dir = crate::atomic::folder_of(db);
+        let typed_dir = crate::folder::folder_of(db);
         let typed_dir = fs::canonicalize(typed_dir).unwrap_or_else(|_| real_path(typed_dir));
         let spellings = [
             (real.parent().map(Path::to_path_buf), real.file_name()),

@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::{Ctx, Report, check_owner};
 use crate::audit::{Event, EventKind};
-use crate::clock::{Clock, Zero, parse_duration};
+use crate::clock::Clock;
+use crate::cmd::durations::{Zero, parse_duration};
 use crate::error::{Error, Refusal, Result};
 use crate::failpoints::failpoint;
 use crate::lease::{ClaimRefusal, Lease, LeaseState, above, claim_is_replay, next_epoch};

@@ -75,16 +75,16 @@ pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     // `utc`: --since was given as a UTC time, which only a wall-clock file can use.
     let (since, utc) = match (&args.last, &args.since) {
         (Some(text), _) => {
-            let span = crate::clock::parse_duration(
+            let span = crate::cmd::durations::parse_duration(
                 text,
                 ctx.clock.kind(),
                 "--last",
-                crate::clock::Zero::Allowed,
+                crate::cmd::durations::Zero::Allowed,
             )?;
             (Some(ctx.now().saturating_sub(span)), false)
         }
         (None, Some(text)) => {
-            let (time, utc) = crate::clock::parse_time(text, "--since")?;
+            let (time, utc) = crate::cmd::durations::parse_time(text, "--since")?;
             (Some(time), utc)
         }
         (None, None) => (None, false),

@@ -6,7 +6,8 @@ use std::io::Write as _;
 use clap::Args;
 
 use super::{Ctx, Report};
-use crate::clock::{ClockKind, Zero, parse_duration};
+use crate::clock::ClockKind;
+use crate::cmd::durations::{Zero, parse_duration};
 use crate::error::{Error, Result};
 use crate::outcome::{Mirrored, Outcome};
 

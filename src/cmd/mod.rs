@@ -12,14 +12,16 @@ use crate::error::{Error, Refusal, Result};
 use crate::lease::{Lease, LostReason};
 use crate::outcome::{LeaseView, Outcome, RefusalDetail};
 use crate::recovery;
-use crate::resource::{self, Resource, first_misleading};
+use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
 use crate::store::{self, Store, Txn};
+use crate::text::first_misleading;
 
 pub(crate) mod cat;
 pub(crate) mod claim;
 pub(crate) mod complete;
 pub(crate) mod completions;
+pub(crate) mod durations;
 pub(crate) mod log;
 pub(crate) mod mirror;
 pub(crate) mod recover;

@@ -147,11 +147,11 @@ fn recover_one(ctx: &Ctx, store: &mut dyn Store, name: &str, pin: &[u8]) -> Resu
 /// mirror root, recovers the mirror's documents as a local root's and removes downloads
 /// its dead processes left.
 fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<Report> {
-    let grace = crate::clock::parse_duration(
+    let grace = crate::cmd::durations::parse_duration(
         &args.grace,
         crate::clock::ClockKind::Wall,
         "--grace",
-        crate::clock::Zero::Allowed,
+        crate::cmd::durations::Zero::Allowed,
     )?;
     if args.root_moved {
         return Err(Error::usage(

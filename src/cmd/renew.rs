@@ -2,8 +2,8 @@
 
 use clap::Args;
 
+use super::durations::{Zero, parse_duration};
 use super::{Ctx, HolderArgs, Report, change_held};
-use crate::clock::{Zero, parse_duration};
 use crate::error::Result;
 use crate::outcome::{Outcome, Renewed};
 use crate::store::HolderChange;

@@ -20,9 +20,11 @@ use signal_hook::iterator::Signals;
 
 use super::claim::{self, ClaimArgs, LeaseRequest};
 use super::{Ctx, HolderArgs, Report, change_held, change_held_noting};
-use crate::clock::{Clock, Zero, parse_duration};
-use crate::error::{Error, Refusal, RefusalKind, Result};
+use crate::clock::Clock;
+use crate::cmd::durations::{Zero, parse_duration};
+use crate::error::{Error, Refusal, Result};
 use crate::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
+use crate::refusal::RefusalKind;
 use crate::store::HolderChange;
 use job::{Foreground, JOB_CONTROL_POLL, stopped};
 

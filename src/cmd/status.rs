@@ -332,5 +332,5 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
 /// A stored name as one line of a table (see `resource::display_name`), shortened when
 /// very long.
 pub(crate) fn printable(name: &str) -> String {
-    crate::root::shown(&crate::resource::display_name(name))
+    crate::text::shown(&crate::text::display_name(name))
 }

@@ -748,7 +748,7 @@ impl PgStore {
                 .map_err(Error::io("cannot write", "the output"))?;
             seq += 1;
         }
-        let sha256 = crate::atomic::hex(&hasher.finalize());
+        let sha256 = crate::text::hex(&hasher.finalize());
         if sha256 != published.sha256 || size != published.size {
             return Err(Error::Damaged {
                 message: format!(
@@ -1600,7 +1600,7 @@ impl PgStore {
                 break;
             }
         }
-        let sha256 = crate::atomic::hex(&hasher.finalize());
+        let sha256 = crate::text::hex(&hasher.finalize());
         let size_i = i64::try_from(size).unwrap_or(i64::MAX);
         self.client
             .execute(

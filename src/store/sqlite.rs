@@ -36,7 +36,6 @@ use rusqlite::{
 };
 
 use super::{HolderRequest, Store, Txn, WriteRecord};
-use crate::atomic;
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
@@ -176,12 +175,12 @@ impl SqliteStore {
         if is_new {
             // A new state file (and any folder made for it) must survive a power loss as
             // surely as its first commit: fsync the folders that now name them.
-            atomic::fsync_dir(atomic::folder_of(path))?;
+            crate::folder::fsync_dir(crate::folder::folder_of(path))?;
             for made in &new_dirs {
-                atomic::fsync_dir(atomic::folder_of(made))?;
+                crate::folder::fsync_dir(crate::folder::folder_of(made))?;
             }
         } else if wal_is_new(path) {
-            atomic::fsync_dir(atomic::folder_of(path))?;
+            crate::folder::fsync_dir(crate::folder::folder_of(path))?;
         }
         store.checkpoint_if_big()?;
         Ok(Some(store))
