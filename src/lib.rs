@@ -29,20 +29,23 @@ mod error;
 mod failpoints;
 mod folder;
 pub mod lease;
+mod leases;
 mod mirror;
 mod outcome;
 mod recovery;
 mod refusal;
 mod resource;
 mod root;
+mod session;
 pub mod sink;
 mod store;
 mod text;
 
 use clock::{Clock, ClockKind};
+use cmd::Report;
 use cmd::durations::{Zero, parse_duration};
-use cmd::{Ctx, Report};
 use error::{Error, Result};
+use session::Ctx;
 
 /// `--version`: says when the crash-test failpoints are compiled in.
 const VERSION: &str = if cfg!(feature = "failpoints") {
@@ -250,7 +253,7 @@ where
             if let Error::Refused(refusal) = err
                 && !refusal.logged
             {
-                cmd::log_refusal(&ctx, refusal);
+                session::log_refusal(&ctx, refusal);
             }
         })
     });
@@ -678,7 +681,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         ));
     }
     let place = root::resolve(global.root.as_deref(), global.db.as_deref())?;
-    let remote = url.map(|url| cmd::Remote {
+    let remote = url.map(|url| session::Remote {
         url,
         mirror: place.how != root::How::Current,
         commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),

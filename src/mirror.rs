@@ -19,50 +19,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cmd::write::WriteArgs;
-use crate::cmd::{Ctx, Remote};
 use crate::error::{Error, Result};
 use crate::outcome::{Applied, Mirrored};
 use crate::resource::{Resource, STATE_DIR};
+use crate::session::{Ctx, MIRROR_OF, MIRROR_URL, Remote, bound, local};
 use crate::sink::{Content, Recovery};
-use crate::store::{Published, Store, Txn, WriteRecord};
-
-/// The state file's setting naming the store a mirror root copies (its identity).
-pub(crate) const MIRROR_OF: &str = "mirror_of";
-/// The same store's URL as shown in messages, for hints.
-pub(crate) const MIRROR_URL: &str = "mirror_url";
-
-/// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
-/// decides for it, and a local version would be overwritten by the next apply.
-pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn) -> Result<()> {
-    if tx.meta_bytes(MIRROR_OF)?.is_none() {
-        return Ok(());
-    }
-    let url = tx
-        .meta_bytes(MIRROR_URL)?
-        .map(|u| String::from_utf8_lossy(&u).into_owned())
-        .unwrap_or_default();
-    Err(Error::usage_hint(
-        format!(
-            "{} is a mirror of the store {url}: it takes no claim or write of its own",
-            ctx.root.display()
-        ),
-        format!("claim and write through the store: pass --store '{url}' (FENCEPOST_STORE)"),
-    ))
-}
-
-/// The mirror root's own context: its state file, names relative to it, no store, and
-/// the wall clock whatever `--now` says. A mirror's clock only dates its applies (the
-/// store decided everything else), so one mirror root serves a store on logical ticks
-/// and one on the wall clock alike, and `--now` never binds it.
-pub(crate) fn local(ctx: &Ctx) -> Ctx {
-    Ctx {
-        remote: None,
-        here: None,
-        clock: crate::clock::Clock::Wall,
-        applying: true,
-        ..ctx.clone()
-    }
-}
+use crate::store::{Published, Store, WriteRecord};
 
 /// Brings the mirror root up to the store: every published resource, or only `only`.
 /// Applies what is newer and reports each resource it looked at.
@@ -443,7 +405,7 @@ fn check_binding(
         .ok_or(Error::Internal("a shared store without an identity"))?
         .to_string();
     let Some(resource) = resource else {
-        return check_root(mirror, remote, &id);
+        return crate::session::check_mirror_root(mirror, remote, &id);
     };
     let mut local = mirror.create_store(resource)?;
     let tx = local.immediate()?;
@@ -711,47 +673,6 @@ pub(crate) fn records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
         }
     }
     Ok(held)
-}
-
-/// Refuses, when a shared store is opened with a root, a root that is not a mirror of it:
-/// one bound to another store, or a publish root with leases of its own. A root with no
-/// state file yet, or an empty one, becomes this store's mirror with its first document.
-pub(crate) fn check_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<()> {
-    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
-        return Ok(());
-    };
-    bound(ctx, remote, &*local.snapshot()?, id).map(|_| ())
-}
-
-/// Whether the root's state file (`tx`) is bound to the store `id` already; refuses one
-/// bound to another store, or unbound with leases or records of its own.
-fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn Txn, id: &str) -> Result<bool> {
-    match tx.meta_bytes(MIRROR_OF)? {
-        Some(bound) if bound == id.as_bytes() => Ok(true),
-        Some(_) => {
-            let url = tx
-                .meta_bytes(MIRROR_URL)?
-                .map(|u| String::from_utf8_lossy(&u).into_owned())
-                .unwrap_or_default();
-            Err(Error::usage_hint(
-                format!(
-                    "{} mirrors another store ({url}), not {}",
-                    ctx.root.display(),
-                    remote.url.shown
-                ),
-                "one store per mirror root: pass that store, or another --root (FENCEPOST_ROOT)",
-            ))
-        }
-        None if !tx.resources()?.is_empty() => Err(Error::usage_hint(
-            format!(
-                "{} is a publish root with leases of its own, not a mirror of {}",
-                ctx.root.display(),
-                remote.url.shown
-            ),
-            "with --store, run outside that root, or pass --root DIR of a mirror (or of a new folder)",
-        )),
-        None => Ok(false),
-    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,10 @@ use std::io::{Seek, Write as _};
 
 use clap::Args;
 
-use super::{Ctx, Report};
+use super::Report;
 use crate::error::{Error, Result};
 use crate::outcome::{Outcome, Printed};
+use crate::session::Ctx;
 
 /// Print RESOURCE's current content from the shared store (--store).
 ///

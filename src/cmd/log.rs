@@ -4,11 +4,12 @@ use std::ffi::OsString;
 
 use clap::Args;
 
-use super::{Ctx, Report};
+use super::Report;
 use crate::audit;
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
 use crate::outcome::{Log, LoggedEvent, Outcome, Pruned};
+use crate::session::Ctx;
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
 ///

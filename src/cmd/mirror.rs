@@ -5,11 +5,12 @@ use std::io::Write as _;
 
 use clap::Args;
 
-use super::{Ctx, Report};
+use super::Report;
 use crate::clock::ClockKind;
 use crate::cmd::durations::{Zero, parse_duration};
 use crate::error::{Error, Result};
 use crate::outcome::{Mirrored, Outcome};
+use crate::session::Ctx;
 
 /// Copy the documents the shared store (--store) publishes into this host's root.
 ///

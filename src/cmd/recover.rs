@@ -5,10 +5,11 @@ use std::ffi::OsString;
 
 use clap::Args;
 
-use super::{Ctx, Report};
+use super::Report;
 use crate::error::{Error, Result};
 use crate::outcome::{Outcome, RecoverLine, Recovered};
 use crate::recovery::{self, Done};
+use crate::session::Ctx;
 use crate::sink::Recovery;
 use crate::store::Store;
 
@@ -146,7 +147,7 @@ fn recover_one(ctx: &Ctx, store: &mut dyn Store, name: &str, pin: &[u8]) -> Resu
 /// `recover` with a shared store: removes orphan blobs older than `--grace`, then, with a
 /// mirror root, recovers the mirror's documents as a local root's and removes downloads
 /// its dead processes left.
-fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<Report> {
+fn run_remote(ctx: &Ctx, remote: &crate::session::Remote, args: &RecoverArgs) -> Result<Report> {
     let grace = crate::cmd::durations::parse_duration(
         &args.grace,
         crate::clock::ClockKind::Wall,
@@ -175,7 +176,7 @@ fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<R
         // A crashed apply of the version the store publishes is rolled forward first
         // (kept and recorded): every version a mirror applies was committed in the store,
         // and a reader may have seen it.
-        let local = crate::mirror::local(ctx);
+        let local = crate::session::local(ctx);
         let published = {
             let tx = store.snapshot()?;
             match &only {
@@ -206,7 +207,7 @@ fn run_remote(ctx: &Ctx, remote: &super::Remote, args: &RecoverArgs) -> Result<R
         if stale > 0 {
             lines.push(format!("{stale} unfinished download(s) removed"));
         }
-        let local = crate::mirror::local(ctx);
+        let local = crate::session::local(ctx);
         let local_args = RecoverArgs {
             resource: only.map(|r| r.to_string().into()),
             root_moved: false,

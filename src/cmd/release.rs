@@ -2,9 +2,10 @@
 
 use clap::Args;
 
-use super::{Ctx, HolderArgs, Report, change_held_or_replay};
+use super::{HolderArgs, Report};
 use crate::error::Result;
 use crate::outcome::{Outcome, Released};
+use crate::session::Ctx;
 use crate::store::HolderChange;
 
 /// Give up a live lease now, so the next worker need not wait for the deadline.
@@ -23,7 +24,12 @@ pub(crate) struct ReleaseArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
-    let done = change_held_or_replay(ctx, &args.holder, HolderChange::Release, None)?;
+    let done = crate::leases::change_held_or_replay(
+        ctx,
+        &args.holder.holder(),
+        HolderChange::Release,
+        None,
+    )?;
     let changed = if done.replay {
         "nothing was changed (a replay of the release made before)".to_string()
     } else {

@@ -3,9 +3,10 @@
 use clap::Args;
 
 use super::durations::{Zero, parse_duration};
-use super::{Ctx, HolderArgs, Report, change_held};
+use super::{HolderArgs, Report};
 use crate::error::Result;
 use crate::outcome::{Outcome, Renewed};
+use crate::session::Ctx;
 use crate::store::HolderChange;
 
 /// Extend a live lease to now + TTL and print the new deadline.
@@ -30,7 +31,8 @@ pub(crate) struct RenewArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
     let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?;
-    let (resource, now) = change_held(ctx, &args.holder, HolderChange::Renew { ttl })?;
+    let (resource, now) =
+        crate::leases::change_held(ctx, &args.holder.holder(), HolderChange::Renew { ttl })?;
     let deadline = now.saturating_add(ttl);
     let renewed = Renewed {
         resource: resource.to_string(),

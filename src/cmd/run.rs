@@ -18,13 +18,14 @@ use nix::unistd::Pid;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use super::claim::{self, ClaimArgs, LeaseRequest};
-use super::{Ctx, HolderArgs, Report, change_held, change_held_noting};
+use super::claim::{self, LeaseRequest};
+use super::{HolderArgs, Report};
 use crate::clock::Clock;
 use crate::cmd::durations::{Zero, parse_duration};
 use crate::error::{Error, Refusal, Result};
 use crate::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
 use crate::refusal::RefusalKind;
+use crate::session::Ctx;
 use crate::store::HolderChange;
 use job::{Foreground, JOB_CONTROL_POLL, stopped};
 
@@ -118,7 +119,7 @@ impl RunArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
-    super::check_result(args.result.as_deref())?;
+    crate::session::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
         return Err(Error::usage_hint(
             "run renews its lease in real time and cannot use --now (logical time does not pass)",
@@ -134,13 +135,9 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         .command
         .split_first()
         .ok_or_else(|| Error::usage("no CMD given"))?;
-    let (claimed, asked) = claim::take(
-        ctx,
-        &ClaimArgs {
-            request: args.request.clone(),
-            lazy_fence: false,
-        },
-    )?;
+    let (resource, ttl, wait) = claim::check_request(ctx, &args.request)?;
+    let (claimed, asked) =
+        crate::leases::take(ctx, &args.request.resolved(&resource, ttl, wait, false))?;
     let lease = Held {
         resource: claimed.resource,
         holder: HolderArgs {
@@ -218,7 +215,12 @@ fn start(
         Err(e) => {
             drop(guard);
             let why = format!("cannot run {}: {e}", program.to_string_lossy());
-            let _ = change_held_noting(ctx, &lease.holder, HolderChange::Release, Some(&why));
+            let _ = crate::leases::change_held_noting(
+                ctx,
+                &lease.holder.holder(),
+                HolderChange::Release,
+                Some(&why),
+            );
             // The shell's code for a command that cannot be found or started.
             return Err(lease.child_failed(127, format!("{why}; {}", lease.released())));
         }
@@ -454,7 +456,11 @@ fn renew(ctx: &Ctx, lease: &Held, deadline: Instant, send: mpsc::Sender<Event>) 
     };
     let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
     std::thread::spawn(move || {
-        let result = change_held(&renew_ctx, &holder, HolderChange::Renew { ttl: ttl_ms });
+        let result = crate::leases::change_held(
+            &renew_ctx,
+            &holder.holder(),
+            HolderChange::Renew { ttl: ttl_ms },
+        );
         // The supervisor may have stopped listening (the lease ran out meanwhile).
         let _ = send.send(Event::Renewed {
             sent,
@@ -507,7 +513,7 @@ fn log_loss(ctx: &Ctx, refusal: Refusal) {
     };
     let (done, logged) = mpsc::channel();
     std::thread::spawn(move || {
-        super::log_refusal(&log_ctx, &refusal);
+        crate::session::log_refusal(&log_ctx, &refusal);
         let _ = done.send(());
     });
     if logged.recv_timeout(LOSS_LOG_WAIT).is_err() {
@@ -551,9 +557,9 @@ fn finish(
     let (resource, epoch) = (&lease.resource, lease.holder.epoch);
     if code == 0 {
         let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
-        change_held(
+        crate::leases::change_held(
             ctx,
-            &lease.holder,
+            &lease.holder.holder(),
             HolderChange::Complete {
                 result: Some(&result),
             },
@@ -580,7 +586,12 @@ fn finish(
         Some(signal) => format!("{program} was killed by {signal} (exit {code})"),
         None => format!("{program} exited with code {code}"),
     };
-    let _ = change_held_noting(ctx, &lease.holder, HolderChange::Release, Some(&how));
+    let _ = crate::leases::change_held_noting(
+        ctx,
+        &lease.holder.holder(),
+        HolderChange::Release,
+        Some(&how),
+    );
     Err(lease.child_failed(code, format!("{how}; {}", lease.released())))
 }
 

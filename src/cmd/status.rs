@@ -6,12 +6,13 @@ use std::fmt::Write as _;
 
 use clap::Args;
 
-use super::{Ctx, Report};
+use super::Report;
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::outcome::{DocumentView, LeaseView, Outcome, SinkView, Status, StatusRow};
 use crate::resource::{Resource, locate};
+use crate::session::Ctx;
 use crate::sink::{Recovery, SinkRecord};
 use crate::store::Store;
 
@@ -226,7 +227,7 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<
         Err(Error::Usage { .. }) => return Ok(none("unreachable")),
         Err(e) => return Err(e),
     };
-    if super::is_state_file(ctx, &doc)? {
+    if crate::session::is_state_file(ctx, &doc)? {
         return Ok(none("state-file"));
     }
     let Ok(meta) = atomic::inspect_document(&doc) else {

@@ -5,13 +5,14 @@ use std::ffi::OsString;
 
 use clap::Args;
 
+use super::Report;
 use super::status::printable;
-use super::{Ctx, Report};
 use crate::atomic;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
 use crate::outcome::{Outcome, Problem, Verified};
 use crate::resource::{Resource, locate};
+use crate::session::Ctx;
 use crate::sink::{Content, Recovery};
 
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
@@ -183,7 +184,7 @@ fn check_document(
         }
         Err(e) => return Err(e),
     };
-    if super::is_state_file(ctx, &doc)? {
+    if crate::session::is_state_file(ctx, &doc)? {
         return Ok(()); // never a document: write refuses it, and it must not be hashed
     }
     let pending = crate::recovery::pending(&doc, content.and_then(|c| c.file))?;
@@ -376,7 +377,7 @@ fn tell_store(
     ahead: Vec<(String, i64, usize)>,
     problems: &mut [Problem],
 ) {
-    let mirror = crate::mirror::local(ctx);
+    let mirror = crate::session::local(ctx);
     for (name, epoch, at) in ahead {
         if let Err(e) = crate::mirror::report_ahead(&mirror, store, &name, epoch) {
             problems[at]
@@ -444,7 +445,7 @@ fn verify_mirror_root(
     only: Option<&Resource>,
     published: &[String],
 ) -> Result<Vec<Problem>> {
-    let local = crate::mirror::local(ctx);
+    let local = crate::session::local(ctx);
     let local_args = VerifyArgs {
         resource: only.map(|r| r.to_string().into()),
     };

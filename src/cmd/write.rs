@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
 
-use super::{Ctx, Report, check_epoch, check_owner};
+use super::Report;
 use crate::atomic::{self, Source, Staged, Unsynced};
 use crate::audit::{Event, EventKind};
 use crate::error::{Error, Refusal, Result};
@@ -22,6 +22,7 @@ use crate::failpoints::failpoint;
 use crate::lease::Lease;
 use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
+use crate::session::{Ctx, check_epoch, check_owner};
 use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
 use crate::store::{Txn, WriteRecord};
 
@@ -171,7 +172,7 @@ fn content_source(args: &WriteArgs) -> Result<Source> {
 /// folder made. Advisory only: the decision that counts is taken again under the lock.
 fn refuse_early(ctx: &Ctx, tx: &dyn Txn, resource: &Resource, args: &WriteArgs) -> Result<()> {
     if !ctx.applying && ctx.remote.is_none() {
-        crate::mirror::refuse_local_change(ctx, tx)?;
+        crate::session::refuse_local_change(ctx, tx)?;
     }
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(tx)?;
@@ -211,7 +212,7 @@ fn stage_and_publish(
         resource,
         args,
     } = *target;
-    super::refuse_state_file(ctx, doc, resource)?;
+    crate::session::refuse_state_file(ctx, doc, resource)?;
     let size = args
         .from
         .as_ref()
@@ -277,7 +278,7 @@ fn overlappable(
                 .flatten()
         })
         .flatten()
-        .filter(|doc| super::refuse_state_file(ctx, doc, resource).is_ok());
+        .filter(|doc| crate::session::refuse_state_file(ctx, doc, resource).is_ok());
     match doc {
         Some(doc) => Ok((file, doc)),
         None => Err(Source::File(file)),

@@ -6,13 +6,15 @@
 use std::io::Read;
 
 use super::{WriteArgs, check_issued_owner, refusal, refuse_early, refuse_empty, writer};
+
 use crate::atomic::Source;
 use crate::audit::{Event, EventKind};
-use crate::cmd::{Ctx, Report};
+use crate::cmd::Report;
 use crate::error::{Error, Result};
 use crate::failpoints::failpoint;
 use crate::outcome::{Outcome, Written};
 use crate::resource::Resource;
+use crate::session::Ctx;
 use crate::sink::{Content, WriteDecision, decide, fence_after_write};
 use crate::store::{Blob, Store, WriteRecord};
 

@@ -1,0 +1,655 @@
+//! A session: where the state lives and how this process works on it. A local one is a
+//! publish root with its state file; a shared one is a PostgreSQL store (`--store`) with,
+//! optionally, a mirror root on this host. The session opens the store, names resources
+//! under its root, and starts every change ([`Ctx::begin`]: the write lock, the clock and
+//! root bindings, crash recovery). It also holds what a mirror root is bound to: the
+//! store it copies, and the refusal of changes of its own.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::audit::{Event, EventKind};
+use crate::clock::Clock;
+use crate::error::{Error, Refusal, Result};
+use crate::lease::{Lease, LostReason};
+use crate::outcome::{LeaseView, RefusalDetail};
+use crate::recovery;
+use crate::resource::{self, Resource};
+use crate::root::{self, How, StateFiles};
+use crate::store::{self, Store, Txn};
+use crate::text::first_misleading;
+
+/// The global options, resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    /// The publish root, canonical.
+    pub root: PathBuf,
+    /// The state file.
+    pub db: PathBuf,
+    pub clock: Clock,
+    pub busy: Duration,
+    /// Audit-log events to keep.
+    pub log_keep: i64,
+    /// How the root was chosen.
+    pub how: How,
+    /// The current folder under a found root, where names typed on the command line start
+    /// (`None`: they are relative to the root).
+    pub here: Option<PathBuf>,
+    /// The state file and SQLite's files beside it, by device and inode.
+    pub state_files: StateFiles,
+    /// The shared store (`--store`), when the state is not a local state file.
+    pub remote: Option<Remote>,
+    /// Applying a shared store's version to its mirror root (`mirror.rs`): the one kind of
+    /// change a mirror root takes.
+    pub applying: bool,
+    /// The store's clock and when it was read here (see [`Ctx::now`]).
+    pub server_clock: std::cell::Cell<Option<(i64, std::time::Instant)>>,
+    /// When every wait on the shared store's network must be over (`run`'s renewals: its
+    /// lease's deadline); `None`: the usual timeouts alone.
+    pub deadline: Option<std::time::Instant>,
+}
+
+/// A shared store named by `--store`, and whether a local root mirrors it.
+#[derive(Debug, Clone)]
+pub(crate) struct Remote {
+    pub url: store::postgres::StoreUrl,
+    /// A root was given or found: the mirror of the store's documents on this host
+    /// (`root` and `db` of the [`Ctx`] are its).
+    pub mirror: bool,
+    /// How long a COMMIT may wait for the store's confirmation (`--commit-timeout`).
+    pub commit_timeout: Duration,
+}
+
+impl Ctx {
+    /// The current time: `--now`'s tick; the shared store's clock, as read when the store
+    /// was opened or, later, when a resource's lock was granted, counted on from there
+    /// by this host's monotonic clock; or this host's wall clock.
+    pub(crate) fn now(&self) -> i64 {
+        match (self.clock, self.server_clock.get()) {
+            (Clock::Wall, Some((base, at))) => {
+                base.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX))
+            }
+            (clock, _) => clock.now(),
+        }
+    }
+
+    /// Opens the shared store: `None` when its database has no fencepost schema yet and
+    /// `create` is false.
+    fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
+        let opened = match store::postgres::PgStore::open(
+            &remote.url,
+            self.busy,
+            self.deadline,
+            remote.commit_timeout,
+            false,
+        )? {
+            Some(opened) => opened,
+            None if !create => return Ok(None),
+            None => {
+                // A store without tables yet: a root bound to any store, or with leases
+                // of its own, is not its mirror; refused before the tables are made.
+                if remote.mirror {
+                    check_mirror_root(self, remote, "")?;
+                }
+                store::postgres::PgStore::open(
+                    &remote.url,
+                    self.busy,
+                    self.deadline,
+                    remote.commit_timeout,
+                    true,
+                )?
+                .ok_or(Error::Internal(
+                    "a store opened to be created had no schema",
+                ))?
+            }
+        };
+        if let Some(clock) = store::Store::server_clock(&opened) {
+            self.server_clock.set(Some(clock));
+        }
+        if remote.mirror
+            && let Some(id) = store::Store::identity(&opened)
+        {
+            check_mirror_root(self, remote, id)?;
+        }
+        Ok(Some(Box::new(opened)))
+    }
+
+    /// "Nothing was ever claimed in this store".
+    fn empty_remote(&self, remote: &Remote, what: &str) -> Error {
+        Error::usage_hint(
+            format!(
+                "the store {} has no fencepost state: {what}",
+                remote.url.shown
+            ),
+            "a store gets its tables with its first claim; check --store (FENCEPOST_STORE)",
+        )
+    }
+
+    /// The shared store, or `None` while it has no fencepost schema yet (before its first
+    /// claim): what `mirror --follow` waits for.
+    pub(crate) fn remote_store(&self) -> Result<Option<Box<dyn Store>>> {
+        match &self.remote {
+            Some(remote) => self.open_remote(remote, false),
+            None => Err(Error::Internal("a shared store without --store")),
+        }
+    }
+
+    /// Opens the state file of a command that changes a resource. Only `claim` creates
+    /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
+    /// (a wrong root or `--db`), never a reason to start a new one.
+    pub(crate) fn store(&self) -> Result<Box<dyn Store>> {
+        if let Some(remote) = &self.remote {
+            return self
+                .open_remote(remote, false)?
+                .ok_or_else(|| self.empty_remote(remote, "nothing was ever claimed here"));
+        }
+        store::open(&self.db, self.busy, false)?
+            .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
+    }
+
+    /// Opens the state file for `claim`, making the root and its state file on the first
+    /// claim (refused inside another root).
+    pub(crate) fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
+        if let Some(remote) = &self.remote {
+            return self.open_remote(remote, true)?.ok_or(Error::Internal(
+                "a store opened to be created had no schema",
+            ));
+        }
+        let place = root::Place {
+            root: self.root.clone(),
+            db: self.db.clone(),
+            how: self.how,
+            here: self.here.clone(),
+        };
+        root::establish(&place, resource)?;
+        store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
+            "a state file opened to be created was not there",
+        ))
+    }
+
+    /// Opens the state file of a command that only reads it; none is bad input (`what`
+    /// says what there is nothing of: "nothing to verify").
+    pub(crate) fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
+        if let Some(remote) = &self.remote {
+            return self
+                .open_remote(remote, false)?
+                .ok_or_else(|| self.empty_remote(remote, what));
+        }
+        store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
+    }
+
+    /// "No state file here", with a hint that says where one may be.
+    pub(crate) fn no_state_file(&self, what: &str) -> Error {
+        let message = format!("no state file at {}: {what}", self.db.display());
+        let hint = match (root::enclosing(&self.root), self.how) {
+            (Some(outer), _) => format!(
+                "{} is inside the publish root {}: run from inside it without --root, or pass --root {}",
+                self.root.display(),
+                outer.display(),
+                outer.display()
+            ),
+            (None, How::Current) => format!(
+                "no publish root (a folder with {}/) in {} or above it; pass --root DIR \
+                 (FENCEPOST_ROOT), or claim a resource to make this folder one",
+                resource::STATE_DIR,
+                self.root.display()
+            ),
+            (None, _) => "a publish root gets its state file with its first claim; check --root \
+                 (FENCEPOST_ROOT) and --db (FENCEPOST_DB)"
+                .to_string(),
+        };
+        Error::usage_hint(message, hint)
+    }
+
+    /// Refuses `resource` when the state file has no lease and no record for it (a typo
+    /// must not read as "all is well").
+    pub(crate) fn refuse_unseen(
+        &self,
+        tx: &dyn Txn,
+        resource: &Resource,
+        what: &str,
+    ) -> Result<()> {
+        if tx.lease(resource)?.is_some() || tx.sink(resource)?.is_some() {
+            return Ok(());
+        }
+        Err(Error::usage_hint(
+            format!(
+                "{} has never seen {resource}: {what}",
+                self.remote.as_ref().map_or_else(
+                    || format!("the state file at {}", self.db.display()),
+                    |r| format!("the store {}", r.url.shown)
+                )
+            ),
+            format!(
+                "`fencepost status` lists the resources it knows; names are relative to {}",
+                if self.here.is_some() {
+                    "the current folder"
+                } else {
+                    "the root"
+                }
+            ),
+        ))
+    }
+
+    /// Opens the state file, takes the write lock, checks the clock and the root, and
+    /// recovers the resource's document from any crashed write: the first steps of
+    /// every change.
+    pub(crate) fn begin<'s>(
+        &self,
+        store: &'s mut dyn Store,
+        resource: &Resource,
+    ) -> Result<Box<dyn Txn + 's>> {
+        if self.remote.is_some() {
+            let tx = store.immediate()?;
+            tx.lock(resource)?;
+            if let Some(now) = tx.server_now() {
+                self.server_clock
+                    .set(Some((now, std::time::Instant::now())));
+            }
+            crate::failpoints::failpoint!("txn.after_begin");
+            tx.bind_clock(self.clock.kind())?;
+            return Ok(tx);
+        }
+        // Resolved before the lock: it walks the state file's path.
+        let pin = self.root_pin();
+        let tx = store.immediate()?;
+        crate::failpoints::failpoint!("txn.after_begin");
+        // A mirror root takes only its store's versions; said before any clock binding.
+        if !self.applying {
+            refuse_local_change(self, &*tx)?;
+        }
+        self.bind(&*tx, &pin)?;
+        self.recover(&*tx, resource)?;
+        Ok(tx)
+    }
+
+    /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
+    /// the sink's record.
+    pub(crate) fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
+        recovery::recover(
+            &self.root,
+            resource,
+            || {
+                Ok(tx
+                    .sink(resource)?
+                    .and_then(|r| r.content)
+                    .and_then(|c| c.file))
+            },
+            || Ok(tx.meta_bytes(MIRROR_OF)?.is_some()),
+        )
+    }
+
+    /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on
+    /// its first change, and refuses it to any other.
+    pub(crate) fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
+        tx.bind_clock(self.clock.kind())?;
+        match tx.meta_bytes(ROOT_KEY)? {
+            None => tx.set_meta_bytes(ROOT_KEY, pin),
+            Some(bound) => self.same_root(&bound, pin),
+        }
+    }
+
+    /// Refuses a state file that belongs to another root (without binding a fresh one):
+    /// the check of commands that only read.
+    pub(crate) fn check_root(&self, tx: &dyn Txn) -> Result<()> {
+        if self.remote.is_some() {
+            return Ok(());
+        }
+        match tx.meta_bytes(ROOT_KEY)? {
+            None => Ok(()),
+            Some(bound) => self.same_root(&bound, &self.root_pin()),
+        }
+    }
+
+    /// Records this root (`pin`) as the state file's root, whatever it was (`recover
+    /// --root-moved`).
+    pub(crate) fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
+        tx.set_meta_bytes(ROOT_KEY, pin)
+    }
+
+    /// How a state file names this root (see `root::pin`). Resolving it walks the state
+    /// file's path: do it before taking the lock.
+    pub(crate) fn root_pin(&self) -> Vec<u8> {
+        root::pin(&self.root, &self.db)
+    }
+
+    fn same_root(&self, bound: &[u8], pin: &[u8]) -> Result<()> {
+        if bound == pin {
+            return Ok(());
+        }
+        Err(Error::usage_hint(
+            format!(
+                "state file {} belongs to the publish root {}, not {}",
+                self.db.display(),
+                root::pinned_root(&self.db, bound).display(),
+                self.root.display()
+            ),
+            "pass that --root (one root per state file); if the root itself moved, run \
+             `fencepost recover --root-moved` once with the new --root",
+        ))
+    }
+
+    /// Parses a resource argument and names it by its real path under the root (see
+    /// `resource::canonical`). Checked before the state file is opened, so bad input
+    /// never creates one.
+    pub(crate) fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+        match &self.remote {
+            // No root on this host: the name is the store's, as typed.
+            Some(remote) if !remote.mirror => return Resource::parse(raw),
+            // The store's names are the same on every host: never resolved through this
+            // host's symlinks (a mirror refuses to apply a name that would be).
+            Some(_) => return self.spelled(raw),
+            None => {}
+        }
+        let spelled = self.spelled(raw)?;
+        root::refuse_nested(&self.root, &spelled)?;
+        let real = resource::canonical(&self.root, &spelled)?;
+        root::fits(&self.root, &real)?;
+        Ok(real)
+    }
+
+    /// A resource argument as spelled, under the root (typed names under a found root
+    /// start in the current folder), checked by the name rules and the length limits;
+    /// symlinks are not resolved.
+    pub(crate) fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+        let text = root::under(&self.root, self.here.as_deref(), raw)?;
+        let resource = Resource::parse(&text)?;
+        root::fits(&self.root, &resource)?;
+        Ok(resource)
+    }
+
+    /// A name read back from the state file, checked as a typed one would be (it may
+    /// predate today's rules, or have been put there by hand).
+    pub(crate) fn stored(&self, name: &str) -> Result<Resource> {
+        let resource = Resource::parse(std::ffi::OsStr::new(name))?;
+        if self.remote.is_some() {
+            return Ok(resource);
+        }
+        root::fits(&self.root, &resource)?;
+        Ok(resource)
+    }
+
+    /// [`Ctx::resource`] for an optional argument ("this one, or all").
+    pub(crate) fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
+        raw.map(|raw| self.resource(raw)).transpose()
+    }
+
+    /// Appends an event to the audit log inside `tx`.
+    pub(crate) fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
+        tx.append(event, self.log_keep)
+    }
+}
+
+/// Records a refusal in the audit log, in a transaction of its own. Best effort: the
+/// refusal is the command's answer whether or not it could be logged (e.g. when the
+/// state file is busy).
+pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
+    let (prev_owner, prev_epoch) = refusal.detail.previous();
+    let event = Event::new(
+        ctx.now(),
+        &refusal.resource,
+        EventKind::Refused(refusal.kind()),
+    )
+    .owner(refusal.owner.as_deref())
+    .epoch(refusal.epoch)
+    .previous(prev_owner, prev_epoch)
+    .detail(refusal.message.clone());
+    let opened = if ctx.remote.is_some() {
+        ctx.store().map(Some)
+    } else {
+        store::open(&ctx.db, ctx.busy, false)
+    };
+    let logged = opened.and_then(|store| {
+        let Some(mut store) = store else {
+            return Ok(());
+        };
+        let tx = store.immediate()?;
+        tx.bind_clock(ctx.clock.kind())?;
+        ctx.log(&*tx, &event)?;
+        // The refusal is the answer, logged or not: it does not wait for standbys.
+        tx.commit_unreplicated()
+    });
+    // A busy state file is the likely cause, and its refusal already has its line; other
+    // failures are worth a warning.
+    if let Err(e) = logged
+        && !matches!(e, Error::Busy { .. } | Error::RemoteBusy { .. })
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "fencepost: warning: refusal not logged: {e}"
+        );
+    }
+}
+
+/// Refuses an owner name that is empty or has control or invisible characters.
+pub(crate) fn check_owner(owner: &str) -> Result<()> {
+    if owner.is_empty() {
+        return Err(Error::usage("owner name is empty"));
+    }
+    if let Some(c) = first_misleading(owner) {
+        return Err(Error::usage(format!(
+            "owner name {owner:?} contains a control or invisible character ({c})"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a `--result` text with control or invisible characters: it is printed by
+/// `status` and `log`, one event per line, and must not break lines, reach a terminal as
+/// escapes, or show as other text.
+pub(crate) fn check_result(result: Option<&str>) -> Result<()> {
+    match result.and_then(|text| Some((text, first_misleading(text)?))) {
+        Some((text, c)) => Err(Error::usage(format!(
+            "--result {text:?} contains a control or invisible character ({c}: newlines, \
+             escapes, direction overrides)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Refuses an epoch that is not positive.
+pub(crate) fn check_epoch(epoch: i64) -> Result<()> {
+    if epoch <= 0 {
+        return Err(Error::usage(format!(
+            "--epoch must be positive, got {epoch}"
+        )));
+    }
+    Ok(())
+}
+
+/// The `lost` refusal of renew, complete and release, with the current holder.
+pub(crate) fn lost(
+    resource: &Resource,
+    owner: &str,
+    epoch: i64,
+    current: Option<&Lease>,
+    reason: LostReason,
+    now: i64,
+) -> Error {
+    let holder = match current {
+        Some(l) => format!(
+            "; current: owner {} epoch {}, {}{}",
+            l.owner,
+            l.epoch,
+            l.view(now),
+            // The result recorded, when that is why the completion is refused.
+            match (&l.result, &reason) {
+                (Some(result), LostReason::OtherResult) => format!(" with result {result:?}"),
+                _ => String::new(),
+            }
+        ),
+        None => String::new(),
+    };
+    // Only a lease that was this caller's can be lost; a wrong name or an epoch never
+    // issued never held it.
+    let holds = match reason {
+        LostReason::NoLease | LostReason::WrongOwner | LostReason::NeverIssued => "does not hold",
+        _ => "no longer holds",
+    };
+    // The reason in brackets, not after a colon: the line already starts `lost: `, and a
+    // resource may itself be called anything.
+    Error::refused(Refusal::new(
+        format!(
+            "{owner} epoch {epoch} {holds} the lease on {resource} ({}{holder})",
+            reason.describe()
+        ),
+        resource.as_str(),
+        Some(epoch),
+        Some(owner),
+        RefusalDetail::Lost {
+            reason: reason.describe(),
+            lease: LeaseView::at(current, now),
+        },
+    ))
+}
+
+/// The `meta` key naming the publish root a state file belongs to.
+const ROOT_KEY: &str = "root";
+
+/// Refuses a resource whose document is the state file or one of SQLite's files beside
+/// it, however it is spelled: `dir` is the device and inode of the document's folder,
+/// `name` its file name there, `doc` the device and inode of the document (`None` if it
+/// does not exist). No lease and no write for it: writing it would lose every lease and
+/// fence, and opening it with a plain file descriptor would drop SQLite's POSIX locks in
+/// this process when closed.
+pub(crate) fn refuse_state_identity(
+    ctx: &Ctx,
+    resource: &Resource,
+    dir: (u64, u64),
+    name: &std::ffi::OsStr,
+    doc: Option<(u64, u64)>,
+) -> Result<()> {
+    if ctx.state_files.holds(dir, name, doc) {
+        return Err(state_file_refusal(ctx, resource));
+    }
+    Ok(())
+}
+
+/// [`refuse_state_identity`] for a located document.
+pub(crate) fn refuse_state_file(
+    ctx: &Ctx,
+    doc: &resource::DocPath,
+    resource: &Resource,
+) -> Result<()> {
+    match doc_identity(doc)? {
+        Some((dir, id)) => refuse_state_identity(ctx, resource, dir, &doc.name, id),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a resource whose path under the root is where the state file or one of its
+/// companions is or will be: the check for a document whose folder does not exist yet.
+pub(crate) fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
+    if ctx.state_files.at(&ctx.root.join(resource.as_str())) {
+        return Err(state_file_refusal(ctx, resource));
+    }
+    Ok(())
+}
+
+fn state_file_refusal(ctx: &Ctx, resource: &Resource) -> Error {
+    Error::usage(format!(
+        "resource {resource} is the state file itself ({}) or one of SQLite's files beside it",
+        ctx.db.display()
+    ))
+}
+
+/// True when a located document is the state file or one of its companions (`status`
+/// and `verify` never hash it).
+pub(crate) fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
+    Ok(match doc_identity(doc)? {
+        Some((dir, id)) => ctx.state_files.holds(dir, &doc.name, id),
+        None => false,
+    })
+}
+
+/// Device and inode of a document's folder (through its handle) and of the document
+/// itself (`None` if absent).
+fn doc_identity(doc: &resource::DocPath) -> Result<Option<DevIno>> {
+    let dir = doc.folder.id()?;
+    let id = doc.folder.stat(&doc.name)?.map(|e| (e.dev, e.ino));
+    Ok(Some((dir, id)))
+}
+
+/// A folder's device and inode, and its document's if it exists.
+type DevIno = ((u64, u64), Option<(u64, u64)>);
+
+/// The state file's setting naming the store a mirror root copies (its identity).
+pub(crate) const MIRROR_OF: &str = "mirror_of";
+
+/// The same store's URL as shown in messages, for hints.
+pub(crate) const MIRROR_URL: &str = "mirror_url";
+
+/// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
+/// decides for it, and a local version would be overwritten by the next apply.
+pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn) -> Result<()> {
+    if tx.meta_bytes(MIRROR_OF)?.is_none() {
+        return Ok(());
+    }
+    let url = tx
+        .meta_bytes(MIRROR_URL)?
+        .map(|u| String::from_utf8_lossy(&u).into_owned())
+        .unwrap_or_default();
+    Err(Error::usage_hint(
+        format!(
+            "{} is a mirror of the store {url}: it takes no claim or write of its own",
+            ctx.root.display()
+        ),
+        format!("claim and write through the store: pass --store '{url}' (FENCEPOST_STORE)"),
+    ))
+}
+
+/// The mirror root's own context: its state file, names relative to it, no store, and
+/// the wall clock whatever `--now` says. A mirror's clock only dates its applies (the
+/// store decided everything else), so one mirror root serves a store on logical ticks
+/// and one on the wall clock alike, and `--now` never binds it.
+pub(crate) fn local(ctx: &Ctx) -> Ctx {
+    Ctx {
+        remote: None,
+        here: None,
+        clock: crate::clock::Clock::Wall,
+        applying: true,
+        ..ctx.clone()
+    }
+}
+
+/// Refuses, when a shared store is opened with a root, a root that is not a mirror of it:
+/// one bound to another store, or a publish root with leases of its own. A root with no
+/// state file yet, or an empty one, becomes this store's mirror with its first document.
+pub(crate) fn check_mirror_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<()> {
+    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
+        return Ok(());
+    };
+    bound(ctx, remote, &*local.snapshot()?, id).map(|_| ())
+}
+
+/// Whether the root's state file (`tx`) is bound to the store `id` already; refuses one
+/// bound to another store, or unbound with leases or records of its own.
+pub(crate) fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn Txn, id: &str) -> Result<bool> {
+    match tx.meta_bytes(MIRROR_OF)? {
+        Some(bound) if bound == id.as_bytes() => Ok(true),
+        Some(_) => {
+            let url = tx
+                .meta_bytes(MIRROR_URL)?
+                .map(|u| String::from_utf8_lossy(&u).into_owned())
+                .unwrap_or_default();
+            Err(Error::usage_hint(
+                format!(
+                    "{} mirrors another store ({url}), not {}",
+                    ctx.root.display(),
+                    remote.url.shown
+                ),
+                "one store per mirror root: pass that store, or another --root (FENCEPOST_ROOT)",
+            ))
+        }
+        None if !tx.resources()?.is_empty() => Err(Error::usage_hint(
+            format!(
+                "{} is a publish root with leases of its own, not a mirror of {}",
+                ctx.root.display(),
+                remote.url.shown
+            ),
+            "with --store, run outside that root, or pass --root DIR of a mirror (or of a new folder)",
+        )),
+        None => Ok(false),
+    }
+}
