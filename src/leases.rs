@@ -365,7 +365,7 @@ pub(crate) fn change_held_or_replay(
     note: Option<&str>,
 ) -> Result<HeldChanged> {
     let resource = ctx.resource(holder.resource)?;
-    check_owner(&holder.owner)?;
+    check_owner(holder.owner)?;
     check_epoch(holder.epoch)?;
     if let store::HolderChange::Complete { result } = change {
         check_result(result)?;
@@ -382,7 +382,7 @@ pub(crate) fn change_held_or_replay(
         }
     }
     let request = store::HolderRequest {
-        owner: &holder.owner,
+        owner: holder.owner,
         epoch: holder.epoch,
         now,
         change,
@@ -400,7 +400,7 @@ pub(crate) fn change_held_or_replay(
             store::HolderChange::Release => (EventKind::Release, String::new()),
         };
         let mut event = Event::new(now, resource.as_str(), kind)
-            .owner(Some(&holder.owner))
+            .owner(Some(holder.owner))
             .epoch(Some(holder.epoch));
         let detail = match note {
             Some(note) if detail.is_empty() => note.to_string(),
@@ -425,7 +425,7 @@ pub(crate) fn change_held_or_replay(
         store::HolderChange::Complete { result } => Some(crate::lease::Finish::Complete(result)),
         store::HolderChange::Release => Some(crate::lease::Finish::Release),
     };
-    match crate::lease::unmade_change(current.as_ref(), &holder.owner, holder.epoch, now, finish) {
+    match crate::lease::unmade_change(current.as_ref(), holder.owner, holder.epoch, now, finish) {
         // A replay reads only: the transaction is dropped (rolled back) and nothing is
         // logged, as the change it replays is in the log already.
         Ok(()) => Ok(HeldChanged {
@@ -435,7 +435,7 @@ pub(crate) fn change_held_or_replay(
         }),
         Err(reason) => Err(lost(
             &resource,
-            &holder.owner,
+            holder.owner,
             holder.epoch,
             current.as_ref(),
             reason,

@@ -32,6 +32,7 @@ pub mod lease;
 mod leases;
 mod mirror;
 mod outcome;
+mod publish;
 mod recovery;
 mod refusal;
 mod resource;
@@ -650,6 +651,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             applying: false,
             server_clock: std::cell::Cell::new(None),
             deadline: None,
+            kept: session::Kept::default(),
         });
     }
     let busy = busy_timeout(global)?;
@@ -706,6 +708,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         applying: false,
         server_clock: std::cell::Cell::new(None),
         deadline: None,
+        kept: session::Kept::default(),
     })
 }
 

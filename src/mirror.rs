@@ -18,9 +18,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cmd::write::WriteArgs;
+use crate::atomic::Source;
 use crate::error::{Error, Result};
-use crate::outcome::{Applied, Mirrored};
+use crate::outcome::{Applied, Mirrored, Outcome};
+use crate::publish::WriteRequest;
 use crate::resource::{Resource, STATE_DIR};
 use crate::session::{Ctx, MIRROR_OF, MIRROR_URL, Remote, bound, local};
 use crate::sink::{Content, Recovery};
@@ -248,19 +249,24 @@ fn apply(
         return Ok(seen("applied"));
     }
     let incoming = download(mirror, store, published)?;
-    let args = WriteArgs {
-        resource: published.resource.clone().into(),
+    let request = WriteRequest {
+        resource: std::ffi::OsStr::new(&published.resource),
         epoch: published.epoch,
-        owner: published.owner.clone(),
-        from: Some(incoming.path.clone()),
+        owner: published.owner.as_deref(),
+        from: Some(&incoming.path),
         allow_empty: true,
         // An unfenced version (the unprotected sink, kept to reproduce the failure it
         // allows) lands on mirrors as it landed in the store.
         unfenced: published.unfenced,
         applied: true,
     };
-    match crate::cmd::write::run(mirror, &args) {
-        Ok(report) if report.plain == "written" => Ok(seen("applied")),
+    let opened = || {
+        std::fs::File::open(&incoming.path)
+            .map(Source::File)
+            .map_err(Error::io("cannot open", incoming.path.clone()))
+    };
+    match crate::publish::write(mirror, &request, opened) {
+        Ok(Outcome::Written(_)) => Ok(seen("applied")),
         Ok(_) => Ok(seen("current")),
         // The mirror already holds a newer epoch: this version came late.
         Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => {

@@ -7,6 +7,7 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::audit::{Event, EventKind};
@@ -48,6 +49,71 @@ pub(crate) struct Ctx {
     /// When every wait on the shared store's network must be over (`run`'s renewals: its
     /// lease's deadline); `None`: the usual timeouts alone.
     pub deadline: Option<std::time::Instant>,
+    /// The store kept open across this session's calls, when it keeps one (a `Client`).
+    pub kept: Kept,
+}
+
+/// A store kept open across the calls of one session: the first change opens it, later
+/// calls reuse it, so a long-lived program pays the open (and SQLite's checks of the
+/// file) once. Cloning a session never shares it: a variant (another busy timeout, a
+/// mirror root's own side) opens its own store.
+#[derive(Default)]
+pub(crate) struct Kept(Option<Mutex<Option<Box<dyn Store>>>>);
+
+impl Kept {
+    /// A session that keeps its store open.
+    pub(crate) fn on() -> Kept {
+        Kept(Some(Mutex::new(None)))
+    }
+}
+
+impl Clone for Kept {
+    fn clone(&self) -> Kept {
+        Kept(None)
+    }
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Kept(on)"
+        } else {
+            "Kept(off)"
+        })
+    }
+}
+
+/// An open store: the session's kept one, or one of this call's own (closed when
+/// dropped). A call that finds the kept store in use (the recovery after a failed
+/// COMMIT, while the write still holds it) opens its own.
+pub(crate) enum Opened<'k> {
+    Own(Box<dyn Store>),
+    Kept(MutexGuard<'k, Option<Box<dyn Store>>>),
+}
+
+impl std::ops::Deref for Opened<'_> {
+    type Target = dyn Store;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        match self {
+            Opened::Own(store) => &**store,
+            Opened::Kept(guard) => match guard.as_deref() {
+                Some(store) => store,
+                None => unreachable!("a kept store is filled before it is handed out"),
+            },
+        }
+    }
+}
+
+impl std::ops::DerefMut for Opened<'_> {
+    fn deref_mut(&mut self) -> &mut (dyn Store + 'static) {
+        match self {
+            Opened::Own(store) => &mut **store,
+            Opened::Kept(guard) => match guard.as_deref_mut() {
+                Some(store) => store,
+                None => unreachable!("a kept store is filled before it is handed out"),
+            },
+        }
+    }
 }
 
 /// A shared store named by `--store`, and whether a local root mirrors it.
@@ -138,23 +204,75 @@ impl Ctx {
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
-    pub(crate) fn store(&self) -> Result<Box<dyn Store>> {
-        if let Some(remote) = &self.remote {
-            return self
-                .open_remote(remote, false)?
-                .ok_or_else(|| self.empty_remote(remote, "nothing was ever claimed here"));
+    pub(crate) fn store(&self) -> Result<Opened<'_>> {
+        self.kept_or(|| {
+            if let Some(remote) = &self.remote {
+                return self
+                    .open_remote(remote, false)?
+                    .ok_or_else(|| self.empty_remote(remote, "nothing was ever claimed here"));
+            }
+            store::open(&self.db, self.busy, false)?
+                .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
+        })
+    }
+
+    /// The kept store (opened by `open` if the session has none yet), or, for a session
+    /// that keeps none or whose kept store is in use, a store of this call's own.
+    fn kept_or(&self, open: impl FnOnce() -> Result<Box<dyn Store>>) -> Result<Opened<'_>> {
+        if let Some(kept) = &self.kept.0
+            && let Ok(mut guard) = kept.try_lock()
+        {
+            if guard.is_none() {
+                *guard = Some(open()?);
+            }
+            return Ok(Opened::Kept(guard));
         }
-        store::open(&self.db, self.busy, false)?
-            .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
+        open().map(Opened::Own)
+    }
+
+    /// [`Ctx::kept_or`] for an `open` that may find nothing to open.
+    pub(crate) fn kept_or_none(
+        &self,
+        open: impl FnOnce() -> Result<Option<Box<dyn Store>>>,
+    ) -> Result<Option<Opened<'_>>> {
+        if let Some(kept) = &self.kept.0
+            && let Ok(mut guard) = kept.try_lock()
+        {
+            if guard.is_none() {
+                match open()? {
+                    Some(store) => *guard = Some(store),
+                    None => return Ok(None),
+                }
+            }
+            return Ok(Some(Opened::Kept(guard)));
+        }
+        Ok(open()?.map(Opened::Own))
+    }
+
+    /// Closes the kept store, if any: after a failure that may have broken its connection,
+    /// the next call opens a new one.
+    #[allow(
+        dead_code,
+        reason = "the API (next) forgets a store a failure may have broken"
+    )]
+    pub(crate) fn forget_store(&self) {
+        if let Some(kept) = &self.kept.0 {
+            match kept.lock() {
+                Ok(mut guard) => *guard = None,
+                Err(poisoned) => *poisoned.into_inner() = None,
+            }
+        }
     }
 
     /// Opens the state file for `claim`, making the root and its state file on the first
     /// claim (refused inside another root).
-    pub(crate) fn create_store(&self, resource: &Resource) -> Result<Box<dyn Store>> {
+    pub(crate) fn create_store(&self, resource: &Resource) -> Result<Opened<'_>> {
         if let Some(remote) = &self.remote {
-            return self.open_remote(remote, true)?.ok_or(Error::Internal(
-                "a store opened to be created had no schema",
-            ));
+            return self.kept_or(|| {
+                self.open_remote(remote, true)?.ok_or(Error::Internal(
+                    "a store opened to be created had no schema",
+                ))
+            });
         }
         let place = root::Place {
             root: self.root.clone(),
@@ -163,14 +281,27 @@ impl Ctx {
             here: self.here.clone(),
         };
         root::establish(&place, resource)?;
-        store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
-            "a state file opened to be created was not there",
-        ))
+        self.kept_or(|| {
+            store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
+                "a state file opened to be created was not there",
+            ))
+        })
     }
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
     /// says what there is nothing of: "nothing to verify").
-    pub(crate) fn read_store(&self, what: &str) -> Result<Box<dyn Store>> {
+    pub(crate) fn read_store(&self, what: &str) -> Result<Opened<'_>> {
+        if let Some(kept) = &self.kept.0
+            && let Ok(guard) = kept.try_lock()
+            && guard.is_some()
+        {
+            return Ok(Opened::Kept(guard));
+        }
+        self.read_store_own(what).map(Opened::Own)
+    }
+
+    /// [`Ctx::read_store`], never the kept store.
+    fn read_store_own(&self, what: &str) -> Result<Box<dyn Store>> {
         if let Some(remote) = &self.remote {
             return self
                 .open_remote(remote, false)?
@@ -398,7 +529,8 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     let opened = if ctx.remote.is_some() {
         ctx.store().map(Some)
     } else {
-        store::open(&ctx.db, ctx.busy, false)
+        // No state file is no place to log in (a refusal made before the first claim).
+        ctx.kept_or_none(|| store::open(&ctx.db, ctx.busy, false))
     };
     let logged = opened.and_then(|store| {
         let Some(mut store) = store else {

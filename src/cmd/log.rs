@@ -56,7 +56,7 @@ pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         let mut store = if ctx.remote.is_some() {
             ctx.store()?
         } else {
-            crate::store::open(&ctx.db, ctx.busy, false)?
+            ctx.kept_or_none(|| crate::store::open(&ctx.db, ctx.busy, false))?
                 .ok_or_else(|| ctx.no_state_file("nothing to prune"))?
         };
         let tx = store.immediate()?;

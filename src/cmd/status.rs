@@ -13,8 +13,8 @@ use crate::lease::Lease;
 use crate::outcome::{DocumentView, LeaseView, Outcome, SinkView, Status, StatusRow};
 use crate::resource::{Resource, locate};
 use crate::session::Ctx;
+use crate::session::Opened;
 use crate::sink::{Recovery, SinkRecord};
-use crate::store::Store;
 
 /// Show leases, the sink's records and whether each document still matches them.
 ///
@@ -119,7 +119,7 @@ pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
 /// Every row of the state file (or the one asked for). A row whose stored name no longer
 /// passes the name rules, or whose document cannot be checked, is shown with its problem;
 /// it never hides the others.
-fn collect(ctx: &Ctx, mut store: Box<dyn Store>, only: Option<&Resource>) -> Result<Vec<Row>> {
+fn collect(ctx: &Ctx, mut store: Opened<'_>, only: Option<&Resource>) -> Result<Vec<Row>> {
     let tx = store.snapshot()?;
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(&*tx)?;

@@ -41,7 +41,7 @@ pub(crate) mod sqlite;
 pub(crate) const DEFAULT_LOG_KEEP: i64 = 100_000;
 
 /// An open state store.
-pub(crate) trait Store: std::fmt::Debug {
+pub(crate) trait Store: std::fmt::Debug + Send {
     /// Begins a transaction that holds the write lock until [`Txn::commit`] (or until
     /// dropped, which rolls back): the start of every change.
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>>;
