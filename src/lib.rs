@@ -652,6 +652,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             server_clock: std::cell::Cell::new(None),
             deadline: None,
             kept: session::Kept::default(),
+            warn: session::Warn::default(),
         });
     }
     let busy = busy_timeout(global)?;
@@ -709,6 +710,9 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         server_clock: std::cell::Cell::new(None),
         deadline: None,
         kept: session::Kept::default(),
+        warn: session::Warn(std::sync::Arc::new(|message| {
+            let _ = writeln!(io::stderr(), "fencepost: warning: {message}");
+        })),
     })
 }
 

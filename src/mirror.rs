@@ -113,11 +113,10 @@ pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn Store, resource: &Res
             None => return,
         },
     };
-    let _ = writeln!(
-        std::io::stderr(),
-        "fencepost: warning: published, but the mirror at {} was not updated: {why}",
+    ctx.warn(&format!(
+        "published, but the mirror at {} was not updated: {why}",
         ctx.root.display()
-    );
+    ));
 }
 
 /// How the version a mirror root holds of a resource stands to the one the store
@@ -490,11 +489,10 @@ pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirror
                 if !said_empty {
                     said_empty = true;
                     let shown = ctx.remote.as_ref().map_or("", |r| r.url.shown.as_str());
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "fencepost: warning: the store {shown} has no fencepost state yet; \
-                         waiting for its first claim"
-                    );
+                    ctx.warn(&format!(
+                        "the store {shown} has no fencepost state yet; waiting for its first \
+                         claim"
+                    ));
                 }
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -502,7 +500,7 @@ pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirror
             }
             Err(e @ (Error::Usage { .. } | Error::Internal(_))) => return Err(e),
             Err(e) => {
-                warn_retry(&e, backoff);
+                warn_retry(ctx, &e, backoff);
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
@@ -514,7 +512,7 @@ pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirror
                 return Err(e);
             }
             Err(e) => {
-                warn_retry(&e, backoff);
+                warn_retry(ctx, &e, backoff);
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
@@ -629,12 +627,11 @@ fn blobs(store: &mut dyn Store) -> Result<&mut dyn crate::store::Blobs> {
     ))
 }
 
-fn warn_retry(e: &Error, backoff: Duration) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "fencepost: warning: {e}; trying again in {:.1}s",
+fn warn_retry(ctx: &Ctx, e: &Error, backoff: Duration) {
+    ctx.warn(&format!(
+        "{e}; trying again in {:.1}s",
         backoff.as_secs_f64()
-    );
+    ));
 }
 
 /// Removes the downloads (`.fencepost/incoming-PID-*`) of processes that are gone: a

@@ -5,7 +5,6 @@
 //! root bindings, crash recovery). It also holds what a mirror root is bound to: the
 //! store it copies, and the refusal of changes of its own.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -51,6 +50,26 @@ pub(crate) struct Ctx {
     pub deadline: Option<std::time::Instant>,
     /// The store kept open across this session's calls, when it keeps one (a `Client`).
     pub kept: Kept,
+    /// Where warnings go: what went wrong beside an answer that stands (a refusal that
+    /// could not be logged, a mirror not updated after a publish).
+    pub warn: Warn,
+}
+
+/// A receiver of warnings. The library prints nothing: the command line prints them on
+/// stderr, a program decides for itself (by default they are dropped).
+#[derive(Clone)]
+pub(crate) struct Warn(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl Default for Warn {
+    fn default() -> Warn {
+        Warn(std::sync::Arc::new(|_| {}))
+    }
+}
+
+impl std::fmt::Debug for Warn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Warn")
+    }
 }
 
 /// A store kept open across the calls of one session: the first change opens it, later
@@ -128,6 +147,11 @@ pub(crate) struct Remote {
 }
 
 impl Ctx {
+    /// Passes a warning on (see [`Warn`]).
+    pub(crate) fn warn(&self, message: &str) {
+        (self.warn.0)(message);
+    }
+
     /// The current time: `--now`'s tick; the shared store's clock, as read when the store
     /// was opened or, later, when a resource's lock was granted, counted on from there
     /// by this host's monotonic clock; or this host's wall clock.
@@ -547,10 +571,7 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     if let Err(e) = logged
         && !matches!(e, Error::Busy { .. } | Error::RemoteBusy { .. })
     {
-        let _ = writeln!(
-            std::io::stderr(),
-            "fencepost: warning: refusal not logged: {e}"
-        );
+        ctx.warn(&format!("refusal not logged: {e}"));
     }
 }
 
