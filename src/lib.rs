@@ -638,22 +638,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     };
     if matches!(command, Command::Completions(_) | Command::Man(_)) {
         // Generated from the CLI definition alone: no root, no state file.
-        return Ok(Ctx {
-            root: PathBuf::new(),
-            db: PathBuf::new(),
-            clock,
-            busy: Duration::ZERO,
-            log_keep: global.log_keep,
-            how: root::How::Given,
-            here: None,
-            state_files: root::StateFiles::default(),
-            remote: None,
-            applying: false,
-            server_clock: std::cell::Cell::new(None),
-            deadline: None,
-            kept: session::Kept::default(),
-            warn: session::Warn::default(),
-        });
+        return Ok(Ctx::detached(clock, global.log_keep));
     }
     let busy = busy_timeout(global)?;
     // Long enough that a healthy standby under load, or a slow disk, is not reported as
@@ -671,49 +656,21 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             global.log_keep
         )));
     }
-    let url = global
-        .store
-        .as_deref()
-        .map(store::postgres::StoreUrl::parse)
-        .transpose()?;
-    if url.is_some() && global.db.is_some() {
-        return Err(Error::usage_hint(
-            "--db and --store name two places for the state: pass one",
-            "with --store (FENCEPOST_STORE) the leases live in the database; unset --db \
-             (FENCEPOST_DB)",
-        ));
-    }
-    let place = root::resolve(global.root.as_deref(), global.db.as_deref())?;
-    let remote = url.map(|url| session::Remote {
-        url,
-        mirror: place.how != root::How::Current,
-        commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),
-    });
-    let db = place.db;
-    if db.is_dir() {
-        return Err(Error::usage_hint(
-            format!("state file {} is a folder", db.display()),
-            "point --db (FENCEPOST_DB) at a file, e.g. <folder>/state.db",
-        ));
-    }
-    Ok(Ctx {
-        root: place.root,
-        state_files: root::StateFiles::of(&db),
-        db,
+    let mut ctx = Ctx::open(&session::Settings {
+        root: global.root.as_deref(),
+        db: global.db.as_deref(),
+        store: global.store.as_deref(),
+        mirror: session::MirrorRoot::IfGivenOrFound,
         clock,
         busy,
+        commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),
         log_keep: global.log_keep,
-        how: place.how,
-        here: place.here.filter(|_| typed),
-        remote,
-        applying: false,
-        server_clock: std::cell::Cell::new(None),
-        deadline: None,
-        kept: session::Kept::default(),
-        warn: session::Warn(std::sync::Arc::new(|message| {
-            let _ = writeln!(io::stderr(), "fencepost: warning: {message}");
-        })),
-    })
+    })?;
+    ctx.here = ctx.here.take().filter(|_| typed);
+    ctx.warn = session::Warn(std::sync::Arc::new(|message| {
+        let _ = writeln!(io::stderr(), "fencepost: warning: {message}");
+    }));
+    Ok(ctx)
 }
 
 /// The members of the JSON object `value` serializes to (its keys sorted). The answers

@@ -5,7 +5,7 @@
 //! root bindings, crash recovery). It also holds what a mirror root is bound to: the
 //! store it copies, and the refusal of changes of its own.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -146,7 +146,100 @@ pub(crate) struct Remote {
     pub commit_timeout: Duration,
 }
 
+/// What a session is opened from: where the state is, and how to work on it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings<'a> {
+    /// The publish root (`None`: the nearest one from the current folder up, else the
+    /// current folder).
+    pub root: Option<&'a Path>,
+    /// The state file, when not the one the root names.
+    pub db: Option<&'a Path>,
+    /// A shared store's URL: the state lives there instead of a state file.
+    pub store: Option<&'a str>,
+    /// With a shared store, whether the root is its mirror.
+    pub mirror: MirrorRoot,
+    pub clock: Clock,
+    pub busy: Duration,
+    pub commit_timeout: Duration,
+    pub log_keep: i64,
+}
+
+/// Whether a session on a shared store has a mirror root on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MirrorRoot {
+    /// The root given, or found above the current folder, is its mirror; the current
+    /// folder is not (the command line's rule).
+    IfGivenOrFound,
+    /// No mirror root, wherever this runs.
+    None,
+}
+
 impl Ctx {
+    /// Opens a session: resolves the root and the state file (or parses the store's URL);
+    /// nothing is opened yet.
+    pub(crate) fn open(settings: &Settings<'_>) -> Result<Ctx> {
+        let url = settings
+            .store
+            .map(store::postgres::StoreUrl::parse)
+            .transpose()?;
+        if url.is_some() && settings.db.is_some() {
+            return Err(Error::usage_hint(
+                "--db and --store name two places for the state: pass one",
+                "with --store (FENCEPOST_STORE) the leases live in the database; unset --db \
+                 (FENCEPOST_DB)",
+            ));
+        }
+        let place = root::resolve(settings.root, settings.db)?;
+        let remote = url.map(|url| Remote {
+            url,
+            mirror: settings.mirror == MirrorRoot::IfGivenOrFound && place.how != How::Current,
+            commit_timeout: settings.commit_timeout,
+        });
+        let db = place.db;
+        if db.is_dir() {
+            return Err(Error::usage_hint(
+                format!("state file {} is a folder", db.display()),
+                "point --db (FENCEPOST_DB) at a file, e.g. <folder>/state.db",
+            ));
+        }
+        Ok(Ctx {
+            root: place.root,
+            state_files: StateFiles::of(&db),
+            db,
+            clock: settings.clock,
+            busy: settings.busy,
+            log_keep: settings.log_keep,
+            how: place.how,
+            here: place.here,
+            remote,
+            applying: false,
+            server_clock: std::cell::Cell::new(None),
+            deadline: None,
+            kept: Kept::default(),
+            warn: Warn::default(),
+        })
+    }
+
+    /// A session with no root and no state (what generating completions needs).
+    pub(crate) fn detached(clock: Clock, log_keep: i64) -> Ctx {
+        Ctx {
+            root: PathBuf::new(),
+            db: PathBuf::new(),
+            clock,
+            busy: Duration::ZERO,
+            log_keep,
+            how: How::Given,
+            here: None,
+            state_files: StateFiles::default(),
+            remote: None,
+            applying: false,
+            server_clock: std::cell::Cell::new(None),
+            deadline: None,
+            kept: Kept::default(),
+            warn: Warn::default(),
+        }
+    }
+
     /// Passes a warning on (see [`Warn`]).
     pub(crate) fn warn(&self, message: &str) {
         (self.warn.0)(message);
