@@ -93,14 +93,14 @@ pub(crate) struct Staged<'d> {
 }
 
 /// Where a write's content comes from.
-pub(crate) enum Source {
+pub(crate) enum Source<'a> {
     /// A file named by `--from`: copied in the kernel when it is a regular file.
     File(File),
     /// A stream (stdin): read and written in chunks, hashed as it passes.
-    Stream(Box<dyn Read>),
+    Stream(Box<dyn Read + 'a>),
 }
 
-impl std::fmt::Debug for Source {
+impl std::fmt::Debug for Source<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::File(file) => f.debug_tuple("File").field(file).finish(),
@@ -117,7 +117,7 @@ impl std::fmt::Debug for Source {
 /// write by a non-root user clears set-user-ID and set-group-ID).
 pub(crate) fn stage_unsynced<'d>(
     doc: &'d DocPath,
-    source: &mut Source,
+    source: &mut Source<'_>,
     existing: Option<&Entry>,
 ) -> Result<Unsynced<'d>> {
     let prefix = doc.sibling_name(TEMP);

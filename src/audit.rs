@@ -13,7 +13,7 @@ use crate::refusal::RefusalKind;
 
 /// What an event records: a change, or a refusal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum EventKind {
+pub enum EventKind {
     /// A claim of a resource with no live lease.
     Claim,
     /// A claim that replaced an expired holder.
@@ -84,7 +84,7 @@ impl Serialize for EventKind {
 
 /// One logged event (serialized, an event of `log --json` but for `refused`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Event {
+pub struct Event {
     /// Sequence number in the state file (0 before it is stored).
     pub id: i64,
     /// Time on the state file's clock.

@@ -35,7 +35,7 @@ impl ClockKind {
 
 /// The clock of one command: a fixed logical tick or the wall clock.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Clock {
+pub enum Clock {
     Logical(i64),
     Wall,
 }

@@ -16,7 +16,8 @@ use crate::outcome::{RefusalDetail, RunFailed, Verified};
 
 /// Everything that can stop a command.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Error {
+#[non_exhaustive]
+pub enum Error {
     /// A defined refusal of the protocol; prints its outcome and exits with its code.
     #[error("{0}")]
     Refused(Box<Refusal>),
@@ -122,7 +123,7 @@ pub(crate) enum Error {
 /// A refusal: a one-line explanation and the facts behind it (its kind follows from
 /// them). Serialized, it is the refusal's `--json` object but for `outcome` and `error`.
 #[derive(Debug, Serialize)]
-pub(crate) struct Refusal {
+pub struct Refusal {
     #[serde(skip)]
     pub message: String,
     pub resource: String,
@@ -158,7 +159,7 @@ impl Refusal {
     }
 
     /// Its kind: the exit code and outcome word.
-    pub(crate) fn kind(&self) -> RefusalKind {
+    pub fn kind(&self) -> RefusalKind {
         self.detail.kind()
     }
 }
@@ -196,7 +197,7 @@ impl Error {
     }
 
     /// The outcome word for `--json` error objects.
-    pub(crate) fn outcome(&self) -> &'static str {
+    pub fn outcome(&self) -> &'static str {
         match self {
             Error::Refused(r) => r.kind().outcome(),
             Error::Usage { .. } => "usage",
@@ -216,7 +217,7 @@ impl Error {
     }
 
     /// A line telling the user how to fix it, when there is one.
-    pub(crate) fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
+    pub fn hint(&self) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
         match self {
             Error::Usage { hint, .. } => hint.as_deref().map(Cow::Borrowed),
@@ -295,7 +296,7 @@ impl Error {
     }
 }
 
-pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// SQLite's failures in plain words: its own text ("attempt to write a readonly
 /// database", "disk I/O error") names neither the file nor what to do.

@@ -21,6 +21,7 @@ use std::time::Duration;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::{Value, json};
 
+mod api;
 mod atomic;
 mod audit;
 mod clock;
@@ -31,7 +32,7 @@ mod folder;
 pub mod lease;
 mod leases;
 mod mirror;
-mod outcome;
+pub mod outcome;
 mod publish;
 mod recovery;
 mod refusal;
@@ -42,10 +43,17 @@ pub mod sink;
 mod store;
 mod text;
 
-use clock::{Clock, ClockKind};
+pub use api::{
+    ClaimOptions, Client, Content, Keeping, LeaseId, LeaseKeeper, Options, WriteOptions,
+};
+pub use audit::{Event, EventKind};
+pub use clock::Clock;
+pub use error::{Error, Refusal, Result};
+pub use refusal::RefusalKind;
+
+use clock::ClockKind;
 use cmd::Report;
 use cmd::durations::{Zero, parse_duration};
-use error::{Error, Result};
 use session::Ctx;
 
 /// `--version`: says when the crash-test failpoints are compiled in.

@@ -15,7 +15,7 @@ use crate::refusal::RefusalKind;
 /// A successful command's answer; `outcome` in its JSON is the variant's name.
 #[derive(Debug, Serialize)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
-pub(crate) enum Outcome {
+pub enum Outcome {
     Claimed(Claimed),
     Renewed(Renewed),
     Completed(Completed),
@@ -39,7 +39,7 @@ pub(crate) enum Outcome {
 /// A lease as answers show it, its `state` as a person reads it at the time of asking
 /// (`held`, `expired`, `released`, `completed`).
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct LeaseView {
+pub struct LeaseView {
     pub owner: String,
     pub epoch: i64,
     pub deadline: i64,
@@ -62,7 +62,7 @@ impl LeaseView {
 
 /// `claim`: the new lease, and the one it replaced.
 #[derive(Debug, Serialize)]
-pub(crate) struct Claimed {
+pub struct Claimed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -78,7 +78,7 @@ pub(crate) struct Claimed {
 
 /// `renew`: the new deadline.
 #[derive(Debug, Serialize)]
-pub(crate) struct Renewed {
+pub struct Renewed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -87,7 +87,7 @@ pub(crate) struct Renewed {
 
 /// `complete`, and `run` whose command exited 0 (then with its exit).
 #[derive(Debug, Serialize)]
-pub(crate) struct Completed {
+pub struct Completed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -102,7 +102,7 @@ pub(crate) struct Completed {
 
 /// `release`.
 #[derive(Debug, Serialize)]
-pub(crate) struct Released {
+pub struct Released {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -115,14 +115,14 @@ pub(crate) struct Released {
 /// How `run` ended: the exit code and which side it came from (`command` or
 /// `fencepost`).
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Exit {
+pub struct Exit {
     pub exit_code: i32,
     pub exit_from: &'static str,
 }
 
 /// `run` whose command failed (it exits with the command's code).
 #[derive(Debug, Serialize)]
-pub(crate) struct RunFailed {
+pub struct RunFailed {
     pub resource: String,
     pub epoch: i64,
     pub owner: String,
@@ -132,7 +132,7 @@ pub(crate) struct RunFailed {
 
 /// `write` accepted: `written`, or `replay`.
 #[derive(Debug, Serialize)]
-pub(crate) struct Written {
+pub struct Written {
     pub resource: String,
     pub epoch: i64,
     /// `--owner`, or the owner `claim` issued the epoch to (null once that is forgotten).
@@ -142,11 +142,15 @@ pub(crate) struct Written {
     pub unfenced: bool,
     /// The fence before this write (null for a first write with no claim's fence).
     pub previous_fence: Option<i64>,
+    /// The same epoch had written these bytes: the document was not rewritten (`--json`
+    /// says so by its `outcome`, `replay`).
+    #[serde(skip)]
+    pub replay: bool,
 }
 
 /// `status`: one row per resource.
 #[derive(Debug, Serialize)]
-pub(crate) struct Status {
+pub struct Status {
     /// The resource asked about (null for all), and then the highest epoch claimed for
     /// it (null if never, or for all).
     pub resource: Option<String>,
@@ -158,7 +162,7 @@ pub(crate) struct Status {
 
 /// One resource in `status`: lease, sink record and the document on disk side by side.
 #[derive(Debug, Serialize)]
-pub(crate) struct StatusRow {
+pub struct StatusRow {
     /// The name as the state file stores it.
     pub resource: String,
     /// The lease, as seen now (null if never claimed).
@@ -171,7 +175,7 @@ pub(crate) struct StatusRow {
 
 /// A sink record in `status`.
 #[derive(Debug, Serialize)]
-pub(crate) struct SinkView {
+pub struct SinkView {
     pub fence: i64,
     pub content_epoch: Option<i64>,
     pub sha256: Option<String>,
@@ -185,7 +189,7 @@ pub(crate) struct SinkView {
 
 /// The document on disk in `status`, compared with the sink's record.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct DocumentView {
+pub struct DocumentView {
     /// `matches`, `drifted`, `missing`, ... (the list is in `status --help`).
     pub state: &'static str,
     pub sha256: Option<String>,
@@ -197,7 +201,7 @@ pub(crate) struct DocumentView {
 
 /// `recover`: what it did for each resource (also the fields of a partial recovery).
 #[derive(Debug, Serialize)]
-pub(crate) struct Recovered {
+pub struct Recovered {
     pub resources: Vec<RecoverLine>,
     /// With a shared store: the orphan blobs removed (contents uploaded by writes that
     /// never published them).
@@ -208,7 +212,7 @@ pub(crate) struct Recovered {
 /// What `recover` did for one resource, or why it could not.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
-pub(crate) enum RecoverLine {
+pub enum RecoverLine {
     Done {
         resource: String,
         action: &'static str,
@@ -222,7 +226,7 @@ pub(crate) enum RecoverLine {
 
 /// `log`: the events, oldest first.
 #[derive(Debug, Serialize)]
-pub(crate) struct Log {
+pub struct Log {
     pub events: Vec<LoggedEvent>,
     /// The resource asked about (null for all).
     pub resource: Option<String>,
@@ -230,7 +234,7 @@ pub(crate) struct Log {
 
 /// One event of `log`, and whether it was a refusal.
 #[derive(Debug, Serialize)]
-pub(crate) struct LoggedEvent {
+pub struct LoggedEvent {
     #[serde(flatten)]
     pub event: crate::audit::Event,
     pub refused: bool,
@@ -238,14 +242,14 @@ pub(crate) struct LoggedEvent {
 
 /// `log --prune`.
 #[derive(Debug, Serialize)]
-pub(crate) struct Pruned {
+pub struct Pruned {
     pub dropped: usize,
     pub keep: i64,
 }
 
 /// One inconsistency `verify` found.
 #[derive(Debug, Serialize)]
-pub(crate) struct Problem {
+pub struct Problem {
     pub resource: String,
     /// `drifted`, `missing`, `interrupted`, ... (the list is in `verify --help`).
     pub problem: &'static str,
@@ -255,7 +259,7 @@ pub(crate) struct Problem {
 /// `verify`: how many resources were checked and what was found (also the fields of its
 /// `diverged` error).
 #[derive(Debug, Serialize)]
-pub(crate) struct Verified {
+pub struct Verified {
     /// The resource asked about (null for all).
     pub resource: Option<String>,
     /// How many resources were checked.
@@ -267,14 +271,14 @@ pub(crate) struct Verified {
 /// `man --dir`: where the pages went (completions and a man page on stdout print the
 /// text itself, never JSON).
 #[derive(Debug, Serialize)]
-pub(crate) struct Generated {
+pub struct Generated {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dir: Option<String>,
 }
 
 /// `mirror`: the mirror root, its store, and each published resource it looked at.
 #[derive(Debug, Serialize)]
-pub(crate) struct Mirrored {
+pub struct Mirrored {
     pub root: String,
     pub store: String,
     pub applied: Vec<Applied>,
@@ -286,7 +290,7 @@ pub(crate) struct Mirrored {
 /// `ahead` (it holds a version the store does not know: the store lost history; `error`
 /// says what it holds, and whether the store could be told).
 #[derive(Debug, Serialize)]
-pub(crate) struct Applied {
+pub struct Applied {
     pub resource: String,
     pub epoch: i64,
     pub sha256: String,
@@ -300,7 +304,7 @@ pub(crate) struct Applied {
 
 /// `cat`: the version printed.
 #[derive(Debug, Serialize)]
-pub(crate) struct Printed {
+pub struct Printed {
     pub resource: String,
     pub epoch: i64,
     pub sha256: String,
@@ -310,7 +314,7 @@ pub(crate) struct Printed {
 /// What a refusal says beyond its resource, epoch and owner; its kind follows from it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub(crate) enum RefusalDetail {
+pub enum RefusalDetail {
     /// claim: someone else holds a live lease (`waited_ms`: how long `--wait` waited).
     Held {
         holder: String,

@@ -53,10 +53,10 @@ pub(crate) struct WriteRequest<'a> {
 /// Publishes the content `source` gives under `args`'s epoch: `Outcome::Written` or
 /// `Outcome::Replay`, or a refusal. The request is checked before `source` is asked
 /// for its content (a bad epoch never opens a file or reads stdin).
-pub(crate) fn write(
+pub(crate) fn write<'s>(
     ctx: &Ctx,
     args: &WriteRequest<'_>,
-    source: impl FnOnce() -> Result<Source>,
+    source: impl FnOnce() -> Result<Source<'s>>,
 ) -> Result<Outcome> {
     let resource = ctx.resource(args.resource)?;
     if args.applied {
@@ -154,7 +154,7 @@ struct Target<'a> {
 fn stage_and_publish(
     target: &Target<'_>,
     store: &mut dyn crate::store::Store,
-    source: &mut Source,
+    source: &mut Source<'_>,
 ) -> Result<Outcome> {
     let Target {
         ctx,
@@ -170,7 +170,7 @@ fn stage_and_publish(
 
 /// Stages the content beside the document (after checking there is room for `size`
 /// bytes, when known): the temp file, written and fsynced, with no lock held.
-fn stage<'d>(doc: &'d DocPath, source: &mut Source, size: Option<u64>) -> Result<Staged<'d>> {
+fn stage<'d>(doc: &'d DocPath, source: &mut Source<'_>, size: Option<u64>) -> Result<Staged<'d>> {
     let unsynced = stage_unsynced(doc, source, size)?;
     unsynced.sync()?;
     unsynced.synced()
@@ -180,7 +180,7 @@ fn stage<'d>(doc: &'d DocPath, source: &mut Source, size: Option<u64>) -> Result
 /// `Unsynced::synced`).
 fn stage_unsynced<'d>(
     doc: &'d DocPath,
-    source: &mut Source,
+    source: &mut Source<'_>,
     size: Option<u64>,
 ) -> Result<Unsynced<'d>> {
     let existing = atomic::inspect_document(doc)?;
@@ -206,12 +206,12 @@ const OVERLAP_MAX: u64 = 1 << 20;
 /// not the state file; and only when a CPU is free to run the second thread
 /// ([`cpu_to_spare`]). Anything else, or any error on the way, gives the source back
 /// for the usual order, which reports errors in their usual precedence.
-fn overlappable(
+fn overlappable<'s>(
     ctx: &Ctx,
     resource: &Resource,
     args: &WriteRequest<'_>,
-    source: Source,
-) -> std::result::Result<(File, DocPath), Source> {
+    source: Source<'s>,
+) -> std::result::Result<(File, DocPath), Source<'s>> {
     let Source::File(file) = source else {
         return Err(source);
     };
@@ -406,6 +406,7 @@ fn decide_locked(
         size,
         unfenced: args.unfenced,
         previous_fence: record.as_ref().map(|r| r.fence),
+        replay: false,
     };
     Ok(Decided {
         decision,
@@ -433,7 +434,10 @@ fn answer_unwritten(
                 .sha256(Some(&written.sha256));
             ctx.log(&*tx, &event)?;
             tx.commit()?;
-            Ok(Outcome::Replay(written))
+            Ok(Outcome::Replay(Written {
+                replay: true,
+                ..written
+            }))
         }
         refused => Err(refusal(resource, args, written.owner.as_deref(), refused)),
     }
@@ -672,13 +676,13 @@ fn refusal(
 /// script that forgot `--from` would publish nothing over the document. Reads the first
 /// bytes to know, and hands them on to the copy in front of the rest; content that has
 /// ended is not read again.
-fn refuse_empty(
-    source: Source,
+fn refuse_empty<'s>(
+    source: Source<'s>,
     ctx: &Ctx,
     resource: &Resource,
     args: &WriteRequest<'_>,
-) -> Result<Source> {
-    let mut source: Box<dyn Read> = match source {
+) -> Result<Source<'s>> {
+    let mut source: Box<dyn Read + 's> = match source {
         // A regular file that says it has bytes is copied as it is (in the kernel); one
         // that says it has none (or a FIFO, a device) is read to find out.
         Source::File(file) if file.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) => {

@@ -3,7 +3,7 @@
 
 /// The kinds of refusal, each with its own exit code and outcome word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefusalKind {
+pub enum RefusalKind {
     /// claim: someone else holds a live lease.
     Held,
     /// renew, complete, release: not your lease any more, or expired.
@@ -18,7 +18,7 @@ pub(crate) enum RefusalKind {
 
 impl RefusalKind {
     /// The word printed on stdout and in `outcome` of the JSON object.
-    pub(crate) fn outcome(self) -> &'static str {
+    pub fn outcome(self) -> &'static str {
         match self {
             RefusalKind::Held => "held",
             RefusalKind::Lost => "lost",

@@ -116,7 +116,7 @@ fn report(resource: &Resource, args: &WriteArgs, outcome: Outcome) -> Result<Rep
 }
 
 /// The content to publish: `--from FILE`, or stdin (never a terminal).
-fn content_source(args: &WriteArgs) -> Result<Source> {
+fn content_source(args: &WriteArgs) -> Result<Source<'static>> {
     if let Some(path) = &args.from {
         return Ok(Source::File(open_source(path)?));
     }

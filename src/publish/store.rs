@@ -26,7 +26,7 @@ pub(super) fn write(
     ctx: &Ctx,
     args: &WriteRequest<'_>,
     resource: &Resource,
-    source: Source,
+    source: Source<'_>,
 ) -> Result<Outcome> {
     let mut store = ctx.store()?;
     if args.unfenced {
@@ -34,7 +34,7 @@ pub(super) fn write(
     }
     refuse_early(ctx, &*store.snapshot()?, resource, args)?;
     let source = refuse_empty(source, ctx, resource, args)?;
-    let mut reader: Box<dyn Read> = match source {
+    let mut reader: Box<dyn Read + '_> = match source {
         Source::File(file) => Box::new(file),
         Source::Stream(stream) => stream,
     };
