@@ -1,6 +1,6 @@
 //! The shape of the code, read from its text: the library's modules keep to their layers
-//! with no import circle among them. Nothing is built or run; the check reads the sources
-//! under `CARGO_MANIFEST_DIR`.
+//! with no import circle among them, and every file under `tests/` is part of a test target.
+//! Nothing is built or run; both checks read the sources under `CARGO_MANIFEST_DIR`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -37,6 +37,13 @@ fn the_library_keeps_its_layers_without_circles() {
         problems.is_empty(),
         "src/ does not keep the LAYERS of tests/structure.rs:\n{listed}"
     );
+}
+
+#[test]
+fn every_test_file_is_part_of_the_suite() {
+    let problems = forgotten_tests(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let listed = problems.join("\n");
+    assert!(problems.is_empty(), "test files that never run:\n{listed}");
 }
 
 /// Everything wrong with the layering of the crate at `root` against `layers`, one line
@@ -205,6 +212,99 @@ fn crate_paths(text: &str) -> Vec<(usize, String)> {
             }
         } else if is_ident(tok(i + 3)) && tok(i + 4) != "!" {
             found.push((line(tokens[i + 3].0), tok(i + 3).to_string()));
+        }
+    }
+    found
+}
+
+/// Every file under `tests/` that no test target reaches, one line each. The targets are
+/// `tests/main.rs` and the `path` of each `[[test]]`, `[[bench]]` and `[[example]]` of
+/// Cargo.toml; a target reaches the files its `mod x;` declarations name, and theirs.
+fn forgotten_tests(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
+    let mut targets = vec![root.join("tests/main.rs")];
+    let mut in_target = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_target = ["[[test]]", "[[bench]]", "[[example]]"].contains(&line);
+        } else if let Some(value) = line.strip_prefix("path").map(str::trim_start)
+            && in_target
+            && let Some(value) = value.strip_prefix('=')
+        {
+            targets.extend(value.split('"').nth(1).map(|path| root.join(path)));
+        }
+    }
+    let mut reached = BTreeSet::new();
+    let mut pending: Vec<(PathBuf, bool)> = targets.into_iter().map(|t| (t, true)).collect();
+    while let Some((file, owns_dir)) = pending.pop() {
+        let Ok(file) = file.canonicalize() else {
+            continue; // a file that is not there, which the compiler reports
+        };
+        if reached.insert(file.clone()) {
+            let text = std::fs::read_to_string(&file).expect("read a test file");
+            pending.extend(declared_modules(&file, owns_dir, &text));
+        }
+    }
+    rust_files(&root.join("tests"))
+        .into_iter()
+        .filter(|file| !reached.contains(&file.canonicalize().expect("a listed file")))
+        .map(|file| {
+            let rel = file.strip_prefix(root).unwrap_or(&file).display();
+            format!(
+                "{rel} is in no test target (no `mod` reaches it, and Cargo.toml does not \
+                 name it)"
+            )
+        })
+        .collect()
+}
+
+/// The files the `mod x;` declarations of `file` name, each with whether its own
+/// declarations are looked up beside it (`owns_dir`: a crate root, a `mod.rs` or a file
+/// named by `#[path]`) rather than in a folder named after it.
+fn declared_modules(file: &Path, owns_dir: bool, text: &str) -> Vec<(PathBuf, bool)> {
+    let code = code_only(text);
+    let tokens = tokens(&code);
+    let tok = |i: usize| tokens.get(i).map_or("", |t| t.1);
+    let dir = file.parent().expect("a file has a folder");
+    let stem = file.file_stem().expect("a file has a name");
+    let base = if owns_dir || stem == "mod" {
+        dir.to_path_buf()
+    } else {
+        dir.join(stem)
+    };
+    let (mut depth, mut inline) = (0_usize, Vec::<(&str, usize)>::new());
+    let mut found = Vec::new();
+    for i in 0..tokens.len() {
+        match tok(i) {
+            "{" => depth += 1,
+            "}" => {
+                depth = depth.saturating_sub(1);
+                inline.retain(|(_, d)| *d < depth);
+            }
+            "mod" if tok(i + 2) == "{" => inline.push((tok(i + 1), depth)),
+            "mod" if tok(i + 2) == ";" => {
+                let mut here = base.clone();
+                here.extend(inline.iter().map(|(name, _)| name));
+                // The item's attributes are the tokens back to the end of the last item.
+                let start = (0..i).rev().find(|j| [";", "{", "}"].contains(&tok(*j)));
+                let path = (start.map_or(0, |j| j + 1)..i).find(|j| {
+                    tok(*j) == "path" && tok(j + 1) == "=" && tok(j + 2) == "\"" && j + 3 < i
+                });
+                if let Some(j) = path {
+                    let quoted = &text[tokens[j + 2].0 + 1..tokens[j + 3].0];
+                    let at = if inline.is_empty() {
+                        dir.to_path_buf()
+                    } else {
+                        here
+                    };
+                    found.push((at.join(quoted), true));
+                } else {
+                    let name = tok(i + 1);
+                    found.push((here.join(format!("{name}.rs")), false));
+                    found.push((here.join(name).join("mod.rs"), true));
+                }
+            }
+            _ => {}
         }
     }
     found
@@ -433,4 +533,57 @@ fn f() -> (&'static str, char, &'static str) {
 "###;
     let root = fake(&[CLEAN, quiet].concat());
     assert_eq!(layer_problems(root.path(), FAKE), Vec::<String>::new());
+}
+
+/// A test tree every file of which is in the suite: through `mod` in files, folders and
+/// inline modules, `#[path]`, and a `[[bench]]` with modules of its own. The `mod lost;`
+/// in a comment and in a string declares nothing.
+const SUITE: &str = r#"== Cargo.toml
+[package]
+name = "x"
+
+[[bench]]
+name = "speed"
+path = "tests/speed.rs"
+== tests/main.rs
+mod a;
+mod b;
+#[path = "shared/c.rs"]
+mod c;
+// mod lost;
+== tests/a.rs
+mod deep;
+mod tests {
+    mod inner;
+}
+== tests/a/deep.rs
+== tests/a/tests/inner.rs
+== tests/b/mod.rs
+mod e;
+== tests/b/e.rs
+const NOT_A_MODULE: &str = "mod lost;";
+== tests/shared/c.rs
+mod f;
+== tests/shared/f.rs
+== tests/speed.rs
+mod g;
+== tests/g.rs
+"#;
+
+#[test]
+fn a_complete_test_tree_passes() {
+    let root = fake(SUITE);
+    assert_eq!(forgotten_tests(root.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_forgotten_test_file_is_named() {
+    let root = fake(&[SUITE, "== tests/lost.rs\n#[test]\nfn never_runs() {}\n"].concat());
+    assert_eq!(
+        forgotten_tests(root.path()),
+        [
+            "tests/lost.rs is in no test target (no `mod` reaches it, and Cargo.toml does \
+             not name it)"
+        ]
+    );
 }
