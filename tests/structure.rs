@@ -183,7 +183,9 @@ fn shortest_path<'a>(
 /// Each `crate::x` of a source file, as (line, x): in paths anywhere in the code and in
 /// every branch of a `use crate::{a, b::c}` group, but not in comments or literals. A
 /// macro's path (`crate::m!`) is left out: an exported macro lives at the crate root,
-/// whichever module defines it. `super::` and `self::` stay inside the module.
+/// whichever module defines it. `self::` and `super::` are not read: under `src/x/` they
+/// stay within module `x` (a `super::` outside any inline module of `src/x.rs`, which names
+/// the crate root, goes unseen).
 fn crate_paths(text: &str) -> Vec<(usize, String)> {
     let code = code_only(text);
     let tokens = tokens(&code);
@@ -238,7 +240,7 @@ fn forgotten_tests(root: &Path) -> Vec<String> {
     let mut pending: Vec<(PathBuf, bool)> = targets.into_iter().map(|t| (t, true)).collect();
     while let Some((file, owns_dir)) = pending.pop() {
         let Ok(file) = file.canonicalize() else {
-            continue; // a file that is not there, which the compiler reports
+            continue; // of the two files a `mod x;` may mean, the one that is not there
         };
         if reached.insert(file.clone()) {
             let text = std::fs::read_to_string(&file).expect("read a test file");
@@ -504,17 +506,18 @@ fn a_circle_within_one_layer_is_named() {
 }
 
 #[test]
-fn a_module_missing_from_the_table_or_from_the_tree_is_named() {
+fn a_module_missing_from_the_table_or_the_tree_or_listed_twice_is_named() {
     let root = fake(&[CLEAN, "== src/e.rs\n"].concat());
     let other: Layers = &[
         ("low", &["a", "z"]),
         ("middle", &["b", "c"]),
-        ("high", &["d"]),
+        ("high", &["d", "b"]),
     ];
     assert_eq!(
         layer_problems(root.path(), other),
         [
             "module z of layer low has no src/z.rs or src/z/",
+            "module b is in the table 2 times",
             "module e is in no layer of the table",
         ]
     );
