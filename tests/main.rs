@@ -1,5 +1,6 @@
 //! The integration suite: one binary, one module per topic. Every test drives the real
-//! `fencepost` binary as separate processes through the `harness` builder.
+//! `fencepost` binary as separate processes through the `harness` builder, but for
+//! `structure`'s, which read the sources themselves.
 
 mod harness;
 mod support;
@@ -31,6 +32,7 @@ mod store_inputs;
 mod store_torture;
 mod stores;
 mod strace;
+mod structure;
 mod sync_commit;
 mod torture;
 mod walls;
