@@ -46,7 +46,12 @@ pub(crate) fn completions(args: &CompletionsArgs) -> Result<Report> {
         Shell::Fish => clap_complete::Shell::Fish,
     };
     let mut buf = Vec::new();
-    clap_complete::generate(shell, &mut crate::Cli::command(), "fencepost", &mut buf);
+    clap_complete::generate(
+        shell,
+        &mut super::cli::Cli::command(),
+        "fencepost",
+        &mut buf,
+    );
     text(buf)
 }
 
@@ -86,7 +91,7 @@ fn man_command() -> clap::Command {
         }
         _ => arg,
     };
-    let mut cmd = crate::Cli::command()
+    let mut cmd = super::cli::Cli::command()
         .mut_args(describe_all)
         .mut_subcommands(|sub| sub.mut_args(describe_all));
     cmd.build();

@@ -7,6 +7,7 @@ use crate::resource::Resource;
 
 pub(crate) mod cat;
 pub(crate) mod claim;
+pub(crate) mod cli;
 pub(crate) mod complete;
 pub(crate) mod completions;
 pub(crate) mod durations;
