@@ -414,7 +414,11 @@ impl Client {
             written.replay = replay;
             if ctx.remote.as_ref().is_some_and(|r| r.mirror) {
                 let resource = ctx.stored(&written.resource)?;
-                crate::mirror::apply_after_write(ctx, &mut *ctx.store()?, &resource);
+                crate::mirror::apply_after_write(
+                    ctx,
+                    &mut *ctx.shared_store("nothing was ever claimed here")?,
+                    &resource,
+                );
             }
             Ok(written)
         })

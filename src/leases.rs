@@ -12,7 +12,7 @@ use crate::lease::{ClaimRefusal, Lease, LeaseState, above, claim_is_replay, next
 use crate::outcome::{Claimed, LeaseView, RefusalDetail};
 use crate::resource::Resource;
 use crate::session::{Ctx, check_epoch, check_owner, check_result, lost};
-use crate::store::{self, Txn};
+use crate::store::{self, ReadTxn, Txn};
 
 /// What a claim asks for, its durations resolved: the resource (checked by [`claimable`]),
 /// the owner, the lease's length on the session's clock, and how long to wait for a
@@ -182,7 +182,7 @@ pub(crate) fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
 /// Whether a claim by `owner` is a retry of the claim that made `lease` (see
 /// `lease::claim_is_replay`); the sink is read only when the owner's lease is live.
 fn is_replay(
-    tx: &dyn Txn,
+    tx: &dyn ReadTxn,
     resource: &Resource,
     lease: &Lease,
     owner: &str,
@@ -197,7 +197,7 @@ fn is_replay(
 
 /// The epoch a claim must issue above: a shared store may have lost history a mirror
 /// still holds, so never at or below the sink's fence or what a mirror reported holding.
-fn epoch_floor(ctx: &Ctx, tx: &dyn Txn, resource: &Resource) -> Result<i64> {
+fn epoch_floor(ctx: &Ctx, tx: &dyn ReadTxn, resource: &Resource) -> Result<i64> {
     match ctx.remote {
         Some(_) => tx.epoch_floor(resource),
         None => Ok(0),
@@ -262,7 +262,7 @@ fn grant(
 /// marked as a replay. Nothing is written (the transaction is rolled back), not even to the audit log: the claim that
 /// made the lease is logged already, and a second line would read as a second claim.
 /// `fenced_at_sink` says whether the sink's fence stands at the lease's epoch.
-fn replayed(tx: &dyn Txn, resource: &Resource, lease: &Lease) -> Result<Claimed> {
+fn replayed(tx: &dyn ReadTxn, resource: &Resource, lease: &Lease) -> Result<Claimed> {
     let fence = tx.sink(resource)?.map_or(0, |r| r.fence);
     Ok(Claimed {
         resource: resource.to_string(),

@@ -25,13 +25,13 @@ use crate::publish::WriteRequest;
 use crate::resource::{Resource, STATE_DIR};
 use crate::session::{Ctx, MIRROR_OF, MIRROR_URL, Remote, bound, local};
 use crate::sink::{Content, Recovery};
-use crate::store::{Published, Store, WriteRecord};
+use crate::store::{Published, SharedStore, WriteRecord};
 
 /// Brings the mirror root up to the store: every published resource, or only `only`.
 /// Applies what is newer and reports each resource it looked at.
 pub(crate) fn sync(
     ctx: &Ctx,
-    store: &mut dyn Store,
+    store: &mut dyn SharedStore,
     only: Option<&str>,
     look: Look,
 ) -> Result<Mirrored> {
@@ -105,7 +105,7 @@ pub(crate) fn sync(
 /// After a write through the store on a host with a mirror root: brings that document
 /// up at once. The write is published already, so a failure here is a warning (the
 /// next `mirror` applies it).
-pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn Store, resource: &Resource) {
+pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn SharedStore, resource: &Resource) {
     let why = match sync(ctx, store, Some(resource.as_str()), Look::Identity) {
         Err(e) => e.to_string(),
         Ok(done) => match done.applied.into_iter().find_map(|a| a.error) {
@@ -186,7 +186,7 @@ fn mirror_id(mirror: &Ctx) -> String {
 /// older epoch (a holder whose lease the store forgot was superseded) is `stale` again.
 pub(crate) fn report_ahead(
     mirror: &Ctx,
-    store: &mut dyn Store,
+    store: &mut dyn crate::store::Store,
     resource: &str,
     epoch: i64,
 ) -> Result<()> {
@@ -210,7 +210,7 @@ fn held(mirror: &Ctx, resource: &Resource) -> Result<Option<Content>> {
 /// Applies one published version to the mirror, unless it holds it already.
 fn apply(
     mirror: &Ctx,
-    store: &mut dyn Store,
+    store: &mut dyn SharedStore,
     remote: &Remote,
     published: &Published,
     look: Look,
@@ -401,7 +401,7 @@ fn up_to_date(
 /// of its own.
 fn check_binding(
     mirror: &Ctx,
-    store: &mut dyn Store,
+    store: &mut dyn SharedStore,
     remote: &Remote,
     resource: Option<&Resource>,
 ) -> Result<()> {
@@ -436,17 +436,12 @@ impl Drop for Incoming {
 /// Streams the version's bytes from the store into a file in the mirror's `.fencepost/`
 /// (checked against the recorded SHA-256 on the way), from which the local write copies
 /// them.
-fn download(mirror: &Ctx, store: &mut dyn Store, published: &Published) -> Result<Incoming> {
+fn download(mirror: &Ctx, store: &mut dyn SharedStore, published: &Published) -> Result<Incoming> {
     let dir = mirror.root.join(STATE_DIR);
     let (file, path) = temp_in(&dir)?;
     let incoming = Incoming { path };
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-    store
-        .blobs()
-        .ok_or(Error::Internal(
-            "a shared store without a place for contents",
-        ))?
-        .read(published, &mut out)?;
+    store.read(published, &mut out)?;
     out.flush()
         .map_err(Error::io("cannot write", incoming.path.clone()))?;
     Ok(incoming)
@@ -574,12 +569,12 @@ impl Retries {
 /// that failed. Returns on a store error.
 fn run_session(
     ctx: &Ctx,
-    store: &mut dyn Store,
+    store: &mut dyn SharedStore,
     rescan: Duration,
     report: &mut impl FnMut(&Mirrored),
     backoff: &mut Duration,
 ) -> Result<()> {
-    blobs(store)?.listen()?;
+    store.listen()?;
     let mut retries = Retries::default();
     let first = sync(ctx, store, None, Look::Identity)?;
     retries.note(&first);
@@ -591,7 +586,7 @@ fn run_session(
         let timeout = retries
             .next_in()
             .map_or(until_rescan, |r| r.min(until_rescan));
-        let names = blobs(store)?.wait(timeout)?;
+        let names = store.wait(timeout)?;
         if names.is_empty() && last_full.elapsed() >= rescan {
             let pass = sync(ctx, store, None, Look::Identity)?;
             retries.note(&pass);
@@ -619,12 +614,6 @@ fn run_session(
             }
         }
     }
-}
-
-fn blobs(store: &mut dyn Store) -> Result<&mut dyn crate::store::Blobs> {
-    store.blobs().ok_or(Error::Internal(
-        "a shared store without a place for contents",
-    ))
 }
 
 fn warn_retry(ctx: &Ctx, e: &Error, backoff: Duration) {

@@ -24,7 +24,7 @@ use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
 use crate::session::{Ctx, check_epoch, check_owner};
 use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
-use crate::store::{Txn, WriteRecord};
+use crate::store::{ReadTxn, Txn, WriteRecord};
 
 mod store;
 
@@ -117,7 +117,7 @@ fn refuse_resolved(ctx: &Ctx, args: &WriteRequest<'_>, resource: &Resource) -> R
 /// folder made. Advisory only: the decision that counts is taken again under the lock.
 fn refuse_early(
     ctx: &Ctx,
-    tx: &dyn Txn,
+    tx: &dyn ReadTxn,
     resource: &Resource,
     args: &WriteRequest<'_>,
 ) -> Result<()> {
@@ -380,7 +380,7 @@ struct Decided {
 /// it against the recorded fence and content (`sha256`).
 fn decide_locked(
     ctx: &Ctx,
-    tx: &dyn Txn,
+    tx: &dyn ReadTxn,
     resource: &Resource,
     args: &WriteRequest<'_>,
     sha256: &str,
@@ -577,7 +577,11 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
 
 /// The writer's name for the record and the log: `--owner`, or else the owner `claim`
 /// issued this epoch to.
-fn writer(tx: &dyn Txn, resource: &Resource, args: &WriteRequest<'_>) -> Result<Option<String>> {
+fn writer(
+    tx: &dyn ReadTxn,
+    resource: &Resource,
+    args: &WriteRequest<'_>,
+) -> Result<Option<String>> {
     match args.owner {
         Some(owner) => Ok(Some(owner.to_string())),
         None => tx.issued_to(resource, args.epoch),
@@ -587,7 +591,7 @@ fn writer(tx: &dyn Txn, resource: &Resource, args: &WriteRequest<'_>) -> Result<
 /// The lease whose epoch says what was issued: the resource's own; none for a version
 /// applied to a mirror root, whose epoch the store issued.
 fn issuing_lease(
-    tx: &dyn Txn,
+    tx: &dyn ReadTxn,
     resource: &Resource,
     args: &WriteRequest<'_>,
 ) -> Result<Option<Lease>> {

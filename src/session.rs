@@ -17,7 +17,7 @@ use crate::outcome::{LeaseView, RefusalDetail};
 use crate::recovery;
 use crate::resource::{self, Resource};
 use crate::root::{self, How, StateFiles};
-use crate::store::{self, Store, Txn};
+use crate::store::{self, ReadTxn, SharedStore, Store, Txn};
 use crate::text::first_misleading;
 
 /// The global options, resolved.
@@ -77,12 +77,19 @@ impl std::fmt::Debug for Warn {
 /// file) once. Cloning a session never shares it: a variant (another busy timeout, a
 /// mirror root's own side) opens its own store.
 #[derive(Default)]
-pub(crate) struct Kept(Option<Mutex<Option<Box<dyn Store>>>>);
+pub(crate) struct Kept(Option<Slots>);
+
+/// The kept store: a state file's, or a shared store's (which keeps contents too).
+#[derive(Default)]
+struct Slots {
+    local: Mutex<Option<Box<dyn Store>>>,
+    shared: Mutex<Option<Box<dyn SharedStore>>>,
+}
 
 impl Kept {
     /// A session that keeps its store open.
     pub(crate) fn on() -> Kept {
-        Kept(Some(Mutex::new(None)))
+        Kept(Some(Slots::default()))
     }
 }
 
@@ -102,20 +109,20 @@ impl std::fmt::Debug for Kept {
     }
 }
 
-/// An open store: the session's kept one, or one of this call's own (closed when
-/// dropped). A call that finds the kept store in use (the recovery after a failed
+/// An open store of type `S`: the session's kept one, or one of this call's own (closed
+/// when dropped). A call that finds the kept store in use (the recovery after a failed
 /// COMMIT, while the write still holds it) opens its own.
-pub(crate) enum Opened<'k> {
-    Own(Box<dyn Store>),
-    Kept(MutexGuard<'k, Option<Box<dyn Store>>>),
+pub(crate) enum Handle<'k, S: ?Sized> {
+    Own(Box<S>),
+    Kept(MutexGuard<'k, Option<Box<S>>>),
 }
 
-impl std::ops::Deref for Opened<'_> {
-    type Target = dyn Store;
-    fn deref(&self) -> &(dyn Store + 'static) {
+impl<S: ?Sized> std::ops::Deref for Handle<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
         match self {
-            Opened::Own(store) => &**store,
-            Opened::Kept(guard) => match guard.as_deref() {
+            Handle::Own(store) => store,
+            Handle::Kept(guard) => match guard.as_deref() {
                 Some(store) => store,
                 None => unreachable!("a kept store is filled before it is handed out"),
             },
@@ -123,14 +130,60 @@ impl std::ops::Deref for Opened<'_> {
     }
 }
 
-impl std::ops::DerefMut for Opened<'_> {
-    fn deref_mut(&mut self) -> &mut (dyn Store + 'static) {
+impl<S: ?Sized> std::ops::DerefMut for Handle<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
         match self {
-            Opened::Own(store) => &mut **store,
-            Opened::Kept(guard) => match guard.as_deref_mut() {
+            Handle::Own(store) => store,
+            Handle::Kept(guard) => match guard.as_deref_mut() {
                 Some(store) => store,
                 None => unreachable!("a kept store is filled before it is handed out"),
             },
+        }
+    }
+}
+
+/// The kept store in `slot` (opened by `open` if it holds none yet: `None` from `open`
+/// is nothing to open), or, with no slot or one in use, a store of this call's own.
+fn kept_in<'k, S: ?Sized>(
+    slot: Option<&'k Mutex<Option<Box<S>>>>,
+    open: impl FnOnce() -> Result<Option<Box<S>>>,
+) -> Result<Option<Handle<'k, S>>> {
+    if let Some(slot) = slot
+        && let Ok(mut guard) = slot.try_lock()
+    {
+        if guard.is_none() {
+            match open()? {
+                Some(store) => *guard = Some(store),
+                None => return Ok(None),
+            }
+        }
+        return Ok(Some(Handle::Kept(guard)));
+    }
+    Ok(open()?.map(Handle::Own))
+}
+
+/// The open state of a session: a state file's store, or a shared store (which is one
+/// too, and keeps contents: [`Ctx::shared_store`]).
+pub(crate) enum Opened<'k> {
+    Local(Handle<'k, dyn Store>),
+    Shared(Handle<'k, dyn SharedStore>),
+}
+
+impl std::ops::Deref for Opened<'_> {
+    type Target = dyn Store;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        match self {
+            Opened::Local(store) => &**store,
+            Opened::Shared(store) => &**store,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Opened<'_> {
+    fn deref_mut(&mut self) -> &mut (dyn Store + 'static) {
+        match self {
+            Opened::Local(store) => &mut **store,
+            Opened::Shared(store) => &mut **store,
         }
     }
 }
@@ -259,7 +312,7 @@ impl Ctx {
 
     /// Opens the shared store: `None` when its database has no fencepost schema yet and
     /// `create` is false.
-    fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn Store>>> {
+    fn open_remote(&self, remote: &Remote, create: bool) -> Result<Option<Box<dyn SharedStore>>> {
         let opened = match store::postgres::PgStore::open(
             &remote.url,
             self.busy,
@@ -310,71 +363,73 @@ impl Ctx {
     }
 
     /// The shared store, or `None` while it has no fencepost schema yet (before its first
-    /// claim): what `mirror --follow` waits for.
-    pub(crate) fn remote_store(&self) -> Result<Option<Box<dyn Store>>> {
+    /// claim): what `mirror --follow` waits for. Never the kept one: a connection a
+    /// broken network left behind is not reused.
+    pub(crate) fn remote_store(&self) -> Result<Option<Box<dyn SharedStore>>> {
         match &self.remote {
             Some(remote) => self.open_remote(remote, false),
             None => Err(Error::Internal("a shared store without --store")),
         }
     }
 
+    /// The session's shared store, with its contents: `what` says what there is nothing
+    /// of when it has no schema yet. Only a session with `--store` has one.
+    pub(crate) fn shared_store(&self, what: &str) -> Result<Handle<'_, dyn SharedStore>> {
+        let remote = self
+            .remote
+            .as_ref()
+            .ok_or(Error::Internal("a shared store without --store"))?;
+        self.kept_shared(|| self.open_remote(remote, false))?
+            .ok_or_else(|| self.empty_remote(remote, what))
+    }
+
+    fn kept_shared(
+        &self,
+        open: impl FnOnce() -> Result<Option<Box<dyn SharedStore>>>,
+    ) -> Result<Option<Handle<'_, dyn SharedStore>>> {
+        kept_in(self.kept.0.as_ref().map(|s| &s.shared), open)
+    }
+
+    /// [`Ctx::kept_or`] for an `open` that may find nothing to open: a local state
+    /// file's store.
+    pub(crate) fn kept_or_none(
+        &self,
+        open: impl FnOnce() -> Result<Option<Box<dyn Store>>>,
+    ) -> Result<Option<Opened<'_>>> {
+        Ok(kept_in(self.kept.0.as_ref().map(|s| &s.local), open)?.map(Opened::Local))
+    }
+
+    /// The kept local store (opened by `open` if the session has none yet), or a store
+    /// of this call's own.
+    fn kept_or(&self, open: impl FnOnce() -> Result<Box<dyn Store>>) -> Result<Opened<'_>> {
+        self.kept_or_none(|| open().map(Some))?
+            .ok_or(Error::Internal("a store opened was not there"))
+    }
+
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
     pub(crate) fn store(&self) -> Result<Opened<'_>> {
+        if self.remote.is_some() {
+            return self
+                .shared_store("nothing was ever claimed here")
+                .map(Opened::Shared);
+        }
         self.kept_or(|| {
-            if let Some(remote) = &self.remote {
-                return self
-                    .open_remote(remote, false)?
-                    .ok_or_else(|| self.empty_remote(remote, "nothing was ever claimed here"));
-            }
             store::open(&self.db, self.busy, false)?
                 .ok_or_else(|| self.no_state_file("nothing was ever claimed here"))
         })
     }
 
-    /// The kept store (opened by `open` if the session has none yet), or, for a session
-    /// that keeps none or whose kept store is in use, a store of this call's own.
-    fn kept_or(&self, open: impl FnOnce() -> Result<Box<dyn Store>>) -> Result<Opened<'_>> {
-        if let Some(kept) = &self.kept.0
-            && let Ok(mut guard) = kept.try_lock()
-        {
-            if guard.is_none() {
-                *guard = Some(open()?);
-            }
-            return Ok(Opened::Kept(guard));
-        }
-        open().map(Opened::Own)
-    }
-
-    /// [`Ctx::kept_or`] for an `open` that may find nothing to open.
-    pub(crate) fn kept_or_none(
-        &self,
-        open: impl FnOnce() -> Result<Option<Box<dyn Store>>>,
-    ) -> Result<Option<Opened<'_>>> {
-        if let Some(kept) = &self.kept.0
-            && let Ok(mut guard) = kept.try_lock()
-        {
-            if guard.is_none() {
-                match open()? {
-                    Some(store) => *guard = Some(store),
-                    None => return Ok(None),
-                }
-            }
-            return Ok(Some(Opened::Kept(guard)));
-        }
-        Ok(open()?.map(Opened::Own))
-    }
-
     /// Closes the kept store, if any: after a failure that may have broken its connection,
     /// the next call opens a new one.
-    #[allow(
-        dead_code,
-        reason = "the API (next) forgets a store a failure may have broken"
-    )]
     pub(crate) fn forget_store(&self) {
-        if let Some(kept) = &self.kept.0 {
-            match kept.lock() {
+        if let Some(slots) = &self.kept.0 {
+            match slots.local.lock() {
+                Ok(mut guard) => *guard = None,
+                Err(poisoned) => *poisoned.into_inner() = None,
+            }
+            match slots.shared.lock() {
                 Ok(mut guard) => *guard = None,
                 Err(poisoned) => *poisoned.into_inner() = None,
             }
@@ -385,11 +440,18 @@ impl Ctx {
     /// claim (refused inside another root).
     pub(crate) fn create_store(&self, resource: &Resource) -> Result<Opened<'_>> {
         if let Some(remote) = &self.remote {
-            return self.kept_or(|| {
-                self.open_remote(remote, true)?.ok_or(Error::Internal(
+            return self
+                .kept_shared(|| {
+                    self.open_remote(remote, true)?
+                        .ok_or(Error::Internal(
+                            "a store opened to be created had no schema",
+                        ))
+                        .map(Some)
+                })?
+                .map(Opened::Shared)
+                .ok_or(Error::Internal(
                     "a store opened to be created had no schema",
-                ))
-            });
+                ));
         }
         let place = root::Place {
             root: self.root.clone(),
@@ -406,25 +468,21 @@ impl Ctx {
     }
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
-    /// says what there is nothing of: "nothing to verify").
+    /// says what there is nothing of: "nothing to verify"). A kept store, if the
+    /// session has one open, serves.
     pub(crate) fn read_store(&self, what: &str) -> Result<Opened<'_>> {
-        if let Some(kept) = &self.kept.0
-            && let Ok(guard) = kept.try_lock()
+        if self.remote.is_some() {
+            return self.shared_store(what).map(Opened::Shared);
+        }
+        if let Some(slots) = &self.kept.0
+            && let Ok(guard) = slots.local.try_lock()
             && guard.is_some()
         {
-            return Ok(Opened::Kept(guard));
+            return Ok(Opened::Local(Handle::Kept(guard)));
         }
-        self.read_store_own(what).map(Opened::Own)
-    }
-
-    /// [`Ctx::read_store`], never the kept store.
-    fn read_store_own(&self, what: &str) -> Result<Box<dyn Store>> {
-        if let Some(remote) = &self.remote {
-            return self
-                .open_remote(remote, false)?
-                .ok_or_else(|| self.empty_remote(remote, what));
-        }
-        store::open_read_only(&self.db, self.busy)?.ok_or_else(|| self.no_state_file(what))
+        store::open_read_only(&self.db, self.busy)?
+            .map(|store| Opened::Local(Handle::Own(store)))
+            .ok_or_else(|| self.no_state_file(what))
     }
 
     /// "No state file here", with a hint that says where one may be.
@@ -454,7 +512,7 @@ impl Ctx {
     /// must not read as "all is well").
     pub(crate) fn refuse_unseen(
         &self,
-        tx: &dyn Txn,
+        tx: &dyn ReadTxn,
         resource: &Resource,
         what: &str,
     ) -> Result<()> {
@@ -514,7 +572,7 @@ impl Ctx {
 
     /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
     /// the sink's record.
-    pub(crate) fn recover(&self, tx: &dyn Txn, resource: &Resource) -> Result<recovery::Done> {
+    pub(crate) fn recover(&self, tx: &dyn ReadTxn, resource: &Resource) -> Result<recovery::Done> {
         recovery::recover(
             &self.root,
             resource,
@@ -540,7 +598,7 @@ impl Ctx {
 
     /// Refuses a state file that belongs to another root (without binding a fresh one):
     /// the check of commands that only read.
-    pub(crate) fn check_root(&self, tx: &dyn Txn) -> Result<()> {
+    pub(crate) fn check_root(&self, tx: &dyn ReadTxn) -> Result<()> {
         if self.remote.is_some() {
             return Ok(());
         }
@@ -828,7 +886,7 @@ pub(crate) const MIRROR_URL: &str = "mirror_url";
 
 /// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
 /// decides for it, and a local version would be overwritten by the next apply.
-pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn Txn) -> Result<()> {
+pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
     if tx.meta_bytes(MIRROR_OF)?.is_none() {
         return Ok(());
     }
@@ -871,7 +929,7 @@ pub(crate) fn check_mirror_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<
 
 /// Whether the root's state file (`tx`) is bound to the store `id` already; refuses one
 /// bound to another store, or unbound with leases or records of its own.
-pub(crate) fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn Txn, id: &str) -> Result<bool> {
+pub(crate) fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn ReadTxn, id: &str) -> Result<bool> {
     match tx.meta_bytes(MIRROR_OF)? {
         Some(bound) if bound == id.as_bytes() => Ok(true),
         Some(_) => {

@@ -77,7 +77,7 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
         crate::mirror::follow(ctx, rescan, |pass| print_pass(pass, json))?;
         return Err(Error::Internal("mirror --follow stopped following"));
     }
-    let mut store = ctx.store()?;
+    let mut store = ctx.shared_store("nothing was ever claimed here")?;
     let done = crate::mirror::sync(
         ctx,
         &mut *store,

@@ -98,7 +98,11 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     };
     if ctx.remote.as_ref().is_some_and(|r| r.mirror) {
         // Published: a mirror root on this host is brought up to it at once.
-        crate::mirror::apply_after_write(ctx, &mut *ctx.store()?, &resource);
+        crate::mirror::apply_after_write(
+            ctx,
+            &mut *ctx.shared_store("nothing was ever claimed here")?,
+            &resource,
+        );
     }
     report(&resource, args, outcome)
 }

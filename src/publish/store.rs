@@ -28,7 +28,7 @@ pub(super) fn write(
     resource: &Resource,
     source: Source<'_>,
 ) -> Result<Outcome> {
-    let mut store = ctx.store()?;
+    let mut store = ctx.shared_store("nothing was ever claimed here")?;
     if args.unfenced {
         refuse_unfenced(ctx, &*store.snapshot()?)?;
     }
@@ -39,13 +39,13 @@ pub(super) fn write(
         Source::Stream(stream) => stream,
     };
     failpoint!("write.before_stage");
-    let blob = blobs(&mut *store)?.upload(&mut reader)?;
+    let blob = store.upload(&mut reader)?;
     failpoint!("write.before_lock");
     let published = publish(ctx, &mut *store, resource, args, &blob);
     // A refused, replayed or failed write leaves its blob unused, and so does a write
     // that found the same bytes already stored.
     if !matches!(&published, Ok((Outcome::Written(_), used)) if *used == blob.id) {
-        blobs(&mut *store)?.discard(blob.id);
+        store.discard(blob.id);
     }
     published
         .map(|(outcome, _)| outcome)
@@ -55,7 +55,7 @@ pub(super) fn write(
 /// Refuses `--unfenced` on a shared store not made for the reproduction: there it would
 /// let any epoch, an old one or one never claimed, make its bytes current for every host
 /// (see `postgres::REPRODUCTION_KEY`).
-fn refuse_unfenced(ctx: &Ctx, tx: &dyn crate::store::Txn) -> Result<()> {
+fn refuse_unfenced(ctx: &Ctx, tx: &dyn crate::store::ReadTxn) -> Result<()> {
     if tx
         .meta_bytes(crate::store::postgres::REPRODUCTION_KEY)?
         .is_some()
@@ -70,12 +70,6 @@ fn refuse_unfenced(ctx: &Ctx, tx: &dyn crate::store::Txn) -> Result<()> {
         ),
         "drop --unfenced and write with the epoch `claim` printed; --unfenced is for the \
          local state file, or a store that fixtures/reproduce.sh --store made",
-    ))
-}
-
-fn blobs(store: &mut dyn Store) -> Result<&mut dyn crate::store::Blobs> {
-    store.blobs().ok_or(Error::Internal(
-        "a shared store without a place for contents",
     ))
 }
 

@@ -32,7 +32,7 @@ use postgres::error::{DbError, SqlState};
 use postgres::{Client, NoTls, Row};
 use sha2::{Digest, Sha256};
 
-use super::{Blob, Blobs, HolderRequest, Published, Store, Txn, WriteRecord};
+use super::{Blob, Blobs, HolderRequest, Published, ReadTxn, Store, Txn, WriteRecord};
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
@@ -704,11 +704,13 @@ fn upgrade(client: &mut Client, shown: &str, busy: Duration, schema: usize) -> R
 
 impl Store for PgStore {
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
-        self.begin("BEGIN")
+        Ok(Box::new(self.begin("BEGIN")?))
     }
 
-    fn snapshot(&mut self) -> Result<Box<dyn Txn + '_>> {
-        self.begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    fn snapshot(&mut self) -> Result<Box<dyn ReadTxn + '_>> {
+        Ok(Box::new(self.begin(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        )?))
     }
 
     fn server_clock(&self) -> Option<(i64, Instant)> {
@@ -762,12 +764,12 @@ impl PgStore {
         Ok(())
     }
 
-    fn begin(&mut self, how: &str) -> Result<Box<dyn Txn + '_>> {
+    fn begin(&mut self, how: &str) -> Result<PgTxn<'_>> {
         let (shown, busy) = (self.shown.as_str(), self.busy);
         self.client
             .batch_execute(how)
             .map_err(|e| pg_error(shown, busy, e))?;
-        Ok(Box::new(PgTxn {
+        Ok(PgTxn {
             client: RefCell::new(&mut self.client),
             shown,
             busy,
@@ -781,7 +783,7 @@ impl PgStore {
             xid: RefCell::new(None),
             idle_limit: Cell::new(None),
             last_reply: Cell::new(Instant::now()),
-        }))
+        })
     }
 }
 
@@ -1126,17 +1128,172 @@ impl CommitTimer {
     }
 }
 
+impl ReadTxn for PgTxn<'_> {
+    fn check_clock(&self, kind: ClockKind) -> Result<()> {
+        match self.clock()? {
+            Some(bound) if bound != kind => Err(clock_mismatch(self.shown, bound)),
+            _ => Ok(()),
+        }
+    }
+    fn clock(&self) -> Result<Option<ClockKind>> {
+        let value = self.meta_bytes("clock")?;
+        Ok(value
+            .as_deref()
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(ClockKind::parse))
+    }
+    fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .query_opt("SELECT value FROM fencepost_meta WHERE key = $1", &[&key])?
+            .map(|r| r.get(0)))
+    }
+    fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
+        self.lease_named(resource.as_str())
+    }
+    fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
+        let row = self.query_opt(
+            "SELECT owner, epoch, deadline, state, result FROM fencepost_lease WHERE resource = $1",
+            &[&name],
+        )?;
+        Ok(row.map(|r| Lease {
+            owner: r.get(0),
+            epoch: r.get(1),
+            deadline: r.get(2),
+            state: LeaseState::parse(r.get(3)).unwrap_or(LeaseState::Held),
+            result: r.get(4),
+        }))
+    }
+    fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
+        self.sink_named(resource.as_str())
+    }
+    fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
+        let row = self.query_opt(
+            "SELECT fence, content_epoch, sha256, size, written_at
+             FROM fencepost_sink WHERE resource = $1",
+            &[&name],
+        )?;
+        Ok(row.map(|r| sink_row(&r)))
+    }
+    fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
+        let rows = self.query(
+            "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
+                    pid, host, detail
+             FROM fencepost_log
+             WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
+             ORDER BY id",
+            &[&resource.map(Resource::as_str), &since],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Event {
+                id: r.get(0),
+                at: r.get(1),
+                resource: r.get(2),
+                kind: EventKind::parse(r.get(3)),
+                owner: r.get(4),
+                epoch: r.get(5),
+                prev_owner: r.get(6),
+                prev_epoch: r.get(7),
+                sha256: r.get(8),
+                pid: u32::try_from(r.get::<_, i64>(9)).unwrap_or(0),
+                host: r.get(10),
+                detail: r.get(11),
+            })
+            .collect())
+    }
+    fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
+        if let Some(lease) = self.lease(resource)?
+            && lease.epoch == epoch
+        {
+            return Ok(Some(lease.owner));
+        }
+        Ok(self
+            .query_opt(
+                "SELECT owner FROM fencepost_log
+                 WHERE resource = $1 AND epoch = $2 AND event IN ($3, $4)
+                 ORDER BY id DESC LIMIT 1",
+                &[
+                    &resource.as_str(),
+                    &epoch,
+                    &EventKind::Claim.as_str(),
+                    &EventKind::Takeover.as_str(),
+                ],
+            )?
+            .and_then(|r| r.get(0)))
+    }
+    fn resources(&self) -> Result<Vec<String>> {
+        Ok(self
+            .query(
+                "SELECT resource FROM fencepost_lease UNION SELECT resource FROM fencepost_sink
+                 ORDER BY 1",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+    fn published(&self, resource: &str) -> Result<Option<Published>> {
+        let row = self.query_opt(
+            "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner, s.unfenced
+             FROM fencepost_sink s WHERE s.resource = $1 AND s.blob IS NOT NULL",
+            &[&resource],
+        )?;
+        Ok(row.map(|r| Published {
+            resource: resource.to_string(),
+            epoch: r.get(0),
+            sha256: r.get(1),
+            size: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+            blob: r.get(3),
+            owner: r.get(4),
+            unfenced: r.get(5),
+        }))
+    }
+    fn all_published(&self) -> Result<Vec<Published>> {
+        let rows = self.query(
+            "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced
+             FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY resource",
+            &[],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Published {
+                resource: r.get(0),
+                epoch: r.get(1),
+                sha256: r.get(2),
+                size: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+                blob: r.get(4),
+                owner: r.get(5),
+                unfenced: r.get(6),
+            })
+            .collect())
+    }
+    fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
+        // One round trip for both.
+        let seen = if self.seen {
+            "(SELECT max(epoch) FROM fencepost_seen WHERE resource = $1)"
+        } else {
+            "NULL::bigint"
+        };
+        let row = self.query_opt(
+            &format!(
+                "SELECT greatest(coalesce((SELECT fence FROM fencepost_sink WHERE resource = $1), 0),
+                                 coalesce({seen}, 0))"
+            ),
+            &[&resource.as_str()],
+        )?;
+        Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
+    }
+}
+
 impl Txn for PgTxn<'_> {
     fn commit(self: Box<Self>) -> Result<()> {
         self.finish("COMMIT")
     }
-
     fn commit_unreplicated(self: Box<Self>) -> Result<()> {
         // Flushed to the primary's disk, not waited for on standbys: in one message with
         // the COMMIT, so it costs no round trip.
         self.finish("SET LOCAL synchronous_commit = local; COMMIT")
     }
-
     fn lock(&self, resource: &Resource) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_lock (resource) VALUES ($1) ON CONFLICT DO NOTHING",
@@ -1167,11 +1324,9 @@ impl Txn for PgTxn<'_> {
         );
         Ok(())
     }
-
     fn server_now(&self) -> Option<i64> {
         self.now.get()
     }
-
     fn bind_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
             Some(bound) if bound == kind => Ok(()),
@@ -1190,28 +1345,6 @@ impl Txn for PgTxn<'_> {
             }
         }
     }
-
-    fn check_clock(&self, kind: ClockKind) -> Result<()> {
-        match self.clock()? {
-            Some(bound) if bound != kind => Err(clock_mismatch(self.shown, bound)),
-            _ => Ok(()),
-        }
-    }
-
-    fn clock(&self) -> Result<Option<ClockKind>> {
-        let value = self.meta_bytes("clock")?;
-        Ok(value
-            .as_deref()
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(ClockKind::parse))
-    }
-
-    fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .query_opt("SELECT value FROM fencepost_meta WHERE key = $1", &[&key])?
-            .map(|r| r.get(0)))
-    }
-
     fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_meta (key, value) VALUES ($1, $2)
@@ -1220,25 +1353,6 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
-
-    fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
-        self.lease_named(resource.as_str())
-    }
-
-    fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
-        let row = self.query_opt(
-            "SELECT owner, epoch, deadline, state, result FROM fencepost_lease WHERE resource = $1",
-            &[&name],
-        )?;
-        Ok(row.map(|r| Lease {
-            owner: r.get(0),
-            epoch: r.get(1),
-            deadline: r.get(2),
-            state: LeaseState::parse(r.get(3)).unwrap_or(LeaseState::Held),
-            result: r.get(4),
-        }))
-    }
-
     fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_lease (resource, owner, epoch, deadline, state, result, updated_at)
@@ -1257,7 +1371,6 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
-
     fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
         let HolderRequest {
             owner,
@@ -1283,20 +1396,6 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(rows == 1)
     }
-
-    fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
-        self.sink_named(resource.as_str())
-    }
-
-    fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
-        let row = self.query_opt(
-            "SELECT fence, content_epoch, sha256, size, written_at
-             FROM fencepost_sink WHERE resource = $1",
-            &[&name],
-        )?;
-        Ok(row.map(|r| sink_row(&r)))
-    }
-
     fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_sink (resource, fence) VALUES ($1, $2)
@@ -1306,7 +1405,6 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
-
     fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
         let WriteRecord {
             fence,
@@ -1358,7 +1456,6 @@ impl Txn for PgTxn<'_> {
         self.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &resource.as_str()])?;
         Ok(())
     }
-
     fn append(&self, event: &Event, keep: i64) -> Result<()> {
         let row = self.query_opt(
             "INSERT INTO fencepost_log (at, resource, event, owner, epoch, prev_owner,
@@ -1400,127 +1497,10 @@ impl Txn for PgTxn<'_> {
         }
         Ok(())
     }
-
     fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
         let dropped = self.execute(PRUNE, &[&keep.max(0), &limit])?;
         Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
     }
-
-    fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
-        let rows = self.query(
-            "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
-                    pid, host, detail
-             FROM fencepost_log
-             WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
-             ORDER BY id",
-            &[&resource.map(Resource::as_str), &since],
-        )?;
-        Ok(rows
-            .iter()
-            .map(|r| Event {
-                id: r.get(0),
-                at: r.get(1),
-                resource: r.get(2),
-                kind: EventKind::parse(r.get(3)),
-                owner: r.get(4),
-                epoch: r.get(5),
-                prev_owner: r.get(6),
-                prev_epoch: r.get(7),
-                sha256: r.get(8),
-                pid: u32::try_from(r.get::<_, i64>(9)).unwrap_or(0),
-                host: r.get(10),
-                detail: r.get(11),
-            })
-            .collect())
-    }
-
-    fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
-        if let Some(lease) = self.lease(resource)?
-            && lease.epoch == epoch
-        {
-            return Ok(Some(lease.owner));
-        }
-        Ok(self
-            .query_opt(
-                "SELECT owner FROM fencepost_log
-                 WHERE resource = $1 AND epoch = $2 AND event IN ($3, $4)
-                 ORDER BY id DESC LIMIT 1",
-                &[
-                    &resource.as_str(),
-                    &epoch,
-                    &EventKind::Claim.as_str(),
-                    &EventKind::Takeover.as_str(),
-                ],
-            )?
-            .and_then(|r| r.get(0)))
-    }
-
-    fn resources(&self) -> Result<Vec<String>> {
-        Ok(self
-            .query(
-                "SELECT resource FROM fencepost_lease UNION SELECT resource FROM fencepost_sink
-                 ORDER BY 1",
-                &[],
-            )?
-            .iter()
-            .map(|r| r.get(0))
-            .collect())
-    }
-
-    fn published(&self, resource: &str) -> Result<Option<Published>> {
-        let row = self.query_opt(
-            "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner, s.unfenced
-             FROM fencepost_sink s WHERE s.resource = $1 AND s.blob IS NOT NULL",
-            &[&resource],
-        )?;
-        Ok(row.map(|r| Published {
-            resource: resource.to_string(),
-            epoch: r.get(0),
-            sha256: r.get(1),
-            size: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
-            blob: r.get(3),
-            owner: r.get(4),
-            unfenced: r.get(5),
-        }))
-    }
-
-    fn all_published(&self) -> Result<Vec<Published>> {
-        let rows = self.query(
-            "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced
-             FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY resource",
-            &[],
-        )?;
-        Ok(rows
-            .iter()
-            .map(|r| Published {
-                resource: r.get(0),
-                epoch: r.get(1),
-                sha256: r.get(2),
-                size: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
-                blob: r.get(4),
-                owner: r.get(5),
-                unfenced: r.get(6),
-            })
-            .collect())
-    }
-
-    fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
-        // One round trip for both.
-        let seen = if self.seen {
-            "(SELECT max(epoch) FROM fencepost_seen WHERE resource = $1)"
-        } else {
-            "NULL::bigint"
-        };
-        let row = self.query_opt(
-            &format!(
-                "SELECT greatest(coalesce((SELECT fence FROM fencepost_sink WHERE resource = $1), 0),
-                                 coalesce({seen}, 0))"
-            ),
-            &[&resource.as_str()],
-        )?;
-        Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
-    }
-
     fn report_seen(&self, resource: &str, mirror: &str, epoch: i64) -> Result<()> {
         if !self.seen {
             return Err(Error::Remote {
@@ -1540,7 +1520,6 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
-
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
         // A copy of the same bytes made earlier, locked so that `recover` cannot remove
         // it before this transaction points at it (or after: it is then referenced).

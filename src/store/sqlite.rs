@@ -35,7 +35,7 @@ use rusqlite::{
     params,
 };
 
-use super::{HolderRequest, Store, Txn, WriteRecord};
+use super::{HolderRequest, ReadTxn, Store, Txn, WriteRecord};
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
 use crate::error::{Error, Result};
@@ -387,26 +387,26 @@ impl SqliteStore {
 
 impl SqliteStore {
     /// Begins a transaction of `behavior` on the connection.
-    fn begin(&mut self, behavior: TransactionBehavior) -> Result<Box<dyn Txn + '_>> {
+    fn begin(&mut self, behavior: TransactionBehavior) -> Result<SqliteTxn<'_>> {
         let tx = self
             .conn
             .transaction_with_behavior(behavior)
             .map_err(|e| db_error(&self.path, self.busy, e))?;
-        Ok(Box::new(SqliteTxn {
+        Ok(SqliteTxn {
             tx,
             path: &self.path,
             busy: self.busy,
-        }))
+        })
     }
 }
 
 impl Store for SqliteStore {
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
-        self.begin(TransactionBehavior::Immediate)
+        Ok(Box::new(self.begin(TransactionBehavior::Immediate)?))
     }
 
-    fn snapshot(&mut self) -> Result<Box<dyn Txn + '_>> {
-        self.begin(TransactionBehavior::Deferred)
+    fn snapshot(&mut self) -> Result<Box<dyn ReadTxn + '_>> {
+        Ok(Box::new(self.begin(TransactionBehavior::Deferred)?))
     }
 }
 
@@ -424,32 +424,7 @@ impl SqliteTxn<'_> {
     }
 }
 
-impl Txn for SqliteTxn<'_> {
-    fn commit(self: Box<Self>) -> Result<()> {
-        let (path, busy) = (self.path, self.busy);
-        crate::failpoints::failpoint!("txn.before_commit");
-        self.tx.commit().map_err(|e| db_error(path, busy, e))?;
-        crate::failpoints::failpoint!("txn.after_commit");
-        Ok(())
-    }
-
-    /// Binds the state file to a clock on its first change, and refuses the other one.
-    fn bind_clock(&self, kind: ClockKind) -> Result<()> {
-        match self.clock()? {
-            Some(bound) if bound == kind => Ok(()),
-            Some(bound) => Err(clock_mismatch(self.path, bound)),
-            None => {
-                self.tx
-                    .execute(
-                        "INSERT INTO meta (key, value) VALUES ('clock', ?1)",
-                        [kind.as_str()],
-                    )
-                    .map_err(self.fail())?;
-                Ok(())
-            }
-        }
-    }
-
+impl ReadTxn for SqliteTxn<'_> {
     /// A `meta` value kept as bytes (a path need not be UTF-8).
     fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.tx
@@ -465,19 +440,6 @@ impl Txn for SqliteTxn<'_> {
             .map(Option::flatten)
             .map_err(self.fail())
     }
-
-    /// Sets a `meta` value kept as bytes.
-    fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO meta (key, value) VALUES (?1, ?2)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                params![key, value],
-            )
-            .map_err(self.fail())?;
-        Ok(())
-    }
-
     /// Refuses to read deadlines on the other clock (without binding a fresh file).
     fn check_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
@@ -485,7 +447,6 @@ impl Txn for SqliteTxn<'_> {
             _ => Ok(()),
         }
     }
-
     /// The clock the state file is bound to, if it has seen a change yet.
     fn clock(&self) -> Result<Option<ClockKind>> {
         let value = self.meta_bytes("clock")?;
@@ -494,11 +455,9 @@ impl Txn for SqliteTxn<'_> {
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(ClockKind::parse))
     }
-
     fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
         self.lease_named(resource.as_str())
     }
-
     /// The lease stored under `name`, which may no longer pass the name rules (for
     /// reports that must show every row).
     fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
@@ -511,63 +470,9 @@ impl Txn for SqliteTxn<'_> {
             .optional()
             .map_err(self.fail())
     }
-
-    fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO lease (resource, owner, epoch, deadline, state, result, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (resource) DO UPDATE SET owner = ?2, epoch = ?3, deadline = ?4,
-                     state = ?5, result = ?6, updated_at = ?7",
-                params![
-                    resource.as_str(),
-                    lease.owner,
-                    lease.epoch,
-                    lease.deadline,
-                    lease.state.as_str(),
-                    lease.result,
-                    now
-                ],
-            )
-            .map_err(self.fail())?;
-        Ok(())
-    }
-
-    /// The holder's compare-and-set (docs/protocol.md, leases): owner, epoch and a live
-    /// deadline must all match, or zero rows change and the caller is refused.
-    fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
-        let HolderRequest {
-            owner,
-            epoch,
-            now,
-            change,
-        } = *request;
-        let (state, deadline, result) = change.columns(now);
-        let rows = self
-            .tx
-            .execute(
-                "UPDATE lease SET state = ?1, deadline = coalesce(?2, deadline),
-                     result = coalesce(?3, result), updated_at = ?4
-                 WHERE resource = ?5 AND owner = ?6 AND epoch = ?7 AND state = 'held'
-                   AND deadline > ?4",
-                params![
-                    state,
-                    deadline,
-                    result,
-                    now,
-                    resource.as_str(),
-                    owner,
-                    epoch
-                ],
-            )
-            .map_err(self.fail())?;
-        Ok(rows == 1)
-    }
-
     fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
         self.sink_named(resource.as_str())
     }
-
     /// The sink record stored under `name`, which may no longer pass the name rules.
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
@@ -580,96 +485,6 @@ impl Txn for SqliteTxn<'_> {
             .optional()
             .map_err(self.fail())
     }
-
-    /// Raises the sink's fence without touching its content record (takeover fencing).
-    fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO sink (resource, fence) VALUES (?1, ?2)
-                 ON CONFLICT (resource) DO UPDATE SET fence = max(fence, ?2)",
-                params![resource.as_str(), epoch],
-            )
-            .map_err(self.fail())?;
-        Ok(())
-    }
-
-    /// Records an accepted write: the fence and the content now on disk.
-    fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
-        let WriteRecord {
-            fence,
-            content,
-            owner,
-            blob: _,
-            unfenced: _,
-        } = *write;
-        let file = content.file;
-        self.tx
-            .execute(
-                "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev, ino, owner)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (resource) DO UPDATE SET fence = ?2, content_epoch = ?3, sha256 = ?4,
-                     size = ?5, written_at = ?6, dev = ?7, ino = ?8, owner = ?9",
-                params![
-                    resource.as_str(),
-                    fence,
-                    content.epoch,
-                    content.sha256,
-                    content.size as i64,
-                    content.written_at,
-                    // The `dev` column is no longer written (a device number changes across
-                    // remounts); files of older versions may still hold one, unread.
-                    Option::<i64>::None,
-                    file.map(|f| f.ino as i64),
-                    owner
-                ],
-            )
-            .map_err(self.fail())?;
-        Ok(())
-    }
-
-    /// Appends an event to the audit log, in this transaction. Every `PRUNE_EVERY`
-    /// events, the oldest beyond `keep` are dropped, so the log stays bounded.
-    fn append(&self, event: &Event, keep: i64) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch,
-                                  sha256, pid, host, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    event.at,
-                    event.resource,
-                    event.kind.as_str(),
-                    event.owner,
-                    event.epoch,
-                    event.prev_owner,
-                    event.prev_epoch,
-                    event.sha256,
-                    event.pid,
-                    event.host,
-                    event.detail
-                ],
-            )
-            .map_err(self.fail())?;
-        let id = self.tx.last_insert_rowid();
-        if id % PRUNE_EVERY == 0 {
-            self.prune(keep, Some(PRUNE_BATCH))?;
-        }
-        Ok(())
-    }
-
-    /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
-    /// first); returns how many were dropped.
-    fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
-        self.tx
-            .execute(
-                "DELETE FROM log WHERE id IN (
-                     SELECT id FROM log WHERE id <= (SELECT max(id) FROM log) - ?1
-                     ORDER BY id LIMIT ?2)",
-                params![keep.max(0), limit.unwrap_or(-1)],
-            )
-            .map_err(self.fail())
-    }
-
     /// Events, oldest first, optionally for one resource and from a time on.
     fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
         let mut stmt = self
@@ -703,7 +518,6 @@ impl Txn for SqliteTxn<'_> {
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.fail())
     }
-
     /// Who `claim` issued `epoch` of `resource` to: the current lease's owner, or for an
     /// older epoch the claim recorded in the audit log (None once pruned).
     fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
@@ -728,7 +542,6 @@ impl Txn for SqliteTxn<'_> {
             .optional()
             .map_err(self.fail())
     }
-
     /// Every resource with a lease or a sink record, sorted by name.
     fn resources(&self) -> Result<Vec<String>> {
         let mut stmt = self
@@ -739,6 +552,178 @@ impl Txn for SqliteTxn<'_> {
             .query_map([], |r| r.get::<_, String>(0))
             .map_err(self.fail())?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.fail())
+    }
+}
+
+impl Txn for SqliteTxn<'_> {
+    fn commit(self: Box<Self>) -> Result<()> {
+        let (path, busy) = (self.path, self.busy);
+        crate::failpoints::failpoint!("txn.before_commit");
+        self.tx.commit().map_err(|e| db_error(path, busy, e))?;
+        crate::failpoints::failpoint!("txn.after_commit");
+        Ok(())
+    }
+    /// Binds the state file to a clock on its first change, and refuses the other one.
+    fn bind_clock(&self, kind: ClockKind) -> Result<()> {
+        match self.clock()? {
+            Some(bound) if bound == kind => Ok(()),
+            Some(bound) => Err(clock_mismatch(self.path, bound)),
+            None => {
+                self.tx
+                    .execute(
+                        "INSERT INTO meta (key, value) VALUES ('clock', ?1)",
+                        [kind.as_str()],
+                    )
+                    .map_err(self.fail())?;
+                Ok(())
+            }
+        }
+    }
+    /// Sets a `meta` value kept as bytes.
+    fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+    fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO lease (resource, owner, epoch, deadline, state, result, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (resource) DO UPDATE SET owner = ?2, epoch = ?3, deadline = ?4,
+                     state = ?5, result = ?6, updated_at = ?7",
+                params![
+                    resource.as_str(),
+                    lease.owner,
+                    lease.epoch,
+                    lease.deadline,
+                    lease.state.as_str(),
+                    lease.result,
+                    now
+                ],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+    /// The holder's compare-and-set (docs/protocol.md, leases): owner, epoch and a live
+    /// deadline must all match, or zero rows change and the caller is refused.
+    fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
+        let HolderRequest {
+            owner,
+            epoch,
+            now,
+            change,
+        } = *request;
+        let (state, deadline, result) = change.columns(now);
+        let rows = self
+            .tx
+            .execute(
+                "UPDATE lease SET state = ?1, deadline = coalesce(?2, deadline),
+                     result = coalesce(?3, result), updated_at = ?4
+                 WHERE resource = ?5 AND owner = ?6 AND epoch = ?7 AND state = 'held'
+                   AND deadline > ?4",
+                params![
+                    state,
+                    deadline,
+                    result,
+                    now,
+                    resource.as_str(),
+                    owner,
+                    epoch
+                ],
+            )
+            .map_err(self.fail())?;
+        Ok(rows == 1)
+    }
+    /// Raises the sink's fence without touching its content record (takeover fencing).
+    fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO sink (resource, fence) VALUES (?1, ?2)
+                 ON CONFLICT (resource) DO UPDATE SET fence = max(fence, ?2)",
+                params![resource.as_str(), epoch],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+    /// Records an accepted write: the fence and the content now on disk.
+    fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
+        let WriteRecord {
+            fence,
+            content,
+            owner,
+            blob: _,
+            unfenced: _,
+        } = *write;
+        let file = content.file;
+        self.tx
+            .execute(
+                "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev, ino, owner)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (resource) DO UPDATE SET fence = ?2, content_epoch = ?3, sha256 = ?4,
+                     size = ?5, written_at = ?6, dev = ?7, ino = ?8, owner = ?9",
+                params![
+                    resource.as_str(),
+                    fence,
+                    content.epoch,
+                    content.sha256,
+                    content.size as i64,
+                    content.written_at,
+                    // The `dev` column is no longer written (a device number changes across
+                    // remounts); files of older versions may still hold one, unread.
+                    Option::<i64>::None,
+                    file.map(|f| f.ino as i64),
+                    owner
+                ],
+            )
+            .map_err(self.fail())?;
+        Ok(())
+    }
+    /// Appends an event to the audit log, in this transaction. Every `PRUNE_EVERY`
+    /// events, the oldest beyond `keep` are dropped, so the log stays bounded.
+    fn append(&self, event: &Event, keep: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch,
+                                  sha256, pid, host, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    event.at,
+                    event.resource,
+                    event.kind.as_str(),
+                    event.owner,
+                    event.epoch,
+                    event.prev_owner,
+                    event.prev_epoch,
+                    event.sha256,
+                    event.pid,
+                    event.host,
+                    event.detail
+                ],
+            )
+            .map_err(self.fail())?;
+        let id = self.tx.last_insert_rowid();
+        if id % PRUNE_EVERY == 0 {
+            self.prune(keep, Some(PRUNE_BATCH))?;
+        }
+        Ok(())
+    }
+    /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
+    /// first); returns how many were dropped.
+    fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
+        self.tx
+            .execute(
+                "DELETE FROM log WHERE id IN (
+                     SELECT id FROM log WHERE id <= (SELECT max(id) FROM log) - ?1
+                     ORDER BY id LIMIT ?2)",
+                params![keep.max(0), limit.unwrap_or(-1)],
+            )
             .map_err(self.fail())
     }
 }
