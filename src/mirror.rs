@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::atomic::Source;
+use crate::document::DocState;
+pub(crate) use crate::document::Look;
 use crate::error::{Error, Result};
 use crate::outcome::{Applied, Mirrored, Outcome};
 use crate::publish::WriteRequest;
@@ -357,18 +359,9 @@ pub(crate) fn roll_forward(
     Ok(None)
 }
 
-/// How closely a pass looks at documents the mirror's state file says it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Look {
-    /// Hash each one: an edit in place is found and repaired (`mirror`).
-    Hash,
-    /// Only check it is the file apply renamed into place, by inode and size, reading no
-    /// document (`mirror --follow`'s passes, which a 1 GiB document would make slow).
-    Identity,
-}
-
 /// Whether the mirror's state file records this version and its document holds it.
-/// `recorded`: the mirror's record of it.
+/// `recorded`: the mirror's record of it. A document this host cannot look at is the
+/// pass's error.
 fn up_to_date(
     mirror: &Ctx,
     resource: &Resource,
@@ -382,18 +375,21 @@ fn up_to_date(
     if recorded.epoch != published.epoch || recorded.sha256 != published.sha256 {
         return Ok(false);
     }
-    let Some(doc) = crate::resource::locate(&mirror.root, resource, false)? else {
-        return Ok(false);
-    };
-    let Some(entry) = crate::atomic::inspect_document(&doc)? else {
-        return Ok(false);
-    };
-    if look == Look::Hash {
-        return Ok(crate::atomic::hash_document(&doc)?.0 == published.sha256);
+    let found = crate::document::examine(&crate::document::Examine {
+        root: &mirror.root,
+        resource,
+        recorded: Some(recorded),
+        look,
+        // A crashed apply is rolled forward by the pass, not judged here.
+        recovery: false,
+        debris: false,
+        is_state_file: &|_| Ok(false),
+    });
+    match (found.state, found.why) {
+        (DocState::Matches, _) => Ok(true),
+        (_, Some(why)) => Err(why),
+        _ => Ok(false),
     }
-    Ok(recorded
-        .file
-        .is_some_and(|f| f.ino == entry.ino && f.size == entry.size))
 }
 
 /// Binds the mirror root's state file to the store on first use (creating the root with

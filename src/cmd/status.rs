@@ -7,14 +7,10 @@ use std::fmt::Write as _;
 use clap::Args;
 
 use super::Report;
-use crate::atomic;
-use crate::error::{Error, Result};
-use crate::lease::Lease;
-use crate::outcome::{DocumentView, LeaseView, Outcome, SinkView, Status, StatusRow};
-use crate::resource::{Resource, locate};
+use crate::clock::ClockKind;
+use crate::error::Result;
+use crate::outcome::{Outcome, Status};
 use crate::session::Ctx;
-use crate::session::Opened;
-use crate::sink::{Recovery, SinkRecord};
 
 /// Show leases, the sink's records and whether each document still matches them.
 ///
@@ -50,246 +46,16 @@ pub(crate) struct StatusArgs {
     pub resource: Option<OsString>,
 }
 
-/// One resource's row.
-struct Row {
-    /// The name as the state file stores it.
-    resource: String,
-    lease: Option<Lease>,
-    sink: Option<SinkRecord>,
-    doc: DocState,
-    /// The store publishes its content as written with `--unfenced`.
-    unfenced: bool,
-}
-
-/// The document on disk as `status` shows it.
-type DocState = DocumentView;
-
-impl DocumentView {
-    fn of(state: &'static str) -> DocState {
-        DocState {
-            state,
-            sha256: None,
-            size: None,
-            problem: None,
-        }
-    }
-
-    fn problem(state: &'static str, why: &Error) -> DocState {
-        DocState {
-            problem: Some(why.to_string()),
-            ..DocState::of(state)
-        }
-    }
-}
-
 pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
-    // A resource whose path cannot be resolved (a symlink leading out of the root) is
-    // still answered for, by its spelling: status always reports, here `unreachable`.
-    let only = match args.resource.as_deref() {
-        Some(raw) => {
-            if ctx.remote.is_some() {
-                // The store's names are never resolved through this host's symlinks.
-                Some(ctx.resource(raw)?)
-            } else {
-                let spelled = ctx.spelled(raw)?;
-                Some(crate::resource::canonical(&ctx.root, &spelled).unwrap_or(spelled))
-            }
-        }
-        None => None,
-    };
-    let store = ctx.read_store("nothing to show")?;
-    let now = ctx.now();
-    let rows = collect(ctx, store, only.as_ref())?;
-    // The `--json` contract's `epoch`: the highest epoch claimed (null if never).
-    let epoch = only
-        .as_ref()
-        .and(rows.first())
-        .and_then(|r| r.lease.as_ref())
-        .map(|l| l.epoch);
-    let plain = table(&rows, now, ctx.clock.kind());
-    let status = Status {
-        now,
-        resources: rows.into_iter().map(|r| row_view(r, now)).collect(),
-        resource: only.map(|r| r.to_string()),
-        epoch,
-    };
+    let status = crate::reports::status(ctx, args.resource.as_deref())?;
+    let plain = table(&status, ctx.clock.kind());
     Ok(Report::new(plain, Outcome::Status(status)))
 }
 
-/// Every row of the state file (or the one asked for). A row whose stored name no longer
-/// passes the name rules, or whose document cannot be checked, is shown with its problem;
-/// it never hides the others.
-fn collect(ctx: &Ctx, mut store: Opened<'_>, only: Option<&Resource>) -> Result<Vec<Row>> {
-    let tx = store.snapshot()?;
-    tx.check_clock(ctx.clock.kind())?;
-    ctx.check_root(&*tx)?;
-    let names = match only {
-        Some(r) => {
-            ctx.refuse_unseen(&*tx, r, "nothing to show")?;
-            vec![r.to_string()]
-        }
-        None => tx.resources()?,
-    };
-    // A mirror root's own records, to tell a mirror that is behind from one that drifted.
-    let held = if ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists() {
-        Some(crate::mirror::records(ctx)?)
-    } else {
-        None
-    };
-    let mut rows = Vec::with_capacity(names.len());
-    for name in names {
-        let (lease, sink) = (tx.lease_named(&name)?, tx.sink_named(&name)?);
-        let unfenced = tx.published(&name)?.is_some_and(|p| p.unfenced);
-        let doc = match ctx.stored(&name) {
-            Err(e) => DocState::problem("invalid", &e),
-            Ok(resource) => document(ctx, &resource, sink.as_ref())
-                .map(|doc| behind(doc, held.as_deref(), &name, sink.as_ref()))
-                .unwrap_or_else(|e| DocState::problem("error", &e)),
-        };
-        rows.push(Row {
-            resource: name,
-            lease,
-            sink,
-            doc,
-            unfenced,
-        });
-    }
-    Ok(rows)
-}
-
-/// On a mirror root (`held`: its records), a document that differs from the store's
-/// version because the mirror has not applied it yet is `behind`, not `drifted`.
-fn behind(
-    doc: DocState,
-    held: Option<&[(String, crate::sink::Content)]>,
-    name: &str,
-    sink: Option<&SinkRecord>,
-) -> DocState {
-    let Some(held) = held else {
-        return doc;
-    };
-    let published = sink.and_then(|s| s.content.as_ref());
-    let mirrored = held.iter().find(|(n, _)| n == name).map(|(_, c)| c);
-    let standing = match (published, mirrored) {
-        (Some(p), m) => crate::mirror::standing(
-            m.map(|m| (m.epoch, m.sha256.as_str())),
-            (p.epoch, &p.sha256),
-            false,
-        ),
-        (None, _) => crate::mirror::Standing::Current,
-    };
-    let state = match standing {
-        crate::mirror::Standing::Current => return doc,
-        // A version the store does not know: the store lost history.
-        crate::mirror::Standing::Ahead => "ahead",
-        crate::mirror::Standing::Behind => "behind",
-    };
-    if !matches!(doc.state, "drifted" | "missing" | "absent") {
-        return doc;
-    }
-    DocState { state, ..doc }
-}
-
-/// How the document compares with the sink's record. A document this user may not read
-/// (or whose folder it may not search) is `unreadable`: status reports every other one.
-fn document(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
-    match compare(ctx, resource, sink) {
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::PermissionDenied => {
-            Ok(DocState::of("unreadable"))
-        }
-        other => other,
-    }
-}
-
-fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Result<DocState> {
-    let recorded = sink.and_then(|s| s.content.as_ref());
-    let none = DocState::of;
-    // A shared store keeps the contents itself; with no mirror root on this host there
-    // is no document here to compare.
-    if ctx.remote.as_ref().is_some_and(|r| !r.mirror) {
-        return Ok(none(if recorded.is_some() {
-            "stored"
-        } else {
-            "absent"
-        }));
-    }
-    let doc = match locate(&ctx.root, resource, false) {
-        Ok(Some(doc)) => doc,
-        Ok(None) => {
-            return Ok(none(if recorded.is_some() {
-                "missing"
-            } else {
-                "absent"
-            }));
-        }
-        // A folder on the way was replaced by a file or by a symlink leading outside the
-        // root: report it; status must not fail for every resource because of one.
-        Err(Error::Usage { .. }) => return Ok(none("unreachable")),
-        Err(e) => return Err(e),
-    };
-    if crate::session::is_state_file(ctx, &doc)? {
-        return Ok(none("state-file"));
-    }
-    let Ok(meta) = atomic::inspect_document(&doc) else {
-        return Ok(none("not-a-file"));
-    };
-    let Some(_) = meta else {
-        return Ok(none(if recorded.is_some() {
-            "missing"
-        } else {
-            "absent"
-        }));
-    };
-    let (sha256, size) = atomic::hash_document(&doc)?;
-    let pending = if ctx.remote.is_some() {
-        // A mirror's crashed applies are its own state file's business (`recover`).
-        crate::recovery::Pending {
-            action: Recovery::Nothing,
-            in_progress: false,
-        }
-    } else {
-        crate::recovery::pending(&doc, recorded.and_then(|c| c.file))?
-    };
-    let state = if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
-        "interrupted"
-    } else if pending.in_progress {
-        "in-progress"
-    } else {
-        match recorded {
-            Some(c) if c.sha256 == sha256 => "matches",
-            Some(_) => "drifted",
-            None => "untracked",
-        }
-    };
-    Ok(DocState {
-        sha256: Some(sha256),
-        size: Some(size),
-        ..DocState::of(state)
-    })
-}
-
-fn row_view(row: Row, now: i64) -> StatusRow {
-    let sink = row.sink.map(|s| {
-        let c = s.content;
-        SinkView {
-            fence: s.fence,
-            content_epoch: c.as_ref().map(|c| c.epoch),
-            size: c.as_ref().map(|c| c.size),
-            written_at: c.as_ref().map(|c| c.written_at),
-            sha256: c.map(|c| c.sha256),
-            unfenced: row.unfenced,
-        }
-    });
-    StatusRow {
-        lease: LeaseView::at(row.lease.as_ref(), now),
-        resource: row.resource,
-        sink,
-        document: row.doc,
-    }
-}
-
-fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
-    if rows.is_empty() {
+/// The plain answer: one aligned row per resource, then the problems of those that
+/// could not be looked at.
+fn table(status: &Status, clock: ClockKind) -> String {
+    if status.resources.is_empty() {
         return "no resources".to_string();
     }
     let dash = || "-".to_string();
@@ -299,31 +65,32 @@ fn table(rows: &[Row], now: i64, clock: crate::clock::ClockKind) -> String {
         ]
         .map(String::from),
     ];
-    for row in rows {
+    for row in &status.resources {
         let lease = row.lease.as_ref();
-        let content = row.sink.as_ref().and_then(|s| s.content.as_ref());
+        let sink = row.sink.as_ref();
         cells.push([
             printable(&row.resource),
-            lease.map_or_else(|| "none".into(), |l| l.view(now).into()),
+            lease.map_or_else(|| "none".into(), |l| l.state.into()),
             lease.map_or_else(dash, |l| l.owner.clone()),
             lease.map_or_else(dash, |l| l.epoch.to_string()),
             lease.map_or_else(dash, |l| crate::clock::show(clock, l.deadline)),
-            row.sink.as_ref().map_or_else(dash, |s| s.fence.to_string()),
-            content.map_or_else(dash, |c| {
-                let mark = if row.unfenced { " unfenced" } else { "" };
-                format!("epoch {}{mark}", c.epoch)
-            }),
-            row.doc.state.to_string(),
+            sink.map_or_else(dash, |s| s.fence.to_string()),
+            sink.and_then(|s| s.content_epoch.map(|e| (e, s.unfenced)))
+                .map_or_else(dash, |(epoch, unfenced)| {
+                    let mark = if unfenced { " unfenced" } else { "" };
+                    format!("epoch {epoch}{mark}")
+                }),
+            row.document.state.to_string(),
         ]);
     }
     let mut text = crate::audit::align(&cells);
-    for row in rows {
-        if let Some(problem) = &row.doc.problem {
+    for row in &status.resources {
+        if let Some(problem) = &row.document.problem {
             let _ = write!(
                 text,
                 "\n{}: {}: {problem}",
                 printable(&row.resource),
-                row.doc.state
+                row.document.state
             );
         }
     }

@@ -1,0 +1,241 @@
+//! One document against the sink's record of it: where its path leads, whether a crashed
+//! write awaits recovery beside it, and whether its bytes are the ones recorded. The
+//! answer is a [`DocState`], decided here once for `status`, `verify` and the mirror's
+//! passes; each reads the parts it needs from the same [`Examined`]. Looking changes
+//! nothing on disk.
+
+use std::path::Path;
+
+use crate::atomic;
+use crate::error::{Error, Result};
+use crate::recovery::{self, Pending};
+use crate::resource::{DocPath, Resource, locate};
+use crate::sink::{Content, Recovery};
+
+/// The state of a document against its record, as `status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DocState {
+    /// Its bytes are the ones recorded.
+    Matches,
+    /// It was changed behind the tool's back (or, looked at by identity only, it is not
+    /// the file that was recorded).
+    Drifted,
+    /// The recorded document is gone.
+    Missing,
+    /// A file exists but no write was recorded.
+    Untracked,
+    /// No file and no record.
+    Absent,
+    /// A mirror root's copy holds a version the store does not know.
+    Ahead,
+    /// A mirror root has not applied the version the store publishes yet.
+    Behind,
+    /// A crashed write awaits recovery.
+    Interrupted,
+    /// A writer is between its rename and its clean-up.
+    InProgress,
+    /// A symlink, folder or special file stands at the document's path.
+    NotAFile,
+    /// The path no longer leads to a document of this root.
+    Unreachable,
+    /// The path is the state file or one of its companions.
+    StateFile,
+    /// This user may not read the document or search a folder on its path.
+    Unreadable,
+    /// The stored name no longer passes the name rules.
+    Invalid,
+    /// The document could not be checked.
+    CheckFailed,
+    /// A shared store keeps the contents itself, and this host has no copy to compare.
+    Stored,
+}
+
+impl DocState {
+    /// The state's word in `status` and its `--json`.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            DocState::Matches => "matches",
+            DocState::Drifted => "drifted",
+            DocState::Missing => "missing",
+            DocState::Untracked => "untracked",
+            DocState::Absent => "absent",
+            DocState::Ahead => "ahead",
+            DocState::Behind => "behind",
+            DocState::Interrupted => "interrupted",
+            DocState::InProgress => "in-progress",
+            DocState::NotAFile => "not-a-file",
+            DocState::Unreachable => "unreachable",
+            DocState::StateFile => "state-file",
+            DocState::Unreadable => "unreadable",
+            DocState::Invalid => "invalid",
+            DocState::CheckFailed => "error",
+            DocState::Stored => "stored",
+        }
+    }
+
+    /// `Missing` when a document was recorded, else `Absent`.
+    pub(crate) fn gone(recorded: Option<&Content>) -> DocState {
+        if recorded.is_some() {
+            DocState::Missing
+        } else {
+            DocState::Absent
+        }
+    }
+}
+
+/// How closely to look at a document's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Hash a recorded document (unless a crashed write awaits recovery): an edit in
+    /// place is found (`verify`, `mirror`).
+    Hash,
+    /// Hash any regular file there, recorded or not, so its SHA-256 and size can be shown
+    /// (`status`).
+    HashAny,
+    /// Only check it is the file that was recorded, by inode and size, reading no
+    /// document (`mirror --follow`'s passes, which a 1 GiB document would make slow).
+    Identity,
+}
+
+/// What to look at, and how.
+pub(crate) struct Examine<'a> {
+    pub root: &'a Path,
+    pub resource: &'a Resource,
+    /// The sink's record of its content, if any.
+    pub recorded: Option<&'a Content>,
+    pub look: Look,
+    /// Look for the links of a crashed write (a mirror's passes leave them to recovery).
+    pub recovery: bool,
+    /// Also count the temp files of dead writers beside it.
+    pub debris: bool,
+    /// True for the state file and its companions, which are never documents.
+    pub is_state_file: &'a dyn Fn(&DocPath) -> Result<bool>,
+}
+
+/// What a look at a document found.
+#[derive(Debug)]
+pub(crate) struct Examined {
+    pub state: DocState,
+    /// The document, when its path led to one.
+    pub doc: Option<DocPath>,
+    /// What recovery would do for it, when it was looked for and could be found.
+    pub pending: Option<Pending>,
+    /// How many temp files of dead writers lie beside it, when they were counted.
+    pub temps: Option<usize>,
+    /// Its SHA-256 and size, when its bytes were read.
+    pub hashed: Option<(String, u64)>,
+    /// Why it is `Unreachable`, `NotAFile`, `Unreadable` or `CheckFailed`.
+    pub why: Option<Error>,
+}
+
+/// Looks at one document. A document that cannot be checked is a state of its own
+/// (`Unreadable` for a permission denied, else `CheckFailed`), with what was found
+/// before the failure kept.
+pub(crate) fn examine(what: &Examine<'_>) -> Examined {
+    let mut found = Examined {
+        state: DocState::Absent,
+        doc: None,
+        pending: None,
+        temps: None,
+        hashed: None,
+        why: None,
+    };
+    if let Err(e) = look(what, &mut found) {
+        found.state = if permission_denied(&e) {
+            DocState::Unreadable
+        } else {
+            DocState::CheckFailed
+        };
+        found.why = Some(e);
+    }
+    found
+}
+
+fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
+    let recorded = what.recorded;
+    let doc = match locate(what.root, what.resource, false) {
+        Ok(Some(doc)) => doc,
+        Ok(None) => {
+            found.state = DocState::gone(recorded);
+            return Ok(());
+        }
+        // A folder on the way was replaced by a file, by a symlink leading outside the
+        // root, or by another publish root.
+        Err(e @ Error::Usage { .. }) => {
+            found.state = DocState::Unreachable;
+            found.why = Some(e);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    if (what.is_state_file)(&doc)? {
+        found.state = DocState::StateFile;
+        return Ok(());
+    }
+    let doc = found.doc.insert(doc);
+    let entry = atomic::inspect_document(doc);
+    if what.recovery {
+        found.pending = Some(recovery::pending(doc, recorded.and_then(|c| c.file))?);
+    }
+    if what.debris {
+        found.temps = Some(atomic::abandoned_temps(doc)?);
+    }
+    let entry = match entry {
+        Ok(Some(entry)) => entry,
+        Ok(None) => {
+            found.state = DocState::gone(recorded);
+            return Ok(());
+        }
+        Err(e) => {
+            found.state = DocState::NotAFile;
+            found.why = Some(e);
+            return Ok(());
+        }
+    };
+    let pending = found.pending.unwrap_or(Pending {
+        action: Recovery::Nothing,
+        in_progress: false,
+    });
+    let interrupted = matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc);
+    let hash = match what.look {
+        Look::HashAny => true,
+        Look::Hash => recorded.is_some() && !interrupted,
+        Look::Identity => false,
+    };
+    if hash {
+        found.hashed = Some(atomic::hash_document(doc)?);
+    }
+    found.state = if interrupted {
+        DocState::Interrupted
+    } else if pending.in_progress {
+        // A writer between its rename and its clean-up: the document may already hold
+        // its bytes before (or just after) their COMMIT. In progress, not drift.
+        DocState::InProgress
+    } else {
+        match recorded {
+            None => DocState::Untracked,
+            Some(c) => {
+                let same = if what.look == Look::Identity {
+                    c.file
+                        .is_some_and(|f| f.ino == entry.ino && f.size == entry.size)
+                } else {
+                    found
+                        .hashed
+                        .as_ref()
+                        .is_some_and(|(sha256, _)| *sha256 == c.sha256)
+                };
+                if same {
+                    DocState::Matches
+                } else {
+                    DocState::Drifted
+                }
+            }
+        }
+    };
+    Ok(())
+}
+
+/// True for an I/O error that says this user may not read or search something.
+fn permission_denied(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
+}
