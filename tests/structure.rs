@@ -19,10 +19,11 @@ const LAYERS: Layers = &[
     ("files and names", &["folder", "resource"]),
     ("stores", &["store"]),
     ("root", &["root"]),
-    ("document", &["atomic", "recovery"]),
+    ("document", &["atomic", "recovery", "document"]),
     ("session", &["session"]),
     ("engine", &["leases", "publish"]),
     ("mirror", &["mirror"]),
+    ("reports", &["reports"]),
     ("api", &["api"]),
     ("commands", &["cmd"]),
 ];
