@@ -177,7 +177,7 @@ fn short(sha: &str) -> &str {
 fn verify_remote(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
     let only = ctx.resource_opt(only)?;
     let resource = only.as_ref().map(ToString::to_string);
-    let mut store = ctx.read_store("nothing to verify")?;
+    let mut store = ctx.shared_store("nothing to verify")?;
     let (names, rows) = {
         let tx = store.snapshot()?;
         let names = match &only {
@@ -221,10 +221,7 @@ fn verify_remote(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
             continue;
         };
         check_unfenced(&published, &mut found);
-        let blobs = store.blobs().ok_or(Error::Internal(
-            "a shared store without a place for contents",
-        ))?;
-        if let Err(e) = blobs.read(&published, &mut std::io::sink()) {
+        if let Err(e) = store.read(&published, &mut std::io::sink()) {
             found("damaged", e.to_string());
         }
         if mirror {
