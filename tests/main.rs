@@ -1,10 +1,12 @@
 //! The integration suite: one binary, one module per topic. Every test drives the real
-//! `fencepost` binary as separate processes through the `harness` builder.
+//! `fencepost` binary as separate processes through the `harness` builder; `api` also
+//! calls the library in this process, as a program would.
 
 mod harness;
 mod support;
 
 mod acknowledged;
+mod api;
 mod conventions;
 mod crash;
 mod documents;
