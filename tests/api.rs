@@ -17,6 +17,13 @@ use fencepost::{Client, Clock, Content, Error, Keeping, LeaseId, Options, Refusa
 
 use crate::harness::{self, Env};
 
+/// A client moves to the thread that uses it, and so does a keeper's owner.
+const _: fn() = || {
+    fn moves<T: Send>() {}
+    moves::<Client>();
+    moves::<fencepost::LeaseKeeper>();
+};
+
 /// A client on a logical clock at tick 0: time passes only by `set_now`.
 fn logical(root: &Path) -> Client {
     Client::open_with(root, &Options::default().clock(Clock::Logical(0))).expect("open a client")
