@@ -174,6 +174,82 @@ fn two_clients_racing_for_a_lease_hold_it_one_at_a_time_and_a_late_write_is_stal
     eprintln!("rounds won by A and B: {wins:?}");
 }
 
+/// The POSIX locks this process holds on `file`, as the kernel lists them in
+/// `/proc/locks`: (kind, first byte, last byte), sorted.
+fn my_locks(file: &Path) -> Vec<(String, String, String)> {
+    let ino = std::fs::metadata(file).expect("the locked file").ino();
+    let me = std::process::id().to_string();
+    let table = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
+    let mut mine: Vec<_> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 8 && f[1] == "POSIX" && f[4] == me)
+        .filter(|f| f[5].rsplit(':').next() == Some(&ino.to_string()))
+        .map(|f| (f[3].to_string(), f[6].to_string(), f[7].to_string()))
+        .collect();
+    mine.sort();
+    mine
+}
+
+#[test]
+fn clients_in_one_process_leave_each_other_their_locks_on_the_state_file() {
+    let env = Env::new();
+    let a = Client::open(env.root()).expect("open a client");
+    // A WAL past the size at which a store opening checks whether to checkpoint, so
+    // that an opening looks at both the WAL index and the state file.
+    for i in 0..60 {
+        let claimed = a
+            .claim("a.md", "A", Duration::from_secs(60))
+            .expect("claim");
+        let bytes = format!("version {i}\n");
+        written(a.write("a.md", claimed.epoch, Content::Bytes(bytes.as_bytes())));
+        a.complete(&LeaseId::from(&claimed), None)
+            .expect("complete");
+    }
+    let (db, index) = (
+        env.path(".fencepost/state.db"),
+        env.path(".fencepost/state.db-shm"),
+    );
+    let held = (my_locks(&db), my_locks(&index));
+    assert!(
+        !held.0.is_empty() && !held.1.is_empty(),
+        "no locks: {held:?}"
+    );
+
+    // Another client of this process opens the state file, works, and is closed.
+    let b = Client::open(env.root()).expect("open a client");
+    let claimed = b
+        .claim("b.md", "B", Duration::from_secs(60))
+        .expect("claim");
+    written(b.write("b.md", claimed.epoch, Content::Bytes(b"b\n")));
+    drop(b);
+    assert_eq!(
+        (my_locks(&db), my_locks(&index)),
+        held,
+        "after another client closed"
+    );
+
+    // A lease keeper renews on connections of its own, opened and closed each time.
+    let claimed = a
+        .claim("a.md", "A", Duration::from_millis(300))
+        .expect("claim");
+    let keeper = a
+        .keep(&LeaseId::from(&claimed), Duration::from_millis(300))
+        .expect("keep the lease");
+    thread::sleep(Duration::from_millis(250));
+    assert!(matches!(keeper.stop(), Keeping::Stopped));
+    assert_ne!(
+        lease_row(&env, "a.md")["deadline"],
+        claimed.deadline,
+        "never renewed"
+    );
+    assert_eq!(
+        (my_locks(&db), my_locks(&index)),
+        held,
+        "after the keeper's renewals"
+    );
+}
+
 /// One CLI worker: claims and writes documents of its own under `cli/` until `done`,
 /// every command succeeding. Returns how many it wrote.
 fn cli_worker(env: &Env, name: &str, done: &AtomicBool) -> usize {
