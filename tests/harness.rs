@@ -30,10 +30,15 @@ pub(crate) struct Env {
 
 impl Env {
     pub(crate) fn new() -> Env {
+        Env::new_in(scratch())
+    }
+
+    /// A scratch publish root in `parent` (a folder of a given file system).
+    pub(crate) fn new_in(parent: &Path) -> Env {
         Env {
             dir: tempfile::Builder::new()
                 .prefix("fencepost-test-")
-                .tempdir_in(scratch())
+                .tempdir_in(parent)
                 .expect("temp dir"),
         }
     }

@@ -1,11 +1,13 @@
 //! The integration suite: one binary, one module per topic. Every test drives the real
 //! `fencepost` binary as separate processes through the `harness` builder, but for
-//! `structure`'s, which read the sources themselves.
+//! `structure`'s, which read the sources themselves; `api` also calls the library in this
+//! process, as a program would.
 
 mod harness;
 mod support;
 
 mod acknowledged;
+mod api;
 mod conventions;
 mod crash;
 mod documents;

@@ -1,7 +1,8 @@
 //! The README's commands and recipes, run as written against this build: its first two
 //! lines, the quick start, the scripting recipes, the cron line and the systemd unit's
 //! command and stop. Only what cannot exist here is swapped for a stand-in: `/srv/publish`
-//! becomes a temp folder, and the report generators are small scripts.
+//! becomes a temp folder, and the report generators are small scripts. Its Rust example
+//! is the doctest that opens the crate's documentation, which `cargo test` runs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -376,4 +377,38 @@ fn the_systemd_units_command_publishes_and_stops_as_the_unit_says() {
         .expect(0)
         .json();
     assert_eq!(j["resources"][0]["lease"]["state"], "released", "{j}");
+}
+
+/// The crate documentation's first example, as the README shows it: its lines but the
+/// hidden ones (`# `), which rustdoc compiles and the reader does not need.
+fn crate_doctest() -> String {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("read src/lib.rs");
+    let doc: Vec<&str> = lib
+        .lines()
+        .map_while(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect();
+    let start = 1 + doc
+        .iter()
+        .position(|l| l.starts_with("```"))
+        .expect("an example in the crate documentation");
+    let len = doc[start..]
+        .iter()
+        .position(|l| *l == "```")
+        .expect("the example's end");
+    doc[start..start + len]
+        .iter()
+        .filter(|l| !l.starts_with("# "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn the_rust_example_is_the_crate_doctest_that_cargo_test_runs() {
+    assert_eq!(
+        block("rust", "fencepost::"),
+        crate_doctest(),
+        "the README's Rust example is run as the doctest opening src/lib.rs: keep the two alike"
+    );
 }

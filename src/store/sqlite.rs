@@ -117,11 +117,6 @@ pub(crate) struct SqliteStore {
     /// For a reader of an immutable database file: the lock that keeps writers from
     /// checkpointing into it meanwhile (see `hold_shared`). Dropped after `conn`.
     _frozen: Option<std::fs::File>,
-    /// Descriptors `checkpoint_if_big` opened on the state file and its WAL index. Kept
-    /// until `conn` is closed: closing any descriptor of a file drops all of this
-    /// process's POSIX locks on it, SQLite's included (without its lock on the index,
-    /// another process would take itself for the first and reset the index under us).
-    _peeked: Vec<std::fs::File>,
 }
 
 impl SqliteStore {
@@ -160,7 +155,6 @@ impl SqliteStore {
                 path: path.to_path_buf(),
                 busy: left,
                 _frozen: None,
-                _peeked: Vec::new(),
             };
             store.configure()?;
             store.keep_wal()?;
@@ -265,7 +259,6 @@ impl SqliteStore {
             path: path.to_path_buf(),
             busy,
             _frozen: frozen,
-            _peeked: Vec::new(),
         }))
     }
 
@@ -292,19 +285,14 @@ impl SqliteStore {
     /// connection, and no checkpoint writes into the file under it. (SQLite's own
     /// checkpoint once the WAL reaches 1000 pages does not look; see docs/crash-safety.md.)
     fn checkpoint_if_big(&mut self) -> Result<()> {
-        let Ok(index) = std::fs::File::open(shm_path(&self.path)) else {
+        let Ok(index) = peek(&shm_path(&self.path)) else {
             return Ok(());
         };
-        let frames = wal_frames(&index);
-        self._peeked.push(index);
-        if frames <= WAL_CHECKPOINT_FRAMES {
+        if wal_frames(index) <= WAL_CHECKPOINT_FRAMES {
             return Ok(());
         }
-        let probe =
-            std::fs::File::open(&self.path).map_err(Error::io("cannot open", &self.path))?;
-        let alone = !others_hold_shared(&probe, &self.path)?;
-        self._peeked.push(probe);
-        if !alone {
+        let probe = peek(&self.path).map_err(Error::io("cannot open", &self.path))?;
+        if others_hold_shared(probe, &self.path)? {
             return Ok(());
         }
         let fail = |e| db_error(&self.path, self.busy, e);
@@ -918,6 +906,35 @@ fn wal_frames(index: &std::fs::File) -> u32 {
     index
         .read_exact_at(&mut word, 16)
         .map_or(0, |()| u32::from_ne_bytes(word))
+}
+
+/// A descriptor of `path` for reading, one per file for the life of the process: opened
+/// by the first store that looks at the file, then reused, and never closed. POSIX
+/// locks belong to the process, not to a descriptor: closing any descriptor of a file
+/// drops every lock this process holds on it, those of every SQLite connection to it
+/// included. A store is closed while other connections of the same process (another
+/// client, a lease keeper's renewal) stay open on the same file; if its descriptors were
+/// closed with it, those connections would lose their locks, and another process would
+/// take itself for the only one on the file and reset the WAL index under them.
+fn peek(path: &Path) -> std::io::Result<&'static std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+    type Peeked = Vec<((u64, u64), &'static std::fs::File)>;
+    static PEEKED: Mutex<Peeked> = Mutex::new(Vec::new());
+    let mut peeked = PEEKED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let id = |meta: &std::fs::Metadata| (meta.dev(), meta.ino());
+    // A command's process finds the table empty: no lookup, one open.
+    if !peeked.is_empty()
+        && let Ok(meta) = std::fs::metadata(path)
+        && let Some((_, file)) = peeked.iter().find(|(known, _)| *known == id(&meta))
+    {
+        return Ok(file);
+    }
+    let file: &'static std::fs::File = Box::leak(Box::new(std::fs::File::open(path)?));
+    peeked.push((id(&file.metadata()?), file));
+    Ok(file)
 }
 
 /// The WAL index beside a state file.
