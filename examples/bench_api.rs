@@ -97,7 +97,8 @@ fn stamp(content: &mut [u8], n: u64) {
 }
 
 /// Runs `rounds` rounds of `warmup + samples` samples; `sample(n, a_first)` runs one
-/// sample (both sides, A first or not) and returns its timings, kept when `keep`.
+/// sample (both sides, A first or not) and returns its timings; the first `warmup` of a
+/// round are dropped.
 fn rounds<T>(args: &Args, mut sample: impl FnMut(u64, bool) -> Outcome<T>) -> Outcome<Vec<Vec<T>>> {
     let mut order = fastrand::Rng::with_seed(0x0a0b);
     let mut n = 0u64;
