@@ -36,6 +36,7 @@ FULL = dict(
     workers=8, writes=200, cont_rounds=2, hold_writes=50,  # row 5
     mid=64 << 20, pace_s=2.0, idle_writes=30, paced_reps=2, unpaced_reps=5,  # row 5 lock
     resources=1_000_000, log_events=1_000_000,  # row 6
+    api_rounds=5, api_samples=200, api_warmup=10,  # rows 8a-8b: per side, per round
 )
 SMOKE = dict(
     rounds=1, runs=3, warmup=1,
@@ -45,6 +46,7 @@ SMOKE = dict(
     workers=8, writes=3, cont_rounds=1, hold_writes=2,
     mid=4 << 20, pace_s=0.3, idle_writes=3, paced_reps=1, unpaced_reps=1,
     resources=10_000, log_events=10_000,
+    api_rounds=1, api_samples=5, api_warmup=1,
 )
 
 MIB = 1 << 20
@@ -92,6 +94,8 @@ class Bench:
         self.spawntime = Path(args.spawntime).resolve()
         self.link_order = args.link_order
         self.shim = Path(args.shim).resolve()
+        # The API's bench program (examples/bench_api.rs), rows 8a-8b.
+        self.api_bin = Path(args.api).resolve() if args.api else None
         self.work = Path(args.work).resolve()
         self.out = Path(args.out)
         self.here = Path(__file__).resolve().parent
@@ -681,6 +685,71 @@ class Bench:
         if (empty / ".fencepost").exists():
             raise SystemExit("bench: status created a state file in an empty root")
 
+    # --------------------------------------------------------------- row 8
+
+    def api_program(self, tag, place):
+        """Runs examples/bench_api.rs in mode `tag` on `place`; returns its rounds (one
+        JSON object each: the samples of A and B, in seconds, and A's parts)."""
+        c = self.cfg
+        self.log(f"bench_api {tag}: {c['api_rounds']} rounds of {c['api_samples']} samples")
+        res = self.sh([str(self.api_bin), tag, str(place), "--rounds", str(c["api_rounds"]),
+                       "--samples", str(c["api_samples"]), "--warmup", str(c["api_warmup"])])
+        self.seq += 1
+        (self.logs / f"{self.seq:02d}-api-{tag}.json").write_text(res.stdout)
+        return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+    def api(self):
+        """Rows 8a-8b: the Rust API in a long-lived program, each against the least the
+        same durable work takes in that program, A and B taking turns sample by sample."""
+        t8a = ("API: 4 KiB fenced write through a `fencepost::Client` kept open (state file "
+               "open; each write after its own untimed claim, a new epoch) vs an in-process "
+               "durable replace in the same folder (temp file, write, fsync, rename, folder "
+               "fsync)")
+        t8b = ("API on a PostgreSQL store: claim + 4 KiB write + complete through one "
+               "`Client` vs one `postgres::Client` making three committed transactions of "
+               "its own (UPDATE, INSERT of 4 KiB bytea, UPDATE; prepared once) in the same "
+               "database")
+        if self.api_bin is None:
+            for num, title, goal in (("8a", t8a, "<= 1.6x"), ("8b", t8b, "<= 1.5x")):
+                self.add_row(num, title, None, None, [float("nan")], goal,
+                             verdict="skipped (no `--api` program)")
+            return
+        per = lambda rounds, key: statistics.median(  # noqa: E731
+            statistics.median(r[key]) for r in rounds)
+
+        def medians(rounds):
+            return {k: [statistics.median(r[k]) for r in rounds] for k in ("a", "b")}
+
+        root = self.work / "api"
+        root.mkdir()
+        rounds = self.api_program("local", root)
+        self.ratio_row("8a", t8a, medians(rounds), "a", "b", "<= 1.6x", 1.6,
+                       note=f"claim before each write (untimed) {fmt_time(per(rounds, 'claim'))}")
+
+        # Row 8b on a throwaway cluster of its own, on the bench folder's disk, with
+        # PostgreSQL's default durability (tools/pg-test-cluster.sh).
+        cluster = self.work / "api-pg"
+        tool = self.here.parent / "tools" / "pg-test-cluster.sh"
+        os.chmod(self.work, self.work.stat().st_mode | 0o111)  # the server's user reaches it
+        started = self.sh(["bash", str(tool), "start", str(cluster)], check=False)
+        if started.returncode != 0:
+            why = (started.stderr.strip().splitlines() or ["?"])[-1]
+            self.add_row("8b", t8b, None, None, [float("nan")], "<= 1.5x",
+                         verdict=f"skipped (no PostgreSQL cluster: {why})")
+            return
+        try:
+            url = next(shlex.split(line)[1].partition("=")[2]
+                       for line in started.stdout.splitlines()
+                       if line.startswith("export FENCEPOST_TEST_STORE="))
+            rounds = self.api_program("store", url)
+        finally:
+            self.sh(["bash", str(tool), "stop", str(cluster)], check=False)
+        parts = ", ".join(f"{what} {fmt_time(per(rounds, k))} / {fmt_time(per(rounds, 'b_' + k))}"
+                          for what, k in (("claim", "claim"), ("write", "write"),
+                                          ("complete", "complete")))
+        self.ratio_row("8b", t8b, medians(rounds), "a", "b", "<= 1.5x", 1.5,
+                       note=f"per call (API / its transaction): {parts}")
+
     # ------------------------------------------------------------ profiles
 
     def profiles(self):
@@ -836,7 +905,8 @@ class Bench:
                  f"its functions laid out by `tools/link-order.txt` ({self.link_order} listed "
                  "functions found in the build; row 1c "
                  "and the lock-hold "
-                 "rows, which need LD_PRELOAD, use the default dynamic build); "
+                 "rows, which need LD_PRELOAD, use the default dynamic build, as do rows "
+                 "8a-8b, timed within one process); "
                  f"the run took {(time.monotonic() - started) / 60:.1f} min.\n")
         L.append(f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem']} RAM, kernel {m['kernel']}; "
                  f"bench folder on `{m['fs']}`. Load average (1/5/15 min) {load0[0]:.2f}/"
@@ -853,7 +923,10 @@ class Bench:
                  "discarded. Row 1d times row 1's pair the way hyperfine does through a shell. "
                  "The other timed rows are hyperfine's (order reversed every other round). "
                  "Rows 4d-4e, 5c-5e are measured outside both; their spread is over the "
-                 "samples named in the row.\n")
+                 "samples named in the row. Rows 8a-8b are timed inside one program "
+                 "(`examples/bench_api.rs`, default release build), A and B taking turns "
+                 f"sample by sample in a shuffled order, {c['api_samples']} samples each per "
+                 f"round after {c['api_warmup']} discarded, in {c['api_rounds']} rounds.\n")
         L.append("| # | Comparison: A vs B | A | B | Ratio A/B | Spread (min-max) | Goal | Result |")
         L.append("|---|---|--:|--:|--:|--:|---|---|")
         for r in self.rows:
@@ -963,17 +1036,18 @@ def main():
     ap.add_argument("--shim", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--api", help="examples/bench_api.rs built (rows 8a-8b)")
     ap.add_argument("--link-order", default="?/?",
                     help="FOUND/LISTED: functions of tools/link-order.txt in the build")
     ap.add_argument("--only", default="", help="comma list of parts (debugging): "
-                    "small,big,contention,lock,scale,startup,profiles")
+                    "small,big,contention,lock,scale,startup,api,profiles")
     args = ap.parse_args()
     started = time.monotonic()
     load0 = os.getloadavg()
     b = Bench(args)
     parts = [("small", b.publish_small), ("big", b.big_documents), ("contention", b.contention),
              ("lock", b.lock_scope), ("scale", b.scale), ("startup", b.startup),
-             ("profiles", b.profiles)]
+             ("api", b.api), ("profiles", b.profiles)]
     only = set(filter(None, args.only.split(",")))
     for name, fn in parts:
         if only and name not in only:
@@ -981,7 +1055,8 @@ def main():
         b.log(f"part: {name}")
         fn()
     order = {k: i for i, k in enumerate(["1", "1b", "1c", "1d", "2", "3", "4a", "4b", "4c", "4d", "4e", "5a", "5b", "5c",
-                                         "5d", "5e", "6a", "6b", "7a", "7b"])}
+                                         "5d", "5e", "6a", "6b", "7a", "7b", "8a",
+                                         "8b"])}
     b.rows.sort(key=lambda r: order.get(r["num"], 99))
     b.report(started, load0)
     b.log(f"wrote {args.out} in {(time.monotonic() - started):.0f} s")

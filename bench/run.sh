@@ -5,12 +5,13 @@
 #   bench/run.sh --smoke    tiny sizes and few runs (CI), writes bench/RESULTS.smoke.md
 #
 # Builds the release binary twice: statically linked (glibc's crt-static, non-PIE, for the
-# host triple, functions laid out by tools/link-order.txt), which every row measures, and
-# the default dynamically linked build, which row 1c compares with it. Installs hyperfine / time / strace / flock / gcc with apt-get
-# if missing, compiles the floor program (bench/floor.c) and the lock-timing shim
-# (bench/lockhold.c) into target/bench/, then runs bench/bench.py. Scratch files go to
-# a fresh folder under $BENCH_DIR (default bench/.work), removed at the end; its
-# filesystem is the one measured.
+# host triple, functions laid out by tools/link-order.txt), which the command rows measure,
+# and the default dynamically linked build, which row 1c compares with it; rows 8a-8b run
+# examples/bench_api.rs (the library, timed within one process) from the default build.
+# Installs hyperfine / time / strace / flock / gcc with apt-get if missing, compiles the
+# floor program (bench/floor.c) and the lock-timing shim (bench/lockhold.c) into
+# target/bench/, then runs bench/bench.py. Scratch files go to a fresh folder under
+# $BENCH_DIR (default bench/.work), removed at the end; its filesystem is the one measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +37,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-cargo build --release --locked
+# The binary, and the program rows 8a-8b run (examples/bench_api.rs, using the library).
+cargo build --release --locked --bins --example bench_api
 target=${CARGO_TARGET_DIR:-target}
 host=$(rustc -vV | sed -n 's/^host: //p')
 # The static build: a process starts about 0.5 ms sooner without the dynamic loader, and
@@ -66,7 +68,7 @@ out=bench/RESULTS.md
 [ -n "$smoke" ] && out=bench/RESULTS.smoke.md
 python3 bench/bench.py $smoke --fp "$target/$host/release/fencepost" \
   --fp-dynamic "$target/release/fencepost" --floor "$target/bench/floor" \
-  --spawntime "$target/bench/spawntime" \
+  --spawntime "$target/bench/spawntime" --api "$target/release/examples/bench_api" \
   --shim "$target/bench/lockhold.so" --work "$work" --out "$out" --link-order "$found/$listed"
 # The PostgreSQL rows, appended as a section of their own: bench/pg.sh starts a private
 # cluster (and stops it), or says "skipped" without the server binaries.
