@@ -23,6 +23,7 @@ const LAYERS: Layers = &[
     ("session", &["session"]),
     ("engine", &["leases", "publish"]),
     ("mirror", &["mirror"]),
+    ("upkeep", &["upkeep"]),
     ("api", &["api"]),
     ("commands", &["cmd"]),
 ];
