@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 
+use crate::clock::ClockKind;
 use crate::lease::Lease;
 use crate::refusal::RefusalKind;
 use crate::sink::Recovery;
@@ -251,6 +252,10 @@ pub struct Log {
     pub events: Vec<LoggedEvent>,
     /// The resource asked about (null for all).
     pub resource: Option<String>,
+    /// The state file's clock, which the events' times are on (for the command line's
+    /// table: times show as UTC on the wall clock).
+    #[serde(skip)]
+    pub(crate) clock: ClockKind,
 }
 
 /// One event of `log`, and whether it was a refusal.
