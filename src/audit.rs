@@ -1,14 +1,14 @@
-//! The audit log's events and how they are shown: the record a scheduler's dashboard
-//! lacks when it says one worker finished and the document says another.
+//! The audit log's events: the record a scheduler's dashboard lacks when it says one
+//! worker finished and the document says another.
 //!
 //! Every change (claim, takeover, renew, complete, release, write, replay) is logged in
 //! the same transaction as the change; every refusal (held, lost, stale, conflict,
-//! unissued) in a transaction of its own. Pure data and rendering; the store keeps them.
+//! unissued) in a transaction of its own. Pure data, an event's short description and
+//! the aligned columns of plain tables; the store keeps the events, `log` draws them.
 
 use serde::Serialize;
 use unicode_width::UnicodeWidthStr;
 
-use crate::clock::{ClockKind, show};
 use crate::refusal::RefusalKind;
 
 /// What an event records: a change, or a refusal.
@@ -175,111 +175,6 @@ impl Event {
     }
 }
 
-/// The events as a table, one per line.
-pub(crate) fn table(events: &[Event], clock: ClockKind) -> String {
-    if events.is_empty() {
-        return "no events".to_string();
-    }
-    let mut rows = vec![["AT", "RESOURCE", "EVENT", "OWNER", "EPOCH", "DETAIL"].map(String::from)];
-    for e in events {
-        rows.push([
-            show(clock, e.at),
-            crate::text::display_name(&e.resource),
-            e.kind.as_str().to_string(),
-            e.owner.clone().unwrap_or_else(|| "-".into()),
-            e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
-            e.detail
-                .as_deref()
-                .map(|d| show_detail(d, clock))
-                .unwrap_or_default(),
-        ]);
-    }
-    align(&rows)
-}
-
-/// A stored detail for the table: the deadline that claims and renewals record (as an
-/// integer, like every stored time) shown the way [`show`] shows times.
-fn show_detail(detail: &str, clock: ClockKind) -> String {
-    let Some(rest) = detail.strip_prefix("deadline ") else {
-        return detail.to_string();
-    };
-    let digits = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    match rest[..digits].parse::<i64>() {
-        Ok(deadline) => format!("deadline {}{}", show(clock, deadline), &rest[digits..]),
-        Err(_) => detail.to_string(),
-    }
-}
-
-/// How wide the timeline may grow before its lanes give way to one OWNER column.
-const TIMELINE_WIDTH: usize = 100;
-
-/// The story as lanes: one column per owner (in order of first appearance), one row
-/// per event, so a takeover and a refused late write stand out at a glance. With more
-/// owners than fit in [`TIMELINE_WIDTH`] columns (each run of a job under its own name),
-/// one row per event with the owner in a column of its own.
-pub(crate) fn timeline(events: &[Event], clock: ClockKind) -> String {
-    let lanes = lanes(events, clock);
-    if lanes.lines().all(|l| l.width() <= TIMELINE_WIDTH) {
-        return lanes;
-    }
-    let several = events.iter().any(|e| e.resource != events[0].resource);
-    let mut header = vec!["AT".to_string()];
-    if several {
-        header.push("RESOURCE".into());
-    }
-    header.extend(["OWNER".to_string(), "EVENT".to_string()]);
-    let mut rows = vec![header];
-    for e in events {
-        let mut row = vec![show(clock, e.at)];
-        if several {
-            row.push(crate::text::display_name(&e.resource));
-        }
-        row.push(e.owner.clone().unwrap_or_else(|| "?".into()));
-        row.push(e.summary());
-        rows.push(row);
-    }
-    align(&rows)
-}
-
-/// The timeline with a lane per owner.
-fn lanes(events: &[Event], clock: ClockKind) -> String {
-    if events.is_empty() {
-        return "no events".to_string();
-    }
-    let mut owners: Vec<String> = Vec::new();
-    for e in events {
-        let owner = e.owner.clone().unwrap_or_else(|| "?".into());
-        if !owners.contains(&owner) {
-            owners.push(owner);
-        }
-    }
-    let several = events.iter().any(|e| e.resource != events[0].resource);
-    let mut header = vec!["AT".to_string()];
-    if several {
-        header.push("RESOURCE".into());
-    }
-    header.extend(owners.iter().cloned());
-    let mut rows = vec![header];
-    for e in events {
-        let owner = e.owner.clone().unwrap_or_else(|| "?".into());
-        let mut row = vec![show(clock, e.at)];
-        if several {
-            row.push(crate::text::display_name(&e.resource));
-        }
-        row.extend(owners.iter().map(|o| {
-            if *o == owner {
-                e.summary()
-            } else {
-                String::new()
-            }
-        }));
-        rows.push(row);
-    }
-    align(&rows)
-}
-
 /// Left-aligned columns separated by two spaces (the plain-text tables of `status`
 /// and `log`), measured in terminal columns: `工人甲` takes six, not three.
 pub(crate) fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
@@ -319,12 +214,6 @@ pub(crate) fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ev(at: i64, kind: &str, owner: &str, epoch: i64) -> Event {
-        Event::new(at, "doc.md", EventKind::parse(kind))
-            .owner(Some(owner))
-            .epoch(Some(epoch))
-    }
 
     #[test]
     fn every_event_kind_is_stored_as_its_word_and_read_back_as_itself() {
@@ -372,26 +261,6 @@ mod tests {
     }
 
     #[test]
-    fn timeline_puts_each_owner_in_its_own_lane() {
-        let events = vec![
-            ev(0, "claim", "A", 1),
-            ev(10, "takeover", "B", 2).previous(Some("A"), Some(1)),
-            ev(11, "stale", "A", 1).previous(None, Some(2)),
-        ];
-        let text = timeline(&events, ClockKind::Logical);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines[0].split_whitespace().collect::<Vec<_>>(),
-            ["AT", "A", "B"]
-        );
-        assert!(lines[2].contains("takeover e2 (from A e1)"));
-        let b_col = lines[0].find('B').unwrap_or(0);
-        assert!(lines[2].find("takeover").unwrap_or(0) >= b_col);
-        assert!(lines[3].contains("STALE e1 (fence 2)"));
-        assert!(lines[3].find("STALE").unwrap_or(usize::MAX) < b_col);
-    }
-
-    #[test]
     fn columns_line_up_by_display_width() {
         let rows = [
             ["OWNER", "EPOCH"].map(String::from),
@@ -407,30 +276,5 @@ mod tests {
             })
             .collect();
         assert_eq!(starts, [8, 8, 8], "{text}");
-    }
-
-    #[test]
-    fn many_owners_fall_back_to_an_owner_column_within_100_columns() {
-        let events: Vec<Event> = (0..8)
-            .map(|i| ev(i, "claim", &format!("worker-host-{}", 40_000 + i), i + 1))
-            .collect();
-        let text = timeline(&events, ClockKind::Wall);
-        assert!(text.lines().all(|l| l.width() <= TIMELINE_WIDTH), "{text}");
-        let header: Vec<&str> = text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect();
-        assert_eq!(header, ["AT", "OWNER", "EVENT"]);
-        assert!(text.contains("worker-host-40007  claim e8"), "{text}");
-        // Two owners still get lanes.
-        let text = timeline(&events[..2], ClockKind::Wall);
-        assert!(
-            text.lines()
-                .next()
-                .unwrap_or_default()
-                .contains("worker-host-40001")
-        );
     }
 }

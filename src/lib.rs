@@ -62,6 +62,7 @@ mod session;
 pub mod sink;
 mod store;
 mod text;
+mod upkeep;
 
 pub use api::{
     ClaimOptions, Client, Content, Keeping, LeaseId, LeaseKeeper, Options, WriteOptions,

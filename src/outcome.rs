@@ -9,8 +9,10 @@
 
 use serde::Serialize;
 
+use crate::clock::ClockKind;
 use crate::lease::Lease;
 use crate::refusal::RefusalKind;
+use crate::sink::Recovery;
 
 /// A successful command's answer; `outcome` in its JSON is the variant's name.
 #[derive(Debug, Serialize)]
@@ -207,6 +209,10 @@ pub struct Recovered {
     /// never published them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blobs_removed: Option<usize>,
+    /// With a mirror root: the unfinished downloads of `mirror` processes that are gone,
+    /// removed (said in the plain report only).
+    #[serde(skip)]
+    pub downloads_removed: usize,
 }
 
 /// What `recover` did for one resource, or why it could not.
@@ -217,10 +223,26 @@ pub enum RecoverLine {
         resource: String,
         action: &'static str,
         temps_removed: usize,
+        /// What recovery did, as the rules name it (`action` says it in words).
+        #[serde(skip)]
+        recovery: Recovery,
+    },
+    /// With a mirror root: a crashed apply of the store's version kept and recorded
+    /// (`action` is `rolled forward`, `temps_removed` 0).
+    RolledForward {
+        resource: String,
+        action: &'static str,
+        temps_removed: usize,
+        /// The epoch of the version rolled forward.
+        #[serde(skip)]
+        epoch: i64,
     },
     Failed {
         resource: String,
         error: String,
+        /// The exit code of the failure (the command line exits with the first one's).
+        #[serde(skip)]
+        code: i32,
     },
 }
 
@@ -230,6 +252,10 @@ pub struct Log {
     pub events: Vec<LoggedEvent>,
     /// The resource asked about (null for all).
     pub resource: Option<String>,
+    /// The state file's clock, which the events' times are on (for the command line's
+    /// table: times show as UTC on the wall clock).
+    #[serde(skip)]
+    pub(crate) clock: ClockKind,
 }
 
 /// One event of `log`, and whether it was a refusal.

@@ -23,7 +23,7 @@ const LAYERS: Layers = &[
     ("session", &["session"]),
     ("engine", &["leases", "publish"]),
     ("mirror", &["mirror"]),
-    ("reports", &["reports"]),
+    ("reports", &["reports", "upkeep"]),
     ("api", &["api"]),
     ("commands", &["cmd"]),
 ];

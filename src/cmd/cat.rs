@@ -1,13 +1,14 @@
-//! `fencepost cat`: print a document's current content from the shared store.
+//! `fencepost cat`: print a document's current content from the shared store. The
+//! engine is `upkeep::cat`, writing to stdout.
 
 use std::ffi::OsString;
-use std::io::{Seek, Write as _};
+use std::io::{self, Write};
 
 use clap::Args;
 
 use super::Report;
 use crate::error::{Error, Result};
-use crate::outcome::{Outcome, Printed};
+use crate::outcome::Outcome;
 use crate::session::Ctx;
 
 /// Print RESOURCE's current content from the shared store (--store).
@@ -38,56 +39,59 @@ pub(crate) fn run(ctx: &Ctx, args: &CatArgs, json: bool) -> Result<Report> {
             "cat prints the document's bytes; --json is for status and log",
         ));
     }
-    let resource = ctx.resource(&args.resource)?;
-    let mut store = ctx.read_store("nothing to print")?;
-    let published = {
-        let tx = store.snapshot()?;
-        match tx.published(resource.as_str())? {
-            Some(p) => p,
-            None => {
-                ctx.refuse_unseen(&*tx, &resource, "nothing to print")?;
-                return Err(Error::usage(format!(
-                    "nothing has been published to {resource} yet"
-                )));
-            }
-        }
+    let mut out = Stdout {
+        out: io::stdout().lock(),
+        closed: false,
+        failed: None,
     };
-    let mut held = tempfile::tempfile().map_err(Error::io("cannot create", "a temporary file"))?;
-    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut held);
-    store
-        .blobs()
-        .ok_or(Error::Internal(
-            "a shared store without a place for contents",
-        ))?
-        .read(&published, &mut buffered)?;
-    buffered
-        .flush()
-        .map_err(Error::io("cannot write", "a temporary file"))?;
-    drop(buffered);
-    // What was checked is what is printed: the whole of it reached the temporary file.
-    let kept = held
-        .stream_position()
-        .map_err(Error::io("cannot read back", "a temporary file"))?;
-    if kept != published.size {
-        return Err(Error::Internal(
-            "the temporary file lost bytes it was given",
-        ));
-    }
-    held.rewind()
-        .map_err(Error::io("cannot read back", "a temporary file"))?;
-    let mut out = std::io::stdout().lock();
-    match std::io::copy(&mut held, &mut out).and_then(|_| out.flush()) {
-        // A reader that stopped reading (`| head`) is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        done => {
-            done.map_err(Error::io("cannot write", "stdout"))?;
-        }
-    }
-    let printed = Printed {
-        resource: resource.to_string(),
-        epoch: published.epoch,
-        sha256: published.sha256,
-        size: published.size,
-    };
+    let printed =
+        crate::upkeep::cat(ctx, &args.resource, &mut out).map_err(|e| match out.failed.take() {
+            Some(failed) => Error::io("cannot write", "stdout")(failed),
+            None => e,
+        })?;
     Ok(Report::new("", Outcome::Printed(printed)))
+}
+
+/// Stdout as `cat` writes it: a reader that stopped reading (`| head`) is not an error
+/// (the rest is dropped), and any other failure is kept, to be reported as stdout's.
+struct Stdout {
+    out: io::StdoutLock<'static>,
+    closed: bool,
+    failed: Option<io::Error>,
+}
+
+impl Stdout {
+    /// `result`, a broken pipe taken as the end of the reader's interest.
+    fn judge<T>(&mut self, result: io::Result<T>, done: T) -> io::Result<T> {
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(done)
+            }
+            Err(e) => {
+                let kind = e.kind();
+                self.failed = Some(e);
+                Err(kind.into())
+            }
+            ok => ok,
+        }
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let result = self.out.write(buf);
+        self.judge(result, buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let result = self.out.flush();
+        self.judge(result, ())
+    }
 }

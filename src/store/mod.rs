@@ -55,12 +55,6 @@ pub(crate) trait Store: std::fmt::Debug + Send {
         None
     }
 
-    /// The store of documents' contents, for a store that keeps them (the shared one);
-    /// `None` when the documents are files beside the state (SQLite).
-    fn blobs(&mut self) -> Option<&mut dyn Blobs> {
-        None
-    }
-
     /// The identity of a shared store, made with its schema: what a mirror root is bound
     /// to. `None` for a local state file.
     fn identity(&self) -> Option<&str> {

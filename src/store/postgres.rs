@@ -717,10 +717,6 @@ impl Store for PgStore {
         Some(self.server_clock)
     }
 
-    fn blobs(&mut self) -> Option<&mut dyn Blobs> {
-        Some(self)
-    }
-
     fn identity(&self) -> Option<&str> {
         Some(&self.id)
     }
