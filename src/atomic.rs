@@ -47,7 +47,7 @@ const CHUNK: usize = 128 * 1024;
 
 /// The document as it is now: `None` if absent. Symlinks, folders and special files are
 /// refused: the tool replaces regular files only.
-pub(crate) fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
+pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
     match doc.folder.stat(&doc.name)? {
         Some(entry) if entry.kind == Kind::File => Ok(Some(entry)),
         Some(entry) => {
@@ -70,7 +70,7 @@ pub(crate) fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
 
 /// Identity of a file: inode number and size. No device number: it changes when the
 /// same filesystem is mounted through another device (loop, dm, NVMe or USB ordering).
-pub(crate) fn file_id(entry: &Entry) -> FileId {
+pub fn file_id(entry: &Entry) -> FileId {
     FileId {
         ino: entry.ino,
         size: entry.size,
@@ -80,7 +80,7 @@ pub(crate) fn file_id(entry: &Entry) -> FileId {
 /// Bytes staged for a document: written, fsynced, hashed, locked by this process. While
 /// it is not renamed into place, dropping it removes the temp file.
 #[derive(Debug)]
-pub(crate) struct Staged<'d> {
+pub struct Staged<'d> {
     /// Kept open until the writer is done: the `flock` on it marks the writer alive, and
     /// its inode number (in the link names) cannot be reused meanwhile.
     file: File,
@@ -93,7 +93,7 @@ pub(crate) struct Staged<'d> {
 }
 
 /// Where a write's content comes from.
-pub(crate) enum Source<'a> {
+pub enum Source<'a> {
     /// A file named by `--from`: copied in the kernel when it is a regular file.
     File(File),
     /// A stream (stdin): read and written in chunks, hashed as it passes.
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Source<'_> {
 /// gets the mode an ordinary file creation gets under the umask; a rewrite keeps the
 /// existing document's mode (and owner, where allowed), set once the bytes are written (a
 /// write by a non-root user clears set-user-ID and set-group-ID).
-pub(crate) fn stage_unsynced<'d>(
+pub fn stage_unsynced<'d>(
     doc: &'d DocPath,
     source: &mut Source<'_>,
     existing: Option<&Entry>,
@@ -542,7 +542,7 @@ impl Staged<'_> {
     /// Links `-pre-<ino>` to the current document (if any) and `-new-<ino>` to the staged
     /// file, so a crash from here to the commit can be undone, and keeps the staged bytes'
     /// hash in `-sum-<ino>`. Call under the state file's lock, after recovery.
-    pub(crate) fn link_for_recovery(&self, document_exists: bool) -> Result<()> {
+    pub fn link_for_recovery(&self, document_exists: bool) -> Result<()> {
         let folder = &self.doc.folder;
         let (pre, new, sum) = (
             self.link_name("pre"),
@@ -578,7 +578,7 @@ impl Staged<'_> {
 
     /// Renames the staged file over the document and fsyncs the folder, so the new name
     /// is durable before the caller commits. The file stays open (and locked).
-    pub(crate) fn rename_into_place(&mut self) -> Result<()> {
+    pub fn rename_into_place(&mut self) -> Result<()> {
         let folder = &self.doc.folder;
         folder
             .rename(&self.temp, &self.doc.name)
@@ -591,7 +591,7 @@ impl Staged<'_> {
     }
 
     /// The link set this write made, as recovery sees it.
-    pub(crate) fn links(&self) -> LinkSet {
+    pub fn links(&self) -> LinkSet {
         LinkSet {
             token: self.id.ino.to_string().into(),
         }
@@ -599,7 +599,7 @@ impl Staged<'_> {
 
     /// Removes this writer's own links once its write committed. Runs without the lock:
     /// no other writer uses these names, and recovery may have removed them already.
-    pub(crate) fn drop_links(&self) {
+    pub fn drop_links(&self) {
         drop_set(self.doc, &self.links());
     }
 }
@@ -608,12 +608,12 @@ impl Staged<'_> {
 /// only [`Unsynced::synced`], after [`Unsynced::sync`], gives the [`Staged`] a write can
 /// publish.
 #[derive(Debug)]
-pub(crate) struct Unsynced<'d>(Staged<'d>);
+pub struct Unsynced<'d>(Staged<'d>);
 
 impl<'d> Unsynced<'d> {
     /// Makes the staged bytes durable (the temp file's fsync). Takes `&self`, so another
     /// thread can wait in it while this one goes on.
-    pub(crate) fn sync(&self) -> Result<()> {
+    pub fn sync(&self) -> Result<()> {
         let staged = &self.0;
         staged
             .file
@@ -623,7 +623,7 @@ impl<'d> Unsynced<'d> {
 
     /// The staged file, once [`Unsynced::sync`] returned: its identity recorded for the
     /// links.
-    pub(crate) fn synced(self) -> Result<Staged<'d>> {
+    pub fn synced(self) -> Result<Staged<'d>> {
         let mut staged = self.0;
         crate::failpoints::failpoint!("write.after_temp_fsync");
         let own = folder::entry_of(&staged.file)
@@ -644,7 +644,7 @@ impl Drop for Staged<'_> {
 /// The recovery links of one write: `.<name>.fencepost-{pre,new,sum}-<token>` (an empty
 /// token: the fixed names `-pre`, `-new`, `-sum` of older versions).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LinkSet {
+pub struct LinkSet {
     token: OsString,
 }
 
@@ -662,7 +662,7 @@ fn link_name(doc: &DocPath, what: &str, token: &OsStr) -> OsString {
 
 /// The link sets of writes that left links beside the document, found by listing its
 /// folder.
-pub(crate) fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
+pub fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
     let prefix = doc.sibling_name("");
     let mut tokens: Vec<OsString> = Vec::new();
     for name in doc.folder.names()? {
@@ -688,7 +688,7 @@ pub(crate) fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
 }
 
 /// What a crashed write may have left next to the document, for one link set.
-pub(crate) fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
+pub fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
     let id_of = |name: OsString| -> Result<Option<FileId>> {
         Ok(doc.folder.stat(&name)?.map(|entry| file_id(&entry)))
     };
@@ -701,7 +701,7 @@ pub(crate) fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
 
 /// Whether the writer of a link set is still running (or paused): it holds the `flock`
 /// of its staged file, which `-new-<ino>` names.
-pub(crate) fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
+pub fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
     doc.folder
         .open_file(&link_name(doc, "new", &set.token))
         .is_ok_and(|file| {
@@ -721,7 +721,7 @@ const SUM_LEN: usize = 32;
 /// in place after the crash changes them: the file is then someone's edit, not an
 /// uncommitted write to roll back. Without a `-sum` link (none is made before the `-new`
 /// link), it is taken as staged.
-pub(crate) fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
+pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
     match doc.folder.read_link(&link_name(doc, "sum", &set.token)) {
         Ok(sum) => sum
             .to_str()
@@ -732,14 +732,14 @@ pub(crate) fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
 
 /// Removes a link set (after a commit, or a rollback). Leftovers are harmless: the next
 /// recovery removes them.
-pub(crate) fn drop_set(doc: &DocPath, set: &LinkSet) {
+pub fn drop_set(doc: &DocPath, set: &LinkSet) {
     for what in ["sum", "new", "pre"] {
         let _ = doc.folder.remove(&link_name(doc, what, &set.token));
     }
 }
 
 /// Puts the pre-image back over a document whose write never committed.
-pub(crate) fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
+pub fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
     let pre = link_name(doc, "pre", &set.token);
     doc.folder
         .rename(&pre, &doc.name)
@@ -750,7 +750,7 @@ pub(crate) fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
 }
 
 /// Removes a first document whose write never committed.
-pub(crate) fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
+pub fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
     doc.folder
         .remove(&doc.name)
         .map_err(Error::io("cannot remove uncommitted", doc.path()))?;
@@ -762,12 +762,12 @@ pub(crate) fn remove_uncommitted(doc: &DocPath, set: &LinkSet) -> Result<()> {
 /// Removes temp files of writers that are gone (their `flock` is free). A writer that is
 /// still running, or paused, still holds its lock, and its file is left alone.
 /// Returns how many were removed.
-pub(crate) fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
+pub fn remove_abandoned_temps(doc: &DocPath) -> Result<usize> {
     sweep_temps(doc, true)
 }
 
 /// Counts temp files of writers that are gone, without removing them.
-pub(crate) fn abandoned_temps(doc: &DocPath) -> Result<usize> {
+pub fn abandoned_temps(doc: &DocPath) -> Result<usize> {
     sweep_temps(doc, false)
 }
 
@@ -789,7 +789,7 @@ fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
 }
 
 /// Fails early, before anything is written, when the folder cannot hold `size` bytes.
-pub(crate) fn ensure_space(dir: &Path, size: u64) -> Result<()> {
+pub fn ensure_space(dir: &Path, size: u64) -> Result<()> {
     match fs2::available_space(dir) {
         Ok(free) if free < size => Err(Error::Io {
             context: "not enough free space in",
@@ -804,7 +804,7 @@ pub(crate) fn ensure_space(dir: &Path, size: u64) -> Result<()> {
 }
 
 /// SHA-256 and size of the document, streamed (never through a symlink).
-pub(crate) fn hash_document(doc: &DocPath) -> Result<(String, u64)> {
+pub fn hash_document(doc: &DocPath) -> Result<(String, u64)> {
     doc.folder
         .open_file(&doc.name)
         .and_then(|mut file| hash_stream(&mut file))

@@ -35,7 +35,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// The word stored in the state file and shown by `log`.
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         match self {
             EventKind::Claim => "claim",
             EventKind::Takeover => "takeover",
@@ -51,7 +51,7 @@ impl EventKind {
     }
 
     /// The kind a stored word names.
-    pub(crate) fn parse(word: &str) -> EventKind {
+    pub fn parse(word: &str) -> EventKind {
         let refused = [
             RefusalKind::Held,
             RefusalKind::Lost,
@@ -106,7 +106,7 @@ pub struct Event {
 
 impl Event {
     /// A new event from this process.
-    pub(crate) fn new(at: i64, resource: &str, kind: EventKind) -> Event {
+    pub fn new(at: i64, resource: &str, kind: EventKind) -> Event {
         Event {
             id: 0,
             at,
@@ -123,39 +123,39 @@ impl Event {
         }
     }
 
-    pub(crate) fn owner(mut self, owner: Option<&str>) -> Event {
+    pub fn owner(mut self, owner: Option<&str>) -> Event {
         self.owner = owner.map(str::to_string);
         self
     }
 
-    pub(crate) fn epoch(mut self, epoch: Option<i64>) -> Event {
+    pub fn epoch(mut self, epoch: Option<i64>) -> Event {
         self.epoch = epoch;
         self
     }
 
-    pub(crate) fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
+    pub fn previous(mut self, owner: Option<&str>, epoch: Option<i64>) -> Event {
         self.prev_owner = owner.map(str::to_string);
         self.prev_epoch = epoch;
         self
     }
 
-    pub(crate) fn sha256(mut self, sha: Option<&str>) -> Event {
+    pub fn sha256(mut self, sha: Option<&str>) -> Event {
         self.sha256 = sha.map(str::to_string);
         self
     }
 
-    pub(crate) fn detail(mut self, detail: impl Into<String>) -> Event {
+    pub fn detail(mut self, detail: impl Into<String>) -> Event {
         self.detail = Some(detail.into());
         self
     }
 
     /// True for the refusals.
-    pub(crate) fn is_refusal(&self) -> bool {
+    pub fn is_refusal(&self) -> bool {
         matches!(self.kind, EventKind::Refused(_))
     }
 
     /// A short description for tables and lanes: `write e2`, `STALE e1 (fence 2)`.
-    pub(crate) fn summary(&self) -> String {
+    pub fn summary(&self) -> String {
         let epoch = self.epoch.map(|e| format!(" e{e}")).unwrap_or_default();
         let word = self.kind.as_str();
         let kind = if self.is_refusal() {
@@ -177,7 +177,7 @@ impl Event {
 
 /// Left-aligned columns separated by two spaces (the plain-text tables of `status`
 /// and `log`), measured in terminal columns: `工人甲` takes six, not three.
-pub(crate) fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
+pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
     let cols = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|i| {
@@ -204,7 +204,7 @@ pub(crate) fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
 
 /// This machine's name, for the log (`?` if the system will not say, or it is not
 /// UTF-8).
-pub(crate) fn hostname() -> String {
+pub fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())

@@ -9,14 +9,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Which clock a time value belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClockKind {
+pub enum ClockKind {
     Logical,
     Wall,
 }
 
 impl ClockKind {
     /// The name stored in the state file.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             ClockKind::Logical => "logical",
             ClockKind::Wall => "wall",
@@ -24,7 +24,7 @@ impl ClockKind {
     }
 
     /// Parses the stored name.
-    pub(crate) fn parse(s: &str) -> Option<ClockKind> {
+    pub fn parse(s: &str) -> Option<ClockKind> {
         match s {
             "logical" => Some(ClockKind::Logical),
             "wall" => Some(ClockKind::Wall),
@@ -41,7 +41,7 @@ pub enum Clock {
 }
 
 impl Clock {
-    pub(crate) fn kind(self) -> ClockKind {
+    pub fn kind(self) -> ClockKind {
         match self {
             Clock::Logical(_) => ClockKind::Logical,
             Clock::Wall => ClockKind::Wall,
@@ -49,7 +49,7 @@ impl Clock {
     }
 
     /// The current time on this clock.
-    pub(crate) fn now(self) -> i64 {
+    pub fn now(self) -> i64 {
         match self {
             Clock::Logical(n) => n,
             Clock::Wall => wall_millis(),
@@ -58,7 +58,7 @@ impl Clock {
 }
 
 /// Wall-clock milliseconds since the Unix epoch.
-pub(crate) fn wall_millis() -> i64 {
+pub fn wall_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -67,7 +67,7 @@ pub(crate) fn wall_millis() -> i64 {
 /// A time on a `kind` clock as a person reads it: logical ticks as they are, wall-clock
 /// milliseconds as a UTC timestamp (`2026-11-30T06:09:33.374Z`). For plain output only;
 /// `--json` keeps the integer.
-pub(crate) fn show(kind: ClockKind, t: i64) -> String {
+pub fn show(kind: ClockKind, t: i64) -> String {
     if kind == ClockKind::Logical {
         return t.to_string();
     }
@@ -85,7 +85,7 @@ pub(crate) fn show(kind: ClockKind, t: i64) -> String {
 /// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01,
 /// counted in 400-year eras of 146,097 days that start on March 1st, so the leap day
 /// falls at the end of each era's year.
-pub(crate) fn civil_date(days: i64) -> (i64, i64, i64) {
+pub fn civil_date(days: i64) -> (i64, i64, i64) {
     let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
     let era = shifted.div_euclid(146_097);
     let day_of_era = shifted.rem_euclid(146_097);

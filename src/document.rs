@@ -14,7 +14,7 @@ use crate::sink::{Content, Recovery};
 
 /// The state of a document against its record, as `status` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DocState {
+pub enum DocState {
     /// Its bytes are the ones recorded.
     Matches,
     /// It was changed behind the tool's back (or, looked at by identity only, it is not
@@ -52,7 +52,7 @@ pub(crate) enum DocState {
 
 impl DocState {
     /// The state's word in `status` and its `--json`.
-    pub(crate) fn word(self) -> &'static str {
+    pub fn word(self) -> &'static str {
         match self {
             DocState::Matches => "matches",
             DocState::Drifted => "drifted",
@@ -74,7 +74,7 @@ impl DocState {
     }
 
     /// `Missing` when a document was recorded, else `Absent`.
-    pub(crate) fn gone(recorded: Option<&Content>) -> DocState {
+    pub fn gone(recorded: Option<&Content>) -> DocState {
         if recorded.is_some() {
             DocState::Missing
         } else {
@@ -85,7 +85,7 @@ impl DocState {
 
 /// How closely to look at a document's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Look {
+pub enum Look {
     /// Hash a recorded document (unless a crashed write awaits recovery): an edit in
     /// place is found (`verify`, `mirror`).
     Hash,
@@ -98,7 +98,7 @@ pub(crate) enum Look {
 }
 
 /// What to look at, and how.
-pub(crate) struct Examine<'a> {
+pub struct Examine<'a> {
     pub root: &'a Path,
     pub resource: &'a Resource,
     /// The sink's record of its content, if any.
@@ -112,9 +112,19 @@ pub(crate) struct Examine<'a> {
     pub is_state_file: &'a dyn Fn(&DocPath) -> Result<bool>,
 }
 
+impl std::fmt::Debug for Examine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Examine")
+            .field("root", &self.root)
+            .field("resource", &self.resource)
+            .field("look", &self.look)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a look at a document found.
 #[derive(Debug)]
-pub(crate) struct Examined {
+pub struct Examined {
     pub state: DocState,
     /// The document, when its path led to one.
     pub doc: Option<DocPath>,
@@ -131,7 +141,7 @@ pub(crate) struct Examined {
 /// Looks at one document. A document that cannot be checked is a state of its own
 /// (`Unreadable` for a permission denied, else `CheckFailed`), with what was found
 /// before the failure kept.
-pub(crate) fn examine(what: &Examine<'_>) -> Examined {
+pub fn examine(what: &Examine<'_>) -> Examined {
     let mut found = Examined {
         state: DocState::Absent,
         doc: None,

@@ -141,7 +141,7 @@ pub struct Refusal {
 
 impl Refusal {
     /// A refusal of `resource` to the caller (`owner`, `epoch`), for what `detail` says.
-    pub(crate) fn new(
+    pub fn new(
         message: String,
         resource: &str,
         epoch: Option<i64>,
@@ -172,7 +172,7 @@ impl std::fmt::Display for Refusal {
 
 impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
-    pub(crate) fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> i32 {
         match self {
             Error::Io { .. }
             | Error::Database { .. }
@@ -251,7 +251,7 @@ impl Error {
 
     /// Says, for an [`Error::OutcomeUnknown`], what running the same command again will
     /// answer (`retry`: "claim again: ..."); any other error is returned as it is.
-    pub(crate) fn retry_tells(self, retry: &'static str) -> Error {
+    pub fn retry_tells(self, retry: &'static str) -> Error {
         match self {
             Error::OutcomeUnknown { message, .. } => Error::OutcomeUnknown {
                 message,
@@ -262,12 +262,12 @@ impl Error {
     }
 
     /// A refusal as the error a command returns.
-    pub(crate) fn refused(refusal: Refusal) -> Error {
+    pub fn refused(refusal: Refusal) -> Error {
         Error::Refused(Box::new(refusal))
     }
 
     /// Shorthand for a usage error without a hint.
-    pub(crate) fn usage(message: impl Into<String>) -> Error {
+    pub fn usage(message: impl Into<String>) -> Error {
         Error::Usage {
             message: message.into(),
             hint: None,
@@ -275,7 +275,7 @@ impl Error {
     }
 
     /// Shorthand for a usage error with a hint.
-    pub(crate) fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
+    pub fn usage_hint(message: impl Into<String>, hint: impl Into<String>) -> Error {
         Error::Usage {
             message: message.into(),
             hint: Some(hint.into()),
@@ -283,10 +283,7 @@ impl Error {
     }
 
     /// Wraps an I/O error with what was being done and to which path.
-    pub(crate) fn io(
-        context: &'static str,
-        path: impl Into<PathBuf>,
-    ) -> impl FnOnce(io::Error) -> Error {
+    pub fn io(context: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io {
             context,
@@ -341,4 +338,4 @@ fn database_hint(path: &std::path::Path, source: &rusqlite::Error) -> Option<Str
 }
 
 /// What a write was doing when linking the current document as its pre-image failed.
-pub(crate) const PRE_IMAGE_LINK: &str = "cannot link pre-image";
+pub const PRE_IMAGE_LINK: &str = "cannot link pre-image";

@@ -34,24 +34,24 @@ pub(crate) use failpoint;
 /// Arms the failpoints from `FAILPOINTS` for the life of the returned value (the whole
 /// command).
 #[cfg(feature = "failpoints")]
-pub(crate) fn setup() -> fail::FailScenario<'static> {
+pub fn setup() -> fail::FailScenario<'static> {
     fail::FailScenario::setup()
 }
 
 /// Nothing to arm without the `failpoints` feature.
 #[cfg(not(feature = "failpoints"))]
-pub(crate) fn setup() -> Unarmed {
+pub fn setup() -> Unarmed {
     Unarmed
 }
 
 /// What [`setup`] returns in a build without failpoints.
 #[cfg(not(feature = "failpoints"))]
 #[derive(Debug)]
-pub(crate) struct Unarmed;
+pub struct Unarmed;
 
 /// Evaluates the failpoint `name`.
 #[cfg(feature = "failpoints")]
-pub(crate) fn hit(name: &str) -> crate::error::Result<()> {
+pub fn hit(name: &str) -> crate::error::Result<()> {
     use crate::error::Error;
     let Some(arg) = fail::eval(name, |arg| arg) else {
         return Ok(());

@@ -19,14 +19,14 @@ use crate::error::{Error, Result};
 
 /// An open folder and the path it was reached by (for messages only).
 #[derive(Debug)]
-pub(crate) struct Folder {
+pub struct Folder {
     fd: OwnedFd,
     path: PathBuf,
 }
 
 /// What `lstat` says about a name in a folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Entry {
+pub struct Entry {
     pub kind: Kind,
     pub dev: u64,
     pub ino: u64,
@@ -38,7 +38,7 @@ pub(crate) struct Entry {
 
 /// The kinds of directory entry the tool tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     File,
     Folder,
     Symlink,
@@ -47,7 +47,7 @@ pub(crate) enum Kind {
 
 /// How [`Folder::child`] found a subfolder.
 #[derive(Debug)]
-pub(crate) enum Child {
+pub enum Child {
     /// A real folder, opened.
     Folder(Folder),
     /// Nothing by that name.
@@ -63,7 +63,7 @@ const DIR_FLAGS: OFlags = OFlags::DIRECTORY
 
 impl Folder {
     /// Opens a folder by path (the publish root; the only open that follows symlinks).
-    pub(crate) fn open(path: &Path) -> Result<Folder> {
+    pub fn open(path: &Path) -> Result<Folder> {
         let fd = rustix::fs::openat(
             rustix::fs::CWD,
             path,
@@ -78,23 +78,23 @@ impl Folder {
     }
 
     /// The path this folder was reached by, for messages.
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The path of `name` in this folder, for messages.
-    pub(crate) fn join(&self, name: &OsStr) -> PathBuf {
+    pub fn join(&self, name: &OsStr) -> PathBuf {
         self.path.join(name)
     }
 
     /// Device and inode of the folder itself.
-    pub(crate) fn id(&self) -> Result<(u64, u64)> {
+    pub fn id(&self) -> Result<(u64, u64)> {
         let st = rustix::fs::fstat(&self.fd).map_err(self.err("cannot inspect", None))?;
         Ok((st.st_dev, st.st_ino))
     }
 
     /// Opens the subfolder `name` without following a symlink.
-    pub(crate) fn child(&self, name: &OsStr) -> Result<Child> {
+    pub fn child(&self, name: &OsStr) -> Result<Child> {
         match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => Ok(Child::Folder(Folder {
                 fd,
@@ -111,7 +111,7 @@ impl Folder {
 
     /// Makes the subfolder `name` (mode 0777 under the umask). `Ok(false)` if something
     /// by that name exists already.
-    pub(crate) fn make_child(&self, name: &OsStr) -> Result<bool> {
+    pub fn make_child(&self, name: &OsStr) -> Result<bool> {
         match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(0o777)) {
             Ok(()) => Ok(true),
             Err(rustix::io::Errno::EXIST) => Ok(false),
@@ -120,12 +120,12 @@ impl Folder {
     }
 
     /// Removes the empty subfolder `name`; `false` if it is gone or not empty.
-    pub(crate) fn remove_child(&self, name: &OsStr) -> bool {
+    pub fn remove_child(&self, name: &OsStr) -> bool {
         rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).is_ok()
     }
 
     /// `lstat` of `name`: `None` if there is nothing by that name.
-    pub(crate) fn stat(&self, name: &OsStr) -> Result<Option<Entry>> {
+    pub fn stat(&self, name: &OsStr) -> Result<Option<Entry>> {
         match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(entry(&st))),
             Err(rustix::io::Errno::NOENT) => Ok(None),
@@ -134,7 +134,7 @@ impl Folder {
     }
 
     /// Opens the regular file `name` for reading, never through a symlink.
-    pub(crate) fn open_file(&self, name: &OsStr) -> io::Result<File> {
+    pub fn open_file(&self, name: &OsStr) -> io::Result<File> {
         let fd = rustix::fs::openat(
             &self.fd,
             name,
@@ -146,7 +146,7 @@ impl Folder {
 
     /// Creates the new file `name` (never an existing one), read-write, with `mode`
     /// under the umask. `Ok(None)` if the name is taken.
-    pub(crate) fn create_file(&self, name: &OsStr, mode: u32) -> Result<Option<File>> {
+    pub fn create_file(&self, name: &OsStr, mode: u32) -> Result<Option<File>> {
         match rustix::fs::openat(
             &self.fd,
             name,
@@ -160,33 +160,33 @@ impl Folder {
     }
 
     /// Hard-links `from` to the new name `to`, both in this folder.
-    pub(crate) fn link(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    pub fn link(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
         rustix::fs::linkat(&self.fd, from, &self.fd, to, AtFlags::empty()).map_err(Into::into)
     }
 
     /// Makes the symlink `name` holding `target`.
-    pub(crate) fn symlink(&self, target: &OsStr, name: &OsStr) -> io::Result<()> {
+    pub fn symlink(&self, target: &OsStr, name: &OsStr) -> io::Result<()> {
         rustix::fs::symlinkat(target, &self.fd, name).map_err(Into::into)
     }
 
     /// The target of the symlink `name`.
-    pub(crate) fn read_link(&self, name: &OsStr) -> io::Result<OsString> {
+    pub fn read_link(&self, name: &OsStr) -> io::Result<OsString> {
         let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())?;
         Ok(OsStr::from_bytes(target.as_bytes()).to_os_string())
     }
 
     /// Renames `from` over `to`, both in this folder.
-    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
         rustix::fs::renameat(&self.fd, from, &self.fd, to).map_err(Into::into)
     }
 
     /// Removes the file (or symlink) `name`.
-    pub(crate) fn remove(&self, name: &OsStr) -> io::Result<()> {
+    pub fn remove(&self, name: &OsStr) -> io::Result<()> {
         rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()).map_err(Into::into)
     }
 
     /// Removes `name` if it is there; an absent name is not an error.
-    pub(crate) fn remove_if_present(&self, name: &OsStr) -> Result<()> {
+    pub fn remove_if_present(&self, name: &OsStr) -> Result<()> {
         match self.remove(name) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -195,12 +195,12 @@ impl Folder {
     }
 
     /// fsyncs the folder: links, renames and removals in it become durable.
-    pub(crate) fn sync(&self) -> Result<()> {
+    pub fn sync(&self) -> Result<()> {
         rustix::fs::fsync(&self.fd).map_err(self.err("cannot fsync folder", None))
     }
 
     /// The names in the folder (without `.` and `..`).
-    pub(crate) fn names(&self) -> Result<Vec<OsString>> {
+    pub fn names(&self) -> Result<Vec<OsString>> {
         let dir = rustix::fs::Dir::read_from(&self.fd).map_err(self.err("cannot list", None))?;
         let mut names = Vec::new();
         for entry in dir {
@@ -248,19 +248,19 @@ fn entry(st: &rustix::fs::Stat) -> Entry {
 }
 
 /// `fstat` of an open file as an [`Entry`].
-pub(crate) fn entry_of(file: &File) -> io::Result<Entry> {
+pub fn entry_of(file: &File) -> io::Result<Entry> {
     Ok(entry(&rustix::fs::fstat(file)?))
 }
 
 /// The folder a path names its file in: `.` for a bare file name.
-pub(crate) fn folder_of(path: &Path) -> &Path {
+pub fn folder_of(path: &Path) -> &Path {
     path.parent()
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
 }
 
 /// fsyncs a folder, making renames and links in it durable.
-pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+pub fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(Error::io("cannot fsync folder", dir))

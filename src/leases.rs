@@ -18,7 +18,7 @@ use crate::store::{self, ReadTxn, Txn};
 /// the owner, the lease's length on the session's clock, and how long to wait for a
 /// held lease (`None`: not at all).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ClaimRequest<'a> {
+pub struct ClaimRequest<'a> {
     pub resource: &'a Resource,
     pub owner: &'a str,
     pub ttl: i64,
@@ -30,7 +30,7 @@ pub(crate) struct ClaimRequest<'a> {
 
 /// The identity a holder presents to renew, complete or release its lease.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Holder<'a> {
+pub struct Holder<'a> {
     pub resource: &'a OsStr,
     pub owner: &'a str,
     pub epoch: i64,
@@ -46,7 +46,7 @@ const RETRY: &str = "claim again: if it was made, you get the same epoch back, m
 /// with `--owner "$(hostname)"`) must not both run their command. Also returns when the
 /// transaction that granted it began here: the lease's deadline is at least its TTL
 /// after that, on any clock.
-pub(crate) fn take(ctx: &Ctx, claim: &ClaimRequest<'_>) -> Result<(Claimed, Instant)> {
+pub fn take(ctx: &Ctx, claim: &ClaimRequest<'_>) -> Result<(Claimed, Instant)> {
     take_or_replay(ctx, claim, false).map_err(|e| e.retry_tells(RUN_RETRY))
 }
 
@@ -59,7 +59,7 @@ const RUN_RETRY: &str = "if the claim was made, the lease is held under this own
 
 /// Claims a lease: a claim by the live lease's own owner, while nothing was written
 /// under it, is answered with that lease (see `lease::claim_is_replay`).
-pub(crate) fn claim(ctx: &Ctx, claim: &ClaimRequest<'_>) -> Result<Claimed> {
+pub fn claim(ctx: &Ctx, claim: &ClaimRequest<'_>) -> Result<Claimed> {
     take_or_replay(ctx, claim, true).map(|(claimed, _)| claimed)
 }
 
@@ -162,7 +162,7 @@ fn take_or_replay(
 
 /// Checks a claim's resource before the state file is opened (bad input never creates
 /// one): its name, and that its document could ever be written.
-pub(crate) fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
+pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     let resource = ctx.resource(raw)?;
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
     // document that is a symlink, a folder or a special file can never be written: refuse
@@ -311,7 +311,7 @@ fn held(
 
 /// Runs a holder's compare-and-set (renew, complete, release) in one IMMEDIATE
 /// transaction. Zero rows changed is a `lost` refusal that says why, never a success.
-pub(crate) fn change_held(
+pub fn change_held(
     ctx: &Ctx,
     holder: &Holder<'_>,
     change: store::HolderChange<'_>,
@@ -320,7 +320,7 @@ pub(crate) fn change_held(
 }
 
 /// [`change_held`], with a note for the audit log's detail (why `run` released).
-pub(crate) fn change_held_noting(
+pub fn change_held_noting(
     ctx: &Ctx,
     holder: &Holder<'_>,
     change: store::HolderChange<'_>,
@@ -331,7 +331,8 @@ pub(crate) fn change_held_noting(
 
 /// What a holder's change did: the resource, the time it was decided at, and whether it
 /// was a replay of the same change made before (nothing was changed).
-pub(crate) struct HeldChanged {
+#[derive(Debug)]
+pub struct HeldChanged {
     pub resource: Resource,
     pub now: i64,
     pub replay: bool,
@@ -358,7 +359,7 @@ fn retry_tells(change: store::HolderChange<'_>) -> &'static str {
 
 /// [`change_held_noting`]; a complete or release already made in the same way by this
 /// owner and epoch (`lease::finish_is_replay`) is answered as a replay.
-pub(crate) fn change_held_or_replay(
+pub fn change_held_or_replay(
     ctx: &Ctx,
     holder: &Holder<'_>,
     change: store::HolderChange<'_>,

@@ -30,39 +30,59 @@
 //! A program uses the library through a [`Client`], which keeps one connection to the
 //! state open across its calls, and a [`LeaseKeeper`] to keep a lease alive while it
 //! works; the calls answer with the typed values of [`outcome`] (what `--json` prints)
-//! and refuse with [`Error::Refused`]. The `fencepost` binary is a thin shell over
-//! [`run`]: parsing, dispatch and error printing live here so they can be tested
-//! in-process. Besides the API and [`run`], every module is private but three:
+//! and refuse with [`Error::Refused`]. Besides the API, three modules are documented:
 //! [`outcome`], the answers; [`sink`] and [`lease`], the protocol's rules as pure
 //! functions over plain values (when is a write stale, what does recovery undo, who may
-//! claim or renew), public so a model checker in the test suite can explore them
-//! without a database or a file. The modules, as layers, are described in
-//! `docs/architecture.md`.
+//! claim or renew), which a model checker in the test suite explores without a database
+//! or a file.
+//!
+//! The `fencepost` binary (`src/main.rs`, `src/cli/`, built with the default feature
+//! `cli`) is the library's other user. The modules it calls are public for it but
+//! hidden from these docs: they are the command line's, not a stable API. The modules,
+//! as layers, are described in `docs/architecture.md`.
 
 mod api;
-mod atomic;
-mod audit;
-mod clock;
-mod cmd;
-mod document;
-mod error;
-mod failpoints;
-mod folder;
+#[doc(hidden)]
+pub mod atomic;
+#[doc(hidden)]
+pub mod audit;
+#[doc(hidden)]
+pub mod clock;
+#[doc(hidden)]
+pub mod document;
+#[doc(hidden)]
+pub mod error;
+#[doc(hidden)]
+pub mod failpoints;
+#[doc(hidden)]
+pub mod folder;
 pub mod lease;
-mod leases;
-mod mirror;
+#[doc(hidden)]
+pub mod leases;
+#[doc(hidden)]
+pub mod mirror;
 pub mod outcome;
-mod publish;
-mod recovery;
-mod refusal;
-mod reports;
-mod resource;
-mod root;
-mod session;
+#[doc(hidden)]
+pub mod publish;
+#[doc(hidden)]
+pub mod recovery;
+#[doc(hidden)]
+pub mod refusal;
+#[doc(hidden)]
+pub mod reports;
+#[doc(hidden)]
+pub mod resource;
+#[doc(hidden)]
+pub mod root;
+#[doc(hidden)]
+pub mod session;
 pub mod sink;
-mod store;
-mod text;
-mod upkeep;
+#[doc(hidden)]
+pub mod store;
+#[doc(hidden)]
+pub mod text;
+#[doc(hidden)]
+pub mod upkeep;
 
 pub use api::{
     ClaimOptions, Client, Content, Keeping, LeaseId, LeaseKeeper, Options, WriteOptions,
@@ -71,5 +91,3 @@ pub use audit::{Event, EventKind};
 pub use clock::Clock;
 pub use error::{Error, Refusal, Result};
 pub use refusal::RefusalKind;
-
-pub use cmd::cli::run;

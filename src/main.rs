@@ -1,5 +1,8 @@
-//! The `fencepost` binary: everything lives in the library; this only sets the exit code.
+//! The `fencepost` binary: the command line (`cli/`: clap, the commands, rendering, exit
+//! codes, durations as text) over the library's engine.
+
+mod cli;
 
 fn main() {
-    std::process::exit(fencepost::run(std::env::args_os()));
+    std::process::exit(cli::app::run(std::env::args_os()));
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::atomic::Source;
 use crate::document::DocState;
-pub(crate) use crate::document::Look;
+pub use crate::document::Look;
 use crate::error::{Error, Result};
 use crate::outcome::{Applied, Mirrored, Outcome};
 use crate::publish::WriteRequest;
@@ -31,7 +31,7 @@ use crate::store::{Published, SharedStore, WriteRecord};
 
 /// Brings the mirror root up to the store: every published resource, or only `only`.
 /// Applies what is newer and reports each resource it looked at.
-pub(crate) fn sync(
+pub fn sync(
     ctx: &Ctx,
     store: &mut dyn SharedStore,
     only: Option<&str>,
@@ -107,7 +107,7 @@ pub(crate) fn sync(
 /// After a write through the store on a host with a mirror root: brings that document
 /// up at once. The write is published already, so a failure here is a warning (the
 /// next `mirror` applies it).
-pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn SharedStore, resource: &Resource) {
+pub fn apply_after_write(ctx: &Ctx, store: &mut dyn SharedStore, resource: &Resource) {
     let why = match sync(ctx, store, Some(resource.as_str()), Look::Identity) {
         Err(e) => e.to_string(),
         Ok(done) => match done.applied.into_iter().find_map(|a| a.error) {
@@ -124,7 +124,7 @@ pub(crate) fn apply_after_write(ctx: &Ctx, store: &mut dyn SharedStore, resource
 /// How the version a mirror root holds of a resource stands to the one the store
 /// publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Standing {
+pub enum Standing {
     /// The same epoch and bytes.
     Current,
     /// Nothing yet, or an older epoch: the next apply brings it up.
@@ -137,11 +137,7 @@ pub(crate) enum Standing {
 /// The rule: `held` (epoch, SHA-256) of the mirror against the store's `published`.
 /// An unfenced version (the reproduction's unprotected sink) is applied as it lands, so
 /// it is never judged ahead.
-pub(crate) fn standing(
-    held: Option<(i64, &str)>,
-    published: (i64, &str),
-    unfenced: bool,
-) -> Standing {
+pub fn standing(held: Option<(i64, &str)>, published: (i64, &str), unfenced: bool) -> Standing {
     match held {
         None => Standing::Behind,
         Some((epoch, sha)) if epoch == published.0 && sha == published.1 => Standing::Current,
@@ -154,7 +150,7 @@ pub(crate) fn standing(
 
 /// What `ahead` says: what the mirror holds, what the store publishes (epoch and
 /// SHA-256; `None`: nothing of this resource), and why.
-pub(crate) fn ahead_message(held: &Content, published: Option<(i64, &str)>) -> String {
+pub fn ahead_message(held: &Content, published: Option<(i64, &str)>) -> String {
     let publishes = match published {
         None => "nothing of it".to_string(),
         Some((epoch, sha)) if epoch == held.epoch => {
@@ -186,7 +182,7 @@ fn mirror_id(mirror: &Ctx) -> String {
 /// lost the report too.) Besides the report, the sink's fence is
 /// raised to it under the resource's lock, as it was before the loss: a write under an
 /// older epoch (a holder whose lease the store forgot was superseded) is `stale` again.
-pub(crate) fn report_ahead(
+pub fn report_ahead(
     mirror: &Ctx,
     store: &mut dyn crate::store::Store,
     resource: &str,
@@ -283,7 +279,7 @@ fn apply(
 /// applied and removes the apply's links, under the mirror's lock. Returns the epoch
 /// rolled forward, or `None` when there was no such apply (or its bytes are another
 /// version's: the local recovery then keeps them too, and the next apply replaces them).
-pub(crate) fn roll_forward(
+pub fn roll_forward(
     mirror: &Ctx,
     resource: &Resource,
     published: &Published,
@@ -469,7 +465,7 @@ fn temp_in(dir: &Path) -> Result<(std::fs::File, PathBuf)> {
 /// yet (no claim was ever made) is waited for, polled with back-off. `rescan`: the
 /// longest wait without a full pass. Runs until killed; each pass's report goes to
 /// `report`.
-pub(crate) fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirrored)) -> Result<()> {
+pub fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirrored)) -> Result<()> {
     let mut backoff = Duration::from_millis(100);
     let mut said_empty = false;
     loop {
@@ -621,7 +617,7 @@ fn warn_retry(ctx: &Ctx, e: &Error, backoff: Duration) {
 
 /// Removes the downloads (`.fencepost/incoming-PID-*`) of processes that are gone: a
 /// `mirror` killed mid-download leaves one. Returns how many.
-pub(crate) fn remove_dead_downloads(ctx: &Ctx) -> Result<usize> {
+pub fn remove_dead_downloads(ctx: &Ctx) -> Result<usize> {
     let dir = ctx.root.join(STATE_DIR);
     let entries = std::fs::read_dir(&dir).map_err(Error::io("cannot read folder", dir.clone()))?;
     let mut removed = 0;
@@ -649,7 +645,7 @@ pub(crate) fn remove_dead_downloads(ctx: &Ctx) -> Result<usize> {
 }
 
 /// The mirror root's recorded contents, by resource name.
-pub(crate) fn records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
+pub fn records(ctx: &Ctx) -> Result<Vec<(String, Content)>> {
     let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
         return Ok(Vec::new());
     };

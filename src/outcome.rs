@@ -51,7 +51,7 @@ pub struct LeaseView {
 
 impl LeaseView {
     /// `lease` as seen at `now`.
-    pub(crate) fn at(lease: Option<&Lease>, now: i64) -> Option<LeaseView> {
+    pub fn at(lease: Option<&Lease>, now: i64) -> Option<LeaseView> {
         lease.map(|l| LeaseView {
             owner: l.owner.clone(),
             epoch: l.epoch,
@@ -255,7 +255,7 @@ pub struct Log {
     /// The state file's clock, which the events' times are on (for the command line's
     /// table: times show as UTC on the wall clock).
     #[serde(skip)]
-    pub(crate) clock: ClockKind,
+    pub clock: ClockKind,
 }
 
 /// One event of `log`, and whether it was a refusal.
@@ -368,7 +368,7 @@ pub enum RefusalDetail {
 
 impl RefusalDetail {
     /// The kind of refusal, which sets the exit code and the outcome word.
-    pub(crate) fn kind(&self) -> RefusalKind {
+    pub fn kind(&self) -> RefusalKind {
         match self {
             RefusalDetail::Held { .. } => RefusalKind::Held,
             RefusalDetail::Lost { .. } | RefusalDetail::LostWhileRunning {} => RefusalKind::Lost,
@@ -383,7 +383,7 @@ impl RefusalDetail {
     /// Who or what refused the request, for the audit log: the holder (or the owner the
     /// epoch was issued to, or the lease's owner), and the fence (or the highest epoch
     /// issued, or the lease's epoch).
-    pub(crate) fn previous(&self) -> (Option<&str>, Option<i64>) {
+    pub fn previous(&self) -> (Option<&str>, Option<i64>) {
         match self {
             RefusalDetail::Held { holder, lease, .. } => {
                 (Some(holder.as_str()), lease.as_ref().map(|l| l.epoch))

@@ -31,7 +31,7 @@ mod store;
 /// A write as the sink takes it: the resource as named, the writer's epoch and owner, and
 /// how to treat the content.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct WriteRequest<'a> {
+pub struct WriteRequest<'a> {
     /// The resource, as the caller names it (see `Ctx::resource`).
     pub resource: &'a OsStr,
     /// The epoch `claim` gave the writer.
@@ -53,7 +53,7 @@ pub(crate) struct WriteRequest<'a> {
 /// Publishes the content `source` gives under `args`'s epoch: `Outcome::Written` or
 /// `Outcome::Replay`, or a refusal. The request is checked before `source` is asked
 /// for its content (a bad epoch never opens a file or reads stdin).
-pub(crate) fn write<'s>(
+pub fn write<'s>(
     ctx: &Ctx,
     args: &WriteRequest<'_>,
     source: impl FnOnce() -> Result<Source<'s>>,

@@ -18,7 +18,7 @@ use crate::sink::{FileId, Recovery, recovery};
 
 /// What recovery did for one resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Done {
+pub struct Done {
     pub action: Recovery,
     /// Temp files of dead writers removed.
     pub temps: usize,
@@ -30,7 +30,7 @@ pub(crate) struct Done {
 /// file the sink's record names; it is asked only when a write left links.
 /// `mirror` says whether the state file is a mirror root's; it is asked only when a
 /// rollback is decided, which on a mirror becomes [`Recovery::KeepApplied`].
-pub(crate) fn recover(
+pub fn recover(
     root: &Path,
     resource: &Resource,
     recorded: impl FnOnce() -> Result<Option<FileId>>,
@@ -69,14 +69,14 @@ pub(crate) fn recover(
 
 /// Undoes this writer's own uncommitted rename (its link set `own`) against the record as
 /// it was before the write. Under the lock, after the write failed.
-pub(crate) fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
+pub fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
     let action = decide(doc, recorded, own)?;
     apply_all(doc, vec![(own.clone(), action)])
 }
 
 /// What recovery would do for this document, without doing it (`status`, `verify`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pending {
+pub struct Pending {
     /// The most significant action for link sets whose writer is gone.
     pub action: Recovery,
     /// A writer is still running (or paused) between its links and its clean-up: a write
@@ -85,7 +85,7 @@ pub(crate) struct Pending {
 }
 
 /// What recovery would do for this document (see [`Pending`]).
-pub(crate) fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
+pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
     let mut found = Pending {
         action: Recovery::Nothing,
         in_progress: false,
@@ -148,7 +148,7 @@ fn weight(action: Recovery) -> u8 {
 }
 
 /// What an action did, in words (`recover`'s report).
-pub(crate) fn describe(action: Recovery) -> &'static str {
+pub fn describe(action: Recovery) -> &'static str {
     match action {
         Recovery::Nothing => "nothing to do",
         Recovery::DropLinks => "removed leftover recovery links",

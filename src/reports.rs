@@ -5,5 +5,5 @@
 mod status;
 mod verify;
 
-pub(crate) use status::status;
-pub(crate) use verify::verify;
+pub use status::status;
+pub use verify::verify;

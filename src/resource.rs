@@ -14,10 +14,10 @@ use crate::folder::{Child, Folder, Kind};
 use crate::text::{first_misleading, padded};
 
 /// The folder under the root that holds the default state file.
-pub(crate) const STATE_DIR: &str = ".fencepost";
+pub const STATE_DIR: &str = ".fencepost";
 
 /// Marker inside file names that the tool reserves for its temp and link files.
-pub(crate) const RESERVED: &str = ".fencepost-";
+pub const RESERVED: &str = ".fencepost-";
 
 /// Longest file name accepted, so the tool's `.<name>.fencepost-tmp-XXXXXXXXXXXX`
 /// sibling names still fit in the usual 255-byte limit (`NAME_MAX`).
@@ -31,15 +31,15 @@ const MAX_FOLDER: usize = 255;
 /// and its log's index holds the name with more beside it; 1,024 bytes leaves a wide
 /// margin. It is also well under `PATH_MAX` with the tool's sibling names beside the
 /// document; the root's own length is checked where the root is known.
-pub(crate) const MAX_RESOURCE: usize = 1024;
+pub const MAX_RESOURCE: usize = 1024;
 
 /// A validated resource name: relative, normalised, `/`-separated, UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Resource(String);
+pub struct Resource(String);
 
 impl Resource {
     /// Checks a resource name as given on the command line.
-    pub(crate) fn parse(raw: &OsStr) -> Result<Resource> {
+    pub fn parse(raw: &OsStr) -> Result<Resource> {
         let text = raw
             .to_str()
             .ok_or_else(|| Error::usage(format!("resource {raw:?} is not valid UTF-8")))?;
@@ -117,7 +117,7 @@ impl Resource {
         Ok(Resource(joined))
     }
 
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -131,7 +131,7 @@ impl std::fmt::Display for Resource {
 /// Where a resource's document lives: its folder, held open by a handle, and its file
 /// name. Every operation on the document goes through the handle (see `folder`).
 #[derive(Debug)]
-pub(crate) struct DocPath {
+pub struct DocPath {
     pub folder: Folder,
     pub name: OsString,
     /// Folders made by this locate (each with its parent), outermost first: removed again
@@ -141,7 +141,7 @@ pub(crate) struct DocPath {
 
 impl DocPath {
     /// The document's full path, for messages.
-    pub(crate) fn path(&self) -> PathBuf {
+    pub fn path(&self) -> PathBuf {
         self.folder.join(&self.name)
     }
 
@@ -149,7 +149,7 @@ impl DocPath {
     /// folder this handle holds. Run under the lock before the recovery links are made and
     /// again just before the rename: a folder swapped for a symlink, or moved out of the
     /// root, meanwhile refuses the write (the handle would still reach the moved folder).
-    pub(crate) fn check_unmoved(&self, root: &Path, resource: &Resource) -> Result<()> {
+    pub fn check_unmoved(&self, root: &Path, resource: &Resource) -> Result<()> {
         let again = locate(root, resource, false)?;
         let same = match &again {
             Some(doc) => doc.folder.id()? == self.folder.id()?,
@@ -167,7 +167,7 @@ impl DocPath {
 
     /// Removes the folders this locate made, innermost first, where they are still empty:
     /// a write that failed leaves no folders behind.
-    pub(crate) fn remove_made_folders(&mut self) {
+    pub fn remove_made_folders(&mut self) {
         while let Some((parent, name)) = self.made.pop() {
             if parent.remove_child(&name) {
                 let _ = parent.sync();
@@ -177,7 +177,7 @@ impl DocPath {
 
     /// The file name of a sibling owned by the tool: `.<name>.fencepost-<what>` (with
     /// `what` = `tmp-`, the prefix of the staged temp files).
-    pub(crate) fn sibling_name(&self, what: &str) -> OsString {
+    pub fn sibling_name(&self, what: &str) -> OsString {
         let mut name = OsString::from(".");
         name.push(&self.name);
         name.push(RESERVED);
@@ -308,7 +308,7 @@ fn another_root(dir: &Path, resource: &Resource) -> Result<()> {
 /// yet keep their spelling. The real name passes the same rules as a typed one: a
 /// symlink cannot lead to a name the rules would refuse (a reserved part, control
 /// characters, bytes that are not UTF-8).
-pub(crate) fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
+pub fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
     let walk = walk(root, resource)?;
     let mut parts: Vec<String> = Vec::new();
     let inside = walk.dir.strip_prefix(root).unwrap_or(Path::new(""));
@@ -346,7 +346,7 @@ pub(crate) fn canonical(root: &Path, resource: &Resource) -> Result<Resource> {
 /// on the way is refused. With `create`, missing folders are made (each new folder's
 /// parent fsynced, so a committed document never loses its folder); without it, a missing
 /// folder gives `Ok(None)` (no document).
-pub(crate) fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
+pub fn locate(root: &Path, resource: &Resource, create: bool) -> Result<Option<DocPath>> {
     let parts: Vec<&str> = resource.as_str().split('/').collect();
     let (name, folders) = parts.split_last().unwrap_or((&"", &[]));
     let mut dir = Folder::open(root)?;

@@ -25,7 +25,7 @@ use crate::resource::{Resource, STATE_DIR};
 use crate::text::shown;
 
 /// The file in `.fencepost/` that names a state file kept outside that folder.
-pub(crate) const MARKER: &str = "state-file";
+pub const MARKER: &str = "state-file";
 
 /// Longest path the kernel accepts (`PATH_MAX`, counting its terminating NUL).
 const PATH_MAX: usize = 4096;
@@ -39,7 +39,7 @@ const COMPANIONS: [&str; 4] = ["", "-wal", "-shm", "-journal"];
 
 /// How the root of a command was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum How {
+pub enum How {
     /// `--root` or `FENCEPOST_ROOT`: names are relative to it.
     Given,
     /// The nearest ancestor of the current folder holding `.fencepost/`.
@@ -50,7 +50,7 @@ pub(crate) enum How {
 
 /// The root a command works on and its state file.
 #[derive(Debug, Clone)]
-pub(crate) struct Place {
+pub struct Place {
     /// The publish root, canonical.
     pub root: PathBuf,
     /// The state file, as it will be opened.
@@ -63,7 +63,7 @@ pub(crate) struct Place {
 /// Chooses the root and the state file: `given` (`--root`) wins, else discovery from the
 /// current folder; `db` (`--db`) wins over the state file the root names, but must be
 /// that file when the root names one.
-pub(crate) fn resolve(given: Option<&Path>, db: Option<&Path>) -> Result<Place> {
+pub fn resolve(given: Option<&Path>, db: Option<&Path>) -> Result<Place> {
     let (root, how, here) = if let Some(dir) = given {
         (usable_root(dir)?, How::Given, None)
     } else {
@@ -132,12 +132,12 @@ fn usable_root(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Where the default state file is for a root.
-pub(crate) fn default_db(root: &Path) -> PathBuf {
+pub fn default_db(root: &Path) -> PathBuf {
     root.join(STATE_DIR).join("state.db")
 }
 
 /// True when `dir` holds a `.fencepost` entry: it is a publish root.
-pub(crate) fn is_root(dir: &Path) -> bool {
+pub fn is_root(dir: &Path) -> bool {
     fs::symlink_metadata(dir.join(STATE_DIR)).is_ok()
 }
 
@@ -152,7 +152,7 @@ fn discover(cwd: &Path) -> Option<PathBuf> {
 
 /// The nearest root strictly above `root`, on any filesystem: a root there would already
 /// fence this one's documents.
-pub(crate) fn enclosing(root: &Path) -> Option<PathBuf> {
+pub fn enclosing(root: &Path) -> Option<PathBuf> {
     root.ancestors()
         .skip(1)
         .find(|dir| is_root(dir))
@@ -201,7 +201,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// The absolute path `path` resolves to, following symlinks even when the file they lead
 /// to does not exist yet (SQLite creates a state file where its symlink points). Folders
 /// that do not exist keep their spelling.
-pub(crate) fn real_path(path: &Path) -> PathBuf {
+pub fn real_path(path: &Path) -> PathBuf {
     let mut path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     for _ in 0..40 {
         if let Ok(real) = fs::canonicalize(&path) {
@@ -221,7 +221,7 @@ pub(crate) fn real_path(path: &Path) -> PathBuf {
 /// Turns a name typed on the command line into a name under the root: a found root's
 /// names start in the current folder (`here`), and leading `..` steps go up from it, never
 /// above the root.
-pub(crate) fn under(root: &Path, here: Option<&Path>, typed: &OsStr) -> Result<OsString> {
+pub fn under(root: &Path, here: Option<&Path>, typed: &OsStr) -> Result<OsString> {
     let Some(here) = here else {
         return Ok(typed.to_os_string());
     };
@@ -262,7 +262,7 @@ pub(crate) fn under(root: &Path, here: Option<&Path>, typed: &OsStr) -> Result<O
 
 /// Refuses a resource whose path under `root`, with the tool's sibling names beside its
 /// document, would not fit in a path the kernel takes.
-pub(crate) fn fits(root: &Path, resource: &Resource) -> Result<()> {
+pub fn fits(root: &Path, resource: &Resource) -> Result<()> {
     let len = root.as_os_str().len() + 1 + resource.as_str().len() + SIBLING_ROOM;
     if len >= PATH_MAX {
         return Err(Error::usage(format!(
@@ -279,7 +279,7 @@ pub(crate) fn fits(root: &Path, resource: &Resource) -> Result<()> {
 /// documents are that root's, and the hint names them as that root does. Only the plain
 /// folders at the start of the path are looked at; the walk that resolves symlinks
 /// refuses the rest.
-pub(crate) fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
+pub fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
     let parts: Vec<&str> = resource.as_str().split('/').collect();
     let mut dir = root.to_path_buf();
     for (i, folder) in parts[..parts.len() - 1].iter().enumerate() {
@@ -310,7 +310,7 @@ pub(crate) fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
 /// Makes `place.root` a publish root before its state file is first created: refuses one
 /// inside another root, and gives it `.fencepost/` (with a marker naming the state file
 /// when that lives elsewhere). `resource` is what is being claimed, for the hint.
-pub(crate) fn establish(place: &Place, resource: &Resource) -> Result<()> {
+pub fn establish(place: &Place, resource: &Resource) -> Result<()> {
     let state_dir = place.root.join(STATE_DIR);
     let made = if is_root(&place.root) {
         false
@@ -402,7 +402,7 @@ fn refuse_enclosed(place: &Place, resource: &Resource) -> Result<()> {
 /// How a state file names its root: relative to the state file's folder when the root
 /// contains it (`..` for the default `<root>/.fencepost/state.db`, so moving the whole
 /// tree keeps working), else the root's absolute real path.
-pub(crate) fn pin(root: &Path, db: &Path) -> Vec<u8> {
+pub fn pin(root: &Path, db: &Path) -> Vec<u8> {
     match db_dir(db).strip_prefix(root) {
         Ok(inside) => {
             let ups = vec![".."; inside.components().count()];
@@ -417,7 +417,7 @@ pub(crate) fn pin(root: &Path, db: &Path) -> Vec<u8> {
 }
 
 /// The root a pin names, for messages.
-pub(crate) fn pinned_root(db: &Path, pin: &[u8]) -> PathBuf {
+pub fn pinned_root(db: &Path, pin: &[u8]) -> PathBuf {
     let pinned = Path::new(OsStr::from_bytes(pin));
     if pinned.is_absolute() {
         return pinned.to_path_buf();
@@ -442,7 +442,7 @@ fn db_dir(db: &Path) -> PathBuf {
 /// folder they live in (device and inode) with their names, and their paths, to compare
 /// a document's device and inode with.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct StateFiles {
+pub struct StateFiles {
     names: Vec<((u64, u64), OsString)>,
     paths: Vec<PathBuf>,
 }
@@ -450,7 +450,7 @@ pub(crate) struct StateFiles {
 impl StateFiles {
     /// The files of the state file `db`: under its real name in its real folder, and
     /// under the name it was given, in the folder that name is in.
-    pub(crate) fn of(db: &Path) -> StateFiles {
+    pub fn of(db: &Path) -> StateFiles {
         let mut files = StateFiles::default();
         let real = real_path(db);
         let typed_dir = crate::folder::folder_of(db);
@@ -483,7 +483,7 @@ impl StateFiles {
     /// True when the file `name` in the folder `dir` (device, inode), which is `doc`
     /// (device, inode; `None` if it does not exist), is the state file or one of its
     /// companions.
-    pub(crate) fn holds(&self, dir: (u64, u64), name: &OsStr, doc: Option<(u64, u64)>) -> bool {
+    pub fn holds(&self, dir: (u64, u64), name: &OsStr, doc: Option<(u64, u64)>) -> bool {
         if self.names.iter().any(|(d, n)| *d == dir && n == name) {
             return true;
         }
@@ -496,7 +496,7 @@ impl StateFiles {
 
     /// True when `path` (real folders, then names not made yet) is where the state file
     /// or a companion is or will be.
-    pub(crate) fn at(&self, path: &Path) -> bool {
+    pub fn at(&self, path: &Path) -> bool {
         self.paths.iter().any(|p| p == path)
     }
 }

@@ -22,7 +22,7 @@ use crate::text::first_misleading;
 
 /// The global options, resolved.
 #[derive(Debug, Clone)]
-pub(crate) struct Ctx {
+pub struct Ctx {
     /// The publish root, canonical.
     pub root: PathBuf,
     /// The state file.
@@ -58,7 +58,7 @@ pub(crate) struct Ctx {
 /// A receiver of warnings. The library prints nothing: the command line prints them on
 /// stderr, a program decides for itself (by default they are dropped).
 #[derive(Clone)]
-pub(crate) struct Warn(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+pub struct Warn(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
 
 impl Default for Warn {
     fn default() -> Warn {
@@ -77,7 +77,7 @@ impl std::fmt::Debug for Warn {
 /// file) once. Cloning a session never shares it: a variant (another busy timeout, a
 /// mirror root's own side) opens its own store.
 #[derive(Default)]
-pub(crate) struct Kept(Option<Slots>);
+pub struct Kept(Option<Slots>);
 
 /// The kept store: a state file's, or a shared store's (which keeps contents too).
 #[derive(Default)]
@@ -88,7 +88,7 @@ struct Slots {
 
 impl Kept {
     /// A session that keeps its store open.
-    pub(crate) fn on() -> Kept {
+    pub fn on() -> Kept {
         Kept(Some(Slots::default()))
     }
 }
@@ -112,7 +112,7 @@ impl std::fmt::Debug for Kept {
 /// An open store of type `S`: the session's kept one, or one of this call's own (closed
 /// when dropped). A call that finds the kept store in use (the recovery after a failed
 /// COMMIT, while the write still holds it) opens its own.
-pub(crate) enum Handle<'k, S: ?Sized> {
+pub enum Handle<'k, S: ?Sized> {
     Own(Box<S>),
     Kept(MutexGuard<'k, Option<Box<S>>>),
 }
@@ -142,6 +142,15 @@ impl<S: ?Sized> std::ops::DerefMut for Handle<'_, S> {
     }
 }
 
+impl<S: ?Sized> std::fmt::Debug for Handle<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Handle::Own(_) => "Handle::Own",
+            Handle::Kept(_) => "Handle::Kept",
+        })
+    }
+}
+
 /// The kept store in `slot` (opened by `open` if it holds none yet: `None` from `open`
 /// is nothing to open), or, with no slot or one in use, a store of this call's own.
 fn kept_in<'k, S: ?Sized>(
@@ -164,9 +173,18 @@ fn kept_in<'k, S: ?Sized>(
 
 /// The open state of a session: a state file's store, or a shared store (which is one
 /// too, and keeps contents: [`Ctx::shared_store`]).
-pub(crate) enum Opened<'k> {
+pub enum Opened<'k> {
     Local(Handle<'k, dyn Store>),
     Shared(Handle<'k, dyn SharedStore>),
+}
+
+impl std::fmt::Debug for Opened<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Opened::Local(store) => write!(f, "Opened::Local({store:?})"),
+            Opened::Shared(store) => write!(f, "Opened::Shared({store:?})"),
+        }
+    }
 }
 
 impl std::ops::Deref for Opened<'_> {
@@ -190,7 +208,7 @@ impl std::ops::DerefMut for Opened<'_> {
 
 /// A shared store named by `--store`, and whether a local root mirrors it.
 #[derive(Debug, Clone)]
-pub(crate) struct Remote {
+pub struct Remote {
     pub url: store::postgres::StoreUrl,
     /// A root was given or found: the mirror of the store's documents on this host
     /// (`root` and `db` of the [`Ctx`] are its).
@@ -201,7 +219,7 @@ pub(crate) struct Remote {
 
 /// What a session is opened from: where the state is, and how to work on it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings<'a> {
+pub struct Settings<'a> {
     /// The publish root (`None`: the nearest one from the current folder up, else the
     /// current folder).
     pub root: Option<&'a Path>,
@@ -219,7 +237,7 @@ pub(crate) struct Settings<'a> {
 
 /// Whether a session on a shared store has a mirror root on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MirrorRoot {
+pub enum MirrorRoot {
     /// The root given, or found above the current folder, is its mirror; the current
     /// folder is not (the command line's rule).
     IfGivenOrFound,
@@ -230,7 +248,7 @@ pub(crate) enum MirrorRoot {
 impl Ctx {
     /// Opens a session: resolves the root and the state file (or parses the store's URL);
     /// nothing is opened yet.
-    pub(crate) fn open(settings: &Settings<'_>) -> Result<Ctx> {
+    pub fn open(settings: &Settings<'_>) -> Result<Ctx> {
         let url = settings
             .store
             .map(store::postgres::StoreUrl::parse)
@@ -274,7 +292,7 @@ impl Ctx {
     }
 
     /// A session with no root and no state (what generating completions needs).
-    pub(crate) fn detached(clock: Clock, log_keep: i64) -> Ctx {
+    pub fn detached(clock: Clock, log_keep: i64) -> Ctx {
         Ctx {
             root: PathBuf::new(),
             db: PathBuf::new(),
@@ -294,14 +312,14 @@ impl Ctx {
     }
 
     /// Passes a warning on (see [`Warn`]).
-    pub(crate) fn warn(&self, message: &str) {
+    pub fn warn(&self, message: &str) {
         (self.warn.0)(message);
     }
 
     /// The current time: `--now`'s tick; the shared store's clock, as read when the store
     /// was opened or, later, when a resource's lock was granted, counted on from there
     /// by this host's monotonic clock; or this host's wall clock.
-    pub(crate) fn now(&self) -> i64 {
+    pub fn now(&self) -> i64 {
         match (self.clock, self.server_clock.get()) {
             (Clock::Wall, Some((base, at))) => {
                 base.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX))
@@ -365,7 +383,7 @@ impl Ctx {
     /// The shared store, or `None` while it has no fencepost schema yet (before its first
     /// claim): what `mirror --follow` waits for. Never the kept one: a connection a
     /// broken network left behind is not reused.
-    pub(crate) fn remote_store(&self) -> Result<Option<Box<dyn SharedStore>>> {
+    pub fn remote_store(&self) -> Result<Option<Box<dyn SharedStore>>> {
         match &self.remote {
             Some(remote) => self.open_remote(remote, false),
             None => Err(Error::Internal("a shared store without --store")),
@@ -374,7 +392,7 @@ impl Ctx {
 
     /// The session's shared store, with its contents: `what` says what there is nothing
     /// of when it has no schema yet. Only a session with `--store` has one.
-    pub(crate) fn shared_store(&self, what: &str) -> Result<Handle<'_, dyn SharedStore>> {
+    pub fn shared_store(&self, what: &str) -> Result<Handle<'_, dyn SharedStore>> {
         let remote = self
             .remote
             .as_ref()
@@ -392,7 +410,7 @@ impl Ctx {
 
     /// [`Ctx::kept_or`] for an `open` that may find nothing to open: a local state
     /// file's store.
-    pub(crate) fn kept_or_none(
+    pub fn kept_or_none(
         &self,
         open: impl FnOnce() -> Result<Option<Box<dyn Store>>>,
     ) -> Result<Option<Opened<'_>>> {
@@ -409,7 +427,7 @@ impl Ctx {
     /// Opens the state file of a command that changes a resource. Only `claim` creates
     /// one ([`Ctx::create_store`]): any other change on a root without one is a mistake
     /// (a wrong root or `--db`), never a reason to start a new one.
-    pub(crate) fn store(&self) -> Result<Opened<'_>> {
+    pub fn store(&self) -> Result<Opened<'_>> {
         if self.remote.is_some() {
             return self
                 .shared_store("nothing was ever claimed here")
@@ -423,7 +441,7 @@ impl Ctx {
 
     /// Closes the kept store, if any: after a failure that may have broken its connection,
     /// the next call opens a new one.
-    pub(crate) fn forget_store(&self) {
+    pub fn forget_store(&self) {
         if let Some(slots) = &self.kept.0 {
             match slots.local.lock() {
                 Ok(mut guard) => *guard = None,
@@ -438,7 +456,7 @@ impl Ctx {
 
     /// Opens the state file for `claim`, making the root and its state file on the first
     /// claim (refused inside another root).
-    pub(crate) fn create_store(&self, resource: &Resource) -> Result<Opened<'_>> {
+    pub fn create_store(&self, resource: &Resource) -> Result<Opened<'_>> {
         if let Some(remote) = &self.remote {
             return self
                 .kept_shared(|| {
@@ -470,7 +488,7 @@ impl Ctx {
     /// Opens the state file of a command that only reads it; none is bad input (`what`
     /// says what there is nothing of: "nothing to verify"). A kept store, if the
     /// session has one open, serves.
-    pub(crate) fn read_store(&self, what: &str) -> Result<Opened<'_>> {
+    pub fn read_store(&self, what: &str) -> Result<Opened<'_>> {
         if self.remote.is_some() {
             return self.shared_store(what).map(Opened::Shared);
         }
@@ -486,7 +504,7 @@ impl Ctx {
     }
 
     /// "No state file here", with a hint that says where one may be.
-    pub(crate) fn no_state_file(&self, what: &str) -> Error {
+    pub fn no_state_file(&self, what: &str) -> Error {
         let message = format!("no state file at {}: {what}", self.db.display());
         let hint = match (root::enclosing(&self.root), self.how) {
             (Some(outer), _) => format!(
@@ -510,12 +528,7 @@ impl Ctx {
 
     /// Refuses `resource` when the state file has no lease and no record for it (a typo
     /// must not read as "all is well").
-    pub(crate) fn refuse_unseen(
-        &self,
-        tx: &dyn ReadTxn,
-        resource: &Resource,
-        what: &str,
-    ) -> Result<()> {
+    pub fn refuse_unseen(&self, tx: &dyn ReadTxn, resource: &Resource, what: &str) -> Result<()> {
         if tx.lease(resource)?.is_some() || tx.sink(resource)?.is_some() {
             return Ok(());
         }
@@ -541,7 +554,7 @@ impl Ctx {
     /// Opens the state file, takes the write lock, checks the clock and the root, and
     /// recovers the resource's document from any crashed write: the first steps of
     /// every change.
-    pub(crate) fn begin<'s>(
+    pub fn begin<'s>(
         &self,
         store: &'s mut dyn Store,
         resource: &Resource,
@@ -572,7 +585,7 @@ impl Ctx {
 
     /// Recovers `resource`'s document from any crashed write, under `tx`'s lock, against
     /// the sink's record.
-    pub(crate) fn recover(&self, tx: &dyn ReadTxn, resource: &Resource) -> Result<recovery::Done> {
+    pub fn recover(&self, tx: &dyn ReadTxn, resource: &Resource) -> Result<recovery::Done> {
         recovery::recover(
             &self.root,
             resource,
@@ -588,7 +601,7 @@ impl Ctx {
 
     /// Binds a state file to this clock and this root (`pin`, from [`Ctx::root_pin`]) on
     /// its first change, and refuses it to any other.
-    pub(crate) fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
+    pub fn bind(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.bind_clock(self.clock.kind())?;
         match tx.meta_bytes(ROOT_KEY)? {
             None => tx.set_meta_bytes(ROOT_KEY, pin),
@@ -598,7 +611,7 @@ impl Ctx {
 
     /// Refuses a state file that belongs to another root (without binding a fresh one):
     /// the check of commands that only read.
-    pub(crate) fn check_root(&self, tx: &dyn ReadTxn) -> Result<()> {
+    pub fn check_root(&self, tx: &dyn ReadTxn) -> Result<()> {
         if self.remote.is_some() {
             return Ok(());
         }
@@ -610,13 +623,13 @@ impl Ctx {
 
     /// Records this root (`pin`) as the state file's root, whatever it was (`recover
     /// --root-moved`).
-    pub(crate) fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
+    pub fn rebind_root(&self, tx: &dyn Txn, pin: &[u8]) -> Result<()> {
         tx.set_meta_bytes(ROOT_KEY, pin)
     }
 
     /// How a state file names this root (see `root::pin`). Resolving it walks the state
     /// file's path: do it before taking the lock.
-    pub(crate) fn root_pin(&self) -> Vec<u8> {
+    pub fn root_pin(&self) -> Vec<u8> {
         root::pin(&self.root, &self.db)
     }
 
@@ -639,7 +652,7 @@ impl Ctx {
     /// Parses a resource argument and names it by its real path under the root (see
     /// `resource::canonical`). Checked before the state file is opened, so bad input
     /// never creates one.
-    pub(crate) fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+    pub fn resource(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         match &self.remote {
             // No root on this host: the name is the store's, as typed.
             Some(remote) if !remote.mirror => return Resource::parse(raw),
@@ -658,7 +671,7 @@ impl Ctx {
     /// A resource argument as spelled, under the root (typed names under a found root
     /// start in the current folder), checked by the name rules and the length limits;
     /// symlinks are not resolved.
-    pub(crate) fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
+    pub fn spelled(&self, raw: &std::ffi::OsStr) -> Result<Resource> {
         let text = root::under(&self.root, self.here.as_deref(), raw)?;
         let resource = Resource::parse(&text)?;
         root::fits(&self.root, &resource)?;
@@ -667,7 +680,7 @@ impl Ctx {
 
     /// A name read back from the state file, checked as a typed one would be (it may
     /// predate today's rules, or have been put there by hand).
-    pub(crate) fn stored(&self, name: &str) -> Result<Resource> {
+    pub fn stored(&self, name: &str) -> Result<Resource> {
         let resource = Resource::parse(std::ffi::OsStr::new(name))?;
         if self.remote.is_some() {
             return Ok(resource);
@@ -677,12 +690,12 @@ impl Ctx {
     }
 
     /// [`Ctx::resource`] for an optional argument ("this one, or all").
-    pub(crate) fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
+    pub fn resource_opt(&self, raw: Option<&std::ffi::OsStr>) -> Result<Option<Resource>> {
         raw.map(|raw| self.resource(raw)).transpose()
     }
 
     /// Appends an event to the audit log inside `tx`.
-    pub(crate) fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
+    pub fn log(&self, tx: &dyn Txn, event: &Event) -> Result<()> {
         tx.append(event, self.log_keep)
     }
 }
@@ -690,7 +703,7 @@ impl Ctx {
 /// Records a refusal in the audit log, in a transaction of its own. Best effort: the
 /// refusal is the command's answer whether or not it could be logged (e.g. when the
 /// state file is busy).
-pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
+pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     let (prev_owner, prev_epoch) = refusal.detail.previous();
     let event = Event::new(
         ctx.now(),
@@ -727,7 +740,7 @@ pub(crate) fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
 }
 
 /// Refuses an owner name that is empty or has control or invisible characters.
-pub(crate) fn check_owner(owner: &str) -> Result<()> {
+pub fn check_owner(owner: &str) -> Result<()> {
     if owner.is_empty() {
         return Err(Error::usage("owner name is empty"));
     }
@@ -742,7 +755,7 @@ pub(crate) fn check_owner(owner: &str) -> Result<()> {
 /// Refuses a `--result` text with control or invisible characters: it is printed by
 /// `status` and `log`, one event per line, and must not break lines, reach a terminal as
 /// escapes, or show as other text.
-pub(crate) fn check_result(result: Option<&str>) -> Result<()> {
+pub fn check_result(result: Option<&str>) -> Result<()> {
     match result.and_then(|text| Some((text, first_misleading(text)?))) {
         Some((text, c)) => Err(Error::usage(format!(
             "--result {text:?} contains a control or invisible character ({c}: newlines, \
@@ -753,7 +766,7 @@ pub(crate) fn check_result(result: Option<&str>) -> Result<()> {
 }
 
 /// Refuses an epoch that is not positive.
-pub(crate) fn check_epoch(epoch: i64) -> Result<()> {
+pub fn check_epoch(epoch: i64) -> Result<()> {
     if epoch <= 0 {
         return Err(Error::usage(format!(
             "--epoch must be positive, got {epoch}"
@@ -763,7 +776,7 @@ pub(crate) fn check_epoch(epoch: i64) -> Result<()> {
 }
 
 /// The `lost` refusal of renew, complete and release, with the current holder.
-pub(crate) fn lost(
+pub fn lost(
     resource: &Resource,
     owner: &str,
     epoch: i64,
@@ -817,7 +830,7 @@ const ROOT_KEY: &str = "root";
 /// does not exist). No lease and no write for it: writing it would lose every lease and
 /// fence, and opening it with a plain file descriptor would drop SQLite's POSIX locks in
 /// this process when closed.
-pub(crate) fn refuse_state_identity(
+pub fn refuse_state_identity(
     ctx: &Ctx,
     resource: &Resource,
     dir: (u64, u64),
@@ -831,11 +844,7 @@ pub(crate) fn refuse_state_identity(
 }
 
 /// [`refuse_state_identity`] for a located document.
-pub(crate) fn refuse_state_file(
-    ctx: &Ctx,
-    doc: &resource::DocPath,
-    resource: &Resource,
-) -> Result<()> {
+pub fn refuse_state_file(ctx: &Ctx, doc: &resource::DocPath, resource: &Resource) -> Result<()> {
     match doc_identity(doc)? {
         Some((dir, id)) => refuse_state_identity(ctx, resource, dir, &doc.name, id),
         None => Ok(()),
@@ -844,7 +853,7 @@ pub(crate) fn refuse_state_file(
 
 /// Refuses a resource whose path under the root is where the state file or one of its
 /// companions is or will be: the check for a document whose folder does not exist yet.
-pub(crate) fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
+pub fn refuse_state_path(ctx: &Ctx, resource: &Resource) -> Result<()> {
     if ctx.state_files.at(&ctx.root.join(resource.as_str())) {
         return Err(state_file_refusal(ctx, resource));
     }
@@ -860,7 +869,7 @@ fn state_file_refusal(ctx: &Ctx, resource: &Resource) -> Error {
 
 /// True when a located document is the state file or one of its companions (`status`
 /// and `verify` never hash it).
-pub(crate) fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
+pub fn is_state_file(ctx: &Ctx, doc: &resource::DocPath) -> Result<bool> {
     Ok(match doc_identity(doc)? {
         Some((dir, id)) => ctx.state_files.holds(dir, &doc.name, id),
         None => false,
@@ -879,14 +888,14 @@ fn doc_identity(doc: &resource::DocPath) -> Result<Option<DevIno>> {
 type DevIno = ((u64, u64), Option<(u64, u64)>);
 
 /// The state file's setting naming the store a mirror root copies (its identity).
-pub(crate) const MIRROR_OF: &str = "mirror_of";
+pub const MIRROR_OF: &str = "mirror_of";
 
 /// The same store's URL as shown in messages, for hints.
-pub(crate) const MIRROR_URL: &str = "mirror_url";
+pub const MIRROR_URL: &str = "mirror_url";
 
 /// Refuses a claim or write of a mirror root's own (`tx`: its state file): the store
 /// decides for it, and a local version would be overwritten by the next apply.
-pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
+pub fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
     if tx.meta_bytes(MIRROR_OF)?.is_none() {
         return Ok(());
     }
@@ -907,7 +916,7 @@ pub(crate) fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
 /// the wall clock whatever `--now` says. A mirror's clock only dates its applies (the
 /// store decided everything else), so one mirror root serves a store on logical ticks
 /// and one on the wall clock alike, and `--now` never binds it.
-pub(crate) fn local(ctx: &Ctx) -> Ctx {
+pub fn local(ctx: &Ctx) -> Ctx {
     Ctx {
         remote: None,
         here: None,
@@ -920,7 +929,7 @@ pub(crate) fn local(ctx: &Ctx) -> Ctx {
 /// Refuses, when a shared store is opened with a root, a root that is not a mirror of it:
 /// one bound to another store, or a publish root with leases of its own. A root with no
 /// state file yet, or an empty one, becomes this store's mirror with its first document.
-pub(crate) fn check_mirror_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<()> {
+pub fn check_mirror_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<()> {
     let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
         return Ok(());
     };
@@ -929,7 +938,7 @@ pub(crate) fn check_mirror_root(ctx: &Ctx, remote: &Remote, id: &str) -> Result<
 
 /// Whether the root's state file (`tx`) is bound to the store `id` already; refuses one
 /// bound to another store, or unbound with leases or records of its own.
-pub(crate) fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn ReadTxn, id: &str) -> Result<bool> {
+pub fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn ReadTxn, id: &str) -> Result<bool> {
     match tx.meta_bytes(MIRROR_OF)? {
         Some(bound) if bound == id.as_bytes() => Ok(true),
         Some(_) => {

@@ -7,7 +7,7 @@
 /// invisible format characters (general category Cf), such as the bidirectional overrides
 /// (U+202E turns the text after it around), zero-width spaces and U+FEFF, which make a
 /// name show as another.
-pub(crate) fn misleading(c: char) -> bool {
+pub fn misleading(c: char) -> bool {
     use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     c.is_control()
         || matches!(
@@ -19,7 +19,7 @@ pub(crate) fn misleading(c: char) -> bool {
 }
 
 /// The first misleading character of `text`, as `U+202E`.
-pub(crate) fn first_misleading(text: &str) -> Option<String> {
+pub fn first_misleading(text: &str) -> Option<String> {
     text.chars()
         .find(|&c| misleading(c))
         .map(|c| format!("U+{:04X}", u32::from(c)))
@@ -27,7 +27,7 @@ pub(crate) fn first_misleading(text: &str) -> Option<String> {
 
 /// True when a component of the name starts or ends with white space: `doc.md ` and
 /// ` doc.md` show as `doc.md` in a table.
-pub(crate) fn padded(name: &str) -> bool {
+pub fn padded(name: &str) -> bool {
     name.split('/')
         .any(|part| part.starts_with(char::is_whitespace) || part.ends_with(char::is_whitespace))
 }
@@ -36,7 +36,7 @@ pub(crate) fn padded(name: &str) -> bool {
 /// reads as itself; quoted with its invisible characters escaped (`"a\u{202e}b"`) when it
 /// holds a control or invisible character or a component with leading or trailing white
 /// space, which only a name from before today's rules, or put in by hand, can.
-pub(crate) fn display_name(name: &str) -> String {
+pub fn display_name(name: &str) -> String {
     if name.chars().any(misleading) || padded(name) {
         format!("{name:?}")
     } else {
@@ -45,7 +45,7 @@ pub(crate) fn display_name(name: &str) -> String {
 }
 
 /// A name for a message: whole when short, else its start and its length.
-pub(crate) fn shown(name: &str) -> String {
+pub fn shown(name: &str) -> String {
     if name.len() <= 120 {
         return name.to_string();
     }
@@ -57,7 +57,7 @@ pub(crate) fn shown(name: &str) -> String {
 }
 
 /// Lower-case hex of `bytes` (SHA-256 digests, ids).
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

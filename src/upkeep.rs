@@ -8,6 +8,6 @@ mod cat;
 mod log;
 mod recover;
 
-pub(crate) use cat::cat;
-pub(crate) use log::{Since, log, prune};
-pub(crate) use recover::recover;
+pub use cat::cat;
+pub use log::{Since, log, prune};
+pub use recover::recover;

@@ -25,7 +25,6 @@ const LAYERS: Layers = &[
     ("mirror", &["mirror"]),
     ("reports", &["reports", "upkeep"]),
     ("api", &["api"]),
-    ("commands", &["cmd"]),
 ];
 
 /// Layers as [`LAYERS`] writes them: (layer name, its modules), lowest first.

@@ -50,7 +50,7 @@ impl Doc {
 /// Every resource of the state file (or `only`), with its lease, its sink record and how
 /// its document compares with that record. Bad input (`Error::Usage`) when there is no
 /// state file, or `only` was never claimed or written.
-pub(crate) fn status(ctx: &Ctx, only: Option<&OsStr>) -> Result<Status> {
+pub fn status(ctx: &Ctx, only: Option<&OsStr>) -> Result<Status> {
     // A resource whose path cannot be resolved (a symlink leading out of the root) is
     // still answered for, by its spelling: status always reports, here `unreachable`.
     let only = match only {

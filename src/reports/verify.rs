@@ -16,7 +16,7 @@ use crate::sink::{Content, Recovery};
 /// Checks every resource of the state file (or `only`) and lists what is out of step.
 /// Bad input (`Error::Usage`) when there is no state file, or `only` was never claimed
 /// or written; problems found are the answer, never an error.
-pub(crate) fn verify(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
+pub fn verify(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
     if ctx.remote.is_some() {
         return verify_remote(ctx, only);
     }

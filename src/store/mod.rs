@@ -34,14 +34,14 @@ use crate::lease::Lease;
 use crate::resource::Resource;
 use crate::sink::{Content, SinkRecord};
 
-pub(crate) mod postgres;
-pub(crate) mod sqlite;
+pub mod postgres;
+pub mod sqlite;
 
 /// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
-pub(crate) const DEFAULT_LOG_KEEP: i64 = 100_000;
+pub const DEFAULT_LOG_KEEP: i64 = 100_000;
 
 /// An open state store.
-pub(crate) trait Store: std::fmt::Debug + Send {
+pub trait Store: std::fmt::Debug + Send {
     /// Begins a transaction that holds the write lock until [`Txn::commit`] (or until
     /// dropped, which rolls back): the start of every change.
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>>;
@@ -65,13 +65,13 @@ pub(crate) trait Store: std::fmt::Debug + Send {
 /// A store shared by several hosts, which keeps the documents' contents too: what a
 /// write to it, a mirror's apply and `cat` hold, so the contents API is a type, not a
 /// question asked at run time.
-pub(crate) trait SharedStore: Store + Blobs {}
+pub trait SharedStore: Store + Blobs {}
 
 impl<T: Store + Blobs> SharedStore for T {}
 
 /// A content blob, uploaded and hashed.
 #[derive(Debug, Clone)]
-pub(crate) struct Blob {
+pub struct Blob {
     pub id: i64,
     pub sha256: String,
     pub size: u64,
@@ -79,7 +79,7 @@ pub(crate) struct Blob {
 
 /// A resource's current content as a shared store publishes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Published {
+pub struct Published {
     pub resource: String,
     pub epoch: i64,
     pub sha256: String,
@@ -93,7 +93,7 @@ pub(crate) struct Published {
 
 /// Documents' contents kept in the store itself: immutable blobs, uploaded before the
 /// fenced transaction that makes one current.
-pub(crate) trait Blobs {
+pub trait Blobs {
     /// Streams `source` into a new blob, hashing it as it passes. No resource is locked.
     fn upload(&mut self, source: &mut dyn Read) -> Result<Blob>;
 
@@ -116,7 +116,7 @@ pub(crate) trait Blobs {
 
 /// A read-only transaction: a consistent snapshot that can change nothing (reports, the
 /// early answer of a write), and the reading half of every write transaction.
-pub(crate) trait ReadTxn {
+pub trait ReadTxn {
     /// The content a shared store publishes for `resource` (`None`: none yet, or a store
     /// without blobs).
     fn published(&self, _resource: &str) -> Result<Option<Published>> {
@@ -160,7 +160,7 @@ pub(crate) trait ReadTxn {
 /// A write transaction: it holds the write lock from its first read to its COMMIT, so a
 /// decision made from what it reads cannot be split from the change it decides.
 /// Dropped without [`Txn::commit`], it changes nothing.
-pub(crate) trait Txn: ReadTxn {
+pub trait Txn: ReadTxn {
     /// Commits: the single point where a change becomes real.
     fn commit(self: Box<Self>) -> Result<()>;
     /// Commits a change whose loss would cost only a line of the audit log (a refusal's
@@ -213,7 +213,7 @@ pub(crate) trait Txn: ReadTxn {
 /// A holder's request to change its own lease: who asks (owner and epoch), when, and
 /// what.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HolderRequest<'a> {
+pub struct HolderRequest<'a> {
     pub owner: &'a str,
     pub epoch: i64,
     pub now: i64,
@@ -223,7 +223,7 @@ pub(crate) struct HolderRequest<'a> {
 /// An accepted write as the sink records it: the new fence, the content now on disk
 /// and who wrote it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct WriteRecord<'a> {
+pub struct WriteRecord<'a> {
     pub fence: i64,
     pub content: &'a Content,
     pub owner: Option<&'a str>,
@@ -235,7 +235,7 @@ pub(crate) struct WriteRecord<'a> {
 
 /// A holder's change to its own lease.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum HolderChange<'a> {
+pub enum HolderChange<'a> {
     /// A new deadline `ttl` after the request's `now`.
     Renew {
         ttl: i64,
@@ -249,7 +249,7 @@ pub(crate) enum HolderChange<'a> {
 impl<'a> HolderChange<'a> {
     /// The lease row's new state, deadline and result for this change made at `now`
     /// (`None`: left as it is): what every store's compare-and-set writes.
-    pub(crate) fn columns(self, now: i64) -> (&'static str, Option<i64>, Option<&'a str>) {
+    pub fn columns(self, now: i64) -> (&'static str, Option<i64>, Option<&'a str>) {
         match self {
             HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),
             HolderChange::Complete { result } => ("completed", None, result),
@@ -260,12 +260,12 @@ impl<'a> HolderChange<'a> {
 
 /// Opens the state store at `db` for changes, creating it if `create` and missing;
 /// `None` when it does not exist and `create` is false.
-pub(crate) fn open(db: &Path, busy: Duration, create: bool) -> Result<Option<Box<dyn Store>>> {
+pub fn open(db: &Path, busy: Duration, create: bool) -> Result<Option<Box<dyn Store>>> {
     Ok(sqlite::SqliteStore::open(db, busy, create)?.map(|s| Box::new(s) as Box<dyn Store>))
 }
 
 /// Opens an existing state store for reading only (`status`, `verify`, `log`); `None`
 /// when there is none.
-pub(crate) fn open_read_only(db: &Path, busy: Duration) -> Result<Option<Box<dyn Store>>> {
+pub fn open_read_only(db: &Path, busy: Duration) -> Result<Option<Box<dyn Store>>> {
     Ok(sqlite::SqliteStore::open_read_only(db, busy)?.map(|s| Box::new(s) as Box<dyn Store>))
 }

@@ -135,7 +135,7 @@ const TABLES: &[&str] = &[
 ];
 
 /// The channel a publishing transaction notifies, with the resource's name as payload.
-pub(crate) const CHANNEL: &str = "fencepost_published";
+pub const CHANNEL: &str = "fencepost_published";
 
 /// Bytes per chunk row: big enough that a 1 GiB document is about a thousand
 /// statements, small enough that a chunk in flight costs little memory.
@@ -160,7 +160,7 @@ const PRUNE: &str = "DELETE FROM fencepost_log WHERE id IN (
 const SCHEMA_LOCK: i64 = 0x4650_5354;
 
 /// An open connection to a PostgreSQL store.
-pub(crate) struct PgStore {
+pub struct PgStore {
     client: Client,
     /// The URL as shown in messages (no password).
     shown: String,
@@ -217,14 +217,14 @@ impl std::fmt::Debug for PgStore {
 /// A `--store` URL, checked: the form a user typed (for connecting) and the form shown
 /// in messages.
 #[derive(Debug, Clone)]
-pub(crate) struct StoreUrl {
+pub struct StoreUrl {
     pub url: String,
     pub shown: String,
 }
 
 impl StoreUrl {
     /// Checks a `--store` value: a `postgres://` or `postgresql://` URL that parses.
-    pub(crate) fn parse(text: &str) -> Result<StoreUrl> {
+    pub fn parse(text: &str) -> Result<StoreUrl> {
         let scheme_ok = text.starts_with("postgres://") || text.starts_with("postgresql://");
         if !scheme_ok {
             return Err(Error::usage_hint(
@@ -259,7 +259,7 @@ impl StoreUrl {
 /// The URL with any password replaced by `***`, for messages and logs: the one in the
 /// authority (`user:secret@`) and every query parameter whose name, percent-decoded and
 /// in any case, is `password`.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut shown = base.to_string();
     if let Some((scheme, rest)) = base.split_once("://")
@@ -312,7 +312,7 @@ impl PgStore {
     /// `None` when the database has no fencepost schema and `create` is false.
     /// With a `deadline`, every wait on the network ends by then (see [`connect`]); a
     /// COMMIT that waits longer than `commit_timeout` is cancelled.
-    pub(crate) fn open(
+    pub fn open(
         url: &StoreUrl,
         busy: Duration,
         deadline: Option<Instant>,
@@ -601,7 +601,7 @@ fn foreign(shown: &str, table: &str) -> Error {
 /// made, by a build with the `failpoints` feature (the reproduction's own build, never
 /// the installed one) run with [`REPRODUCTION_VAR`]`=1`. A production store never has
 /// it and cannot gain it: an existing schema is never made again.
-pub(crate) const REPRODUCTION_KEY: &str = "reproduction";
+pub const REPRODUCTION_KEY: &str = "reproduction";
 
 /// The variable that asks a failpoints build to mark the store whose schema it makes as
 /// the reproduction's (see [`REPRODUCTION_KEY`]); documented in fixtures/README.md, not
@@ -784,7 +784,11 @@ impl PgStore {
 }
 
 /// One transaction on the store. Dropped without [`Txn::commit`], it rolls back.
-pub(crate) struct PgTxn<'a> {
+#[allow(
+    missing_debug_implementations,
+    reason = "it holds the connection: PgStore's Debug shows the store"
+)]
+pub struct PgTxn<'a> {
     client: RefCell<&'a mut Client>,
     shown: &'a str,
     busy: Duration,

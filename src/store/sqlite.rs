@@ -110,7 +110,7 @@ const WAL_CHECKPOINT_FRAMES: u32 = 128;
 
 /// An open SQLite state file.
 #[derive(Debug)]
-pub(crate) struct SqliteStore {
+pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     busy: Duration,
@@ -122,7 +122,7 @@ pub(crate) struct SqliteStore {
 impl SqliteStore {
     /// Opens the state file, creating it (and its folder) if `create` and missing.
     /// Returns `Ok(None)` when it does not exist and `create` is false.
-    pub(crate) fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<SqliteStore>> {
+    pub fn open(path: &Path, busy: Duration, create: bool) -> Result<Option<SqliteStore>> {
         if !create && !path.exists() {
             return Ok(None);
         }
@@ -183,7 +183,7 @@ impl SqliteStore {
     /// Opens an existing state file for reading only (`status`, `verify`, `log`), so a
     /// monitoring user who may read the file but not write it can run them. `None` if
     /// there is no state file, or one that was never initialised.
-    pub(crate) fn open_read_only(path: &Path, busy: Duration) -> Result<Option<SqliteStore>> {
+    pub fn open_read_only(path: &Path, busy: Duration) -> Result<Option<SqliteStore>> {
         if !path.exists() {
             return Ok(None);
         }
@@ -400,7 +400,7 @@ impl Store for SqliteStore {
 
 /// One transaction on the SQLite state file.
 #[derive(Debug)]
-pub(crate) struct SqliteTxn<'a> {
+pub struct SqliteTxn<'a> {
     tx: rusqlite::Transaction<'a>,
     path: &'a Path,
     busy: Duration,

@@ -11,7 +11,7 @@ use crate::session::Ctx;
 /// Writes the current content of `resource` in the shared store to `out`, and answers
 /// with the version written. The bytes are gathered in an unnamed temporary file while
 /// they are checked (memory stays flat whatever the size): a damaged copy writes nothing.
-pub(crate) fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> {
+pub fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> {
     if ctx.remote.is_none() {
         return Err(Error::usage_hint(
             "cat reads from a shared store",

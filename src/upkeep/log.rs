@@ -10,7 +10,7 @@ use crate::session::Ctx;
 
 /// From when [`log`] reads events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Since {
+pub enum Since {
     /// At or after this time, on the state file's clock whichever it is: a tick, or
     /// milliseconds since the Unix epoch.
     At(i64),
@@ -26,7 +26,7 @@ pub(crate) enum Since {
 /// times are on the state file's own clock, which the answer gives: a state file counting
 /// logical ticks is read without `--now`. A resource the state file never saw is bad
 /// input (a typo is not "no events").
-pub(crate) fn log(ctx: &Ctx, only: Option<&OsStr>, since: Option<Since>) -> Result<Log> {
+pub fn log(ctx: &Ctx, only: Option<&OsStr>, since: Option<Since>) -> Result<Log> {
     let only = ctx.resource_opt(only)?;
     let from = match since {
         Some(Since::At(time) | Since::Wall(time)) => Some(time),
@@ -71,7 +71,7 @@ pub(crate) fn log(ctx: &Ctx, only: Option<&OsStr>, since: Option<Since>) -> Resu
 }
 
 /// Drops all but the newest events the session keeps (`log_keep`), of all resources.
-pub(crate) fn prune(ctx: &Ctx) -> Result<Pruned> {
+pub fn prune(ctx: &Ctx) -> Result<Pruned> {
     let mut store = if ctx.remote.is_some() {
         ctx.store()?
     } else {

@@ -22,7 +22,7 @@ use crate::store::Store;
 /// longer passes the name rules, its folder is unreachable, ...) is a
 /// [`RecoverLine::Failed`] of the answer and the others are still recovered; the one
 /// resource asked for fails with its error.
-pub(crate) fn recover(
+pub fn recover(
     ctx: &Ctx,
     only: Option<&OsStr>,
     root_moved: bool,

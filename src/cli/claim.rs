@@ -6,13 +6,13 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Report;
-use crate::clock::Clock;
-use crate::cmd::durations::{Zero, parse_duration};
-use crate::error::{Error, Result};
-use crate::leases::{self, ClaimRequest};
-use crate::outcome::Outcome;
-use crate::resource::Resource;
-use crate::session::{Ctx, check_owner};
+use crate::cli::durations::{Zero, parse_duration};
+use fencepost::clock::Clock;
+use fencepost::error::{Error, Result};
+use fencepost::leases::{self, ClaimRequest};
+use fencepost::outcome::Outcome;
+use fencepost::resource::Resource;
+use fencepost::session::{Ctx, check_owner};
 
 /// Claim RESOURCE for OWNER and print the new epoch (and nothing else).
 ///
@@ -80,7 +80,7 @@ pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {
         claimed.resource,
         claimed.owner,
         claimed.epoch,
-        crate::clock::show(ctx.clock.kind(), claimed.deadline),
+        fencepost::clock::show(ctx.clock.kind(), claimed.deadline),
     );
     Ok(Report::new(claimed.epoch.to_string(), Outcome::Claimed(claimed)).changed(changed))
 }

@@ -4,8 +4,8 @@
 use clap::{Args, CommandFactory, ValueEnum};
 
 use super::Report;
-use crate::error::{Error, Result};
-use crate::outcome::{Generated, Outcome};
+use fencepost::error::{Error, Result};
+use fencepost::outcome::{Generated, Outcome};
 
 /// The shells completions can be generated for.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -48,7 +48,7 @@ pub(crate) fn completions(args: &CompletionsArgs) -> Result<Report> {
     let mut buf = Vec::new();
     clap_complete::generate(
         shell,
-        &mut super::cli::Cli::command(),
+        &mut super::app::Cli::command(),
         "fencepost",
         &mut buf,
     );
@@ -91,7 +91,7 @@ fn man_command() -> clap::Command {
         }
         _ => arg,
     };
-    let mut cmd = super::cli::Cli::command()
+    let mut cmd = super::app::Cli::command()
         .mut_args(describe_all)
         .mut_subcommands(|sub| sub.mut_args(describe_all));
     cmd.build();

@@ -10,12 +10,12 @@ use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
 
 use super::Report;
-use crate::atomic::Source;
-use crate::error::{Error, Result};
-use crate::outcome::Outcome;
-use crate::publish::{self, WriteRequest};
-use crate::resource::Resource;
-use crate::session::{Ctx, Kept};
+use fencepost::atomic::Source;
+use fencepost::error::{Error, Result};
+use fencepost::outcome::Outcome;
+use fencepost::publish::{self, WriteRequest};
+use fencepost::resource::Resource;
+use fencepost::session::{Ctx, Kept};
 
 /// Replace RESOURCE's document with stdin (or --from FILE) if EPOCH is still current.
 ///
@@ -98,7 +98,7 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
     };
     if ctx.remote.as_ref().is_some_and(|r| r.mirror) {
         // Published: a mirror root on this host is brought up to it at once.
-        crate::mirror::apply_after_write(
+        fencepost::mirror::apply_after_write(
             ctx,
             &mut *ctx.shared_store("nothing was ever claimed here")?,
             &resource,

@@ -4,10 +4,10 @@ use clap::Args;
 
 use super::durations::{Zero, parse_duration};
 use super::{HolderArgs, Report};
-use crate::error::Result;
-use crate::outcome::{Outcome, Renewed};
-use crate::session::Ctx;
-use crate::store::HolderChange;
+use fencepost::error::Result;
+use fencepost::outcome::{Outcome, Renewed};
+use fencepost::session::Ctx;
+use fencepost::store::HolderChange;
 
 /// Extend a live lease to now + TTL and print the new deadline.
 ///
@@ -32,7 +32,7 @@ pub(crate) struct RenewArgs {
 pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
     let ttl = parse_duration(&args.ttl, ctx.clock.kind(), "--ttl", Zero::Refused)?;
     let (resource, now) =
-        crate::leases::change_held(ctx, &args.holder.holder(), HolderChange::Renew { ttl })?;
+        fencepost::leases::change_held(ctx, &args.holder.holder(), HolderChange::Renew { ttl })?;
     let deadline = now.saturating_add(ttl);
     let renewed = Renewed {
         resource: resource.to_string(),
@@ -40,7 +40,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RenewArgs) -> Result<Report> {
         owner: args.holder.owner.clone(),
         deadline,
     };
-    let until = crate::clock::show(ctx.clock.kind(), deadline);
+    let until = fencepost::clock::show(ctx.clock.kind(), deadline);
     let changed = args
         .holder
         .changed(&resource, &format!("renewed until {until}"));

@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 
 use super::Report;
 use super::durations::{Zero, parse_duration};
-use crate::clock::{Clock, ClockKind};
-use crate::error::{Error, Result};
-use crate::session::{self, Ctx};
-use crate::{cmd, failpoints, outcome, store};
+use crate::cli as cmd;
+use fencepost::clock::{Clock, ClockKind};
+use fencepost::error::{Error, Result};
+use fencepost::session::{self, Ctx};
+use fencepost::{failpoints, outcome, store};
 
 /// `--version`: says when the crash-test failpoints are compiled in.
 const VERSION: &str = if cfg!(feature = "failpoints") {
@@ -208,7 +209,7 @@ pub(crate) enum Command {
 
 /// Runs the command line and returns the process exit code. Prints results on stdout
 /// and one-line errors (`fencepost: ...`) on stderr.
-pub fn run<I, T>(args: I) -> i32
+pub(crate) fn run<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,

@@ -7,9 +7,9 @@ use clap::Args;
 
 use super::Report;
 use super::status::printable;
-use crate::error::{Error, Result};
-use crate::outcome::{Outcome, Verified};
-use crate::session::Ctx;
+use fencepost::error::{Error, Result};
+use fencepost::outcome::{Outcome, Verified};
+use fencepost::session::Ctx;
 
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
 ///
@@ -36,7 +36,7 @@ pub(crate) struct VerifyArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &VerifyArgs) -> Result<Report> {
-    let verified = crate::reports::verify(ctx, args.resource.as_deref())?;
+    let verified = fencepost::reports::verify(ctx, args.resource.as_deref())?;
     conclude(verified)
 }
 

@@ -2,12 +2,12 @@
 //! ([`Report`]) and the holder's identity on the command line ([`HolderArgs`]). Each turns
 //! its arguments into a request of the engine below and its answer into a `Report`.
 
-use crate::outcome::Outcome;
-use crate::resource::Resource;
+use fencepost::outcome::Outcome;
+use fencepost::resource::Resource;
 
+pub(crate) mod app;
 pub(crate) mod cat;
 pub(crate) mod claim;
-pub(crate) mod cli;
 pub(crate) mod complete;
 pub(crate) mod completions;
 pub(crate) mod durations;
@@ -67,8 +67,8 @@ pub(crate) struct HolderArgs {
 
 impl HolderArgs {
     /// The holder as the engine takes it.
-    pub(crate) fn holder(&self) -> crate::leases::Holder<'_> {
-        crate::leases::Holder {
+    pub(crate) fn holder(&self) -> fencepost::leases::Holder<'_> {
+        fencepost::leases::Holder {
             resource: &self.resource,
             owner: &self.owner,
             epoch: self.epoch,

@@ -3,10 +3,10 @@
 use clap::Args;
 
 use super::{HolderArgs, Report};
-use crate::error::Result;
-use crate::outcome::{Completed, Outcome};
-use crate::session::Ctx;
-use crate::store::HolderChange;
+use fencepost::error::Result;
+use fencepost::outcome::{Completed, Outcome};
+use fencepost::session::Ctx;
+use fencepost::store::HolderChange;
 
 /// Record the job's result and finish the lease; the next claim gets epoch + 1.
 ///
@@ -33,7 +33,7 @@ pub(crate) fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
     let change = HolderChange::Complete {
         result: args.result.as_deref(),
     };
-    let done = crate::leases::change_held_or_replay(ctx, &args.holder.holder(), change, None)?;
+    let done = fencepost::leases::change_held_or_replay(ctx, &args.holder.holder(), change, None)?;
     let changed = if done.replay {
         "nothing was changed (a replay of the completion made before)".to_string()
     } else {

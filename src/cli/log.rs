@@ -8,12 +8,12 @@ use unicode_width::UnicodeWidthStr;
 
 use super::Report;
 use super::durations::{Zero, parse_duration, parse_time};
-use crate::audit::{Event, align};
-use crate::clock::{ClockKind, show};
-use crate::error::Result;
-use crate::outcome::Outcome;
-use crate::session::Ctx;
-use crate::upkeep::Since;
+use fencepost::audit::{Event, align};
+use fencepost::clock::{ClockKind, show};
+use fencepost::error::Result;
+use fencepost::outcome::Outcome;
+use fencepost::session::Ctx;
+use fencepost::upkeep::Since;
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
 ///
@@ -56,7 +56,7 @@ pub(crate) struct LogArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
     if args.prune {
-        let pruned = crate::upkeep::prune(ctx)?;
+        let pruned = fencepost::upkeep::prune(ctx)?;
         let dropped = pruned.dropped;
         return Ok(Report::new(
             format!("pruned {dropped} event(s)"),
@@ -77,7 +77,7 @@ pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         },
         (None, None) => None,
     };
-    let log = crate::upkeep::log(ctx, args.resource.as_deref(), since)?;
+    let log = fencepost::upkeep::log(ctx, args.resource.as_deref(), since)?;
     let events: Vec<&Event> = log.events.iter().map(|e| &e.event).collect();
     let plain = if args.timeline {
         timeline(&events, log.clock)
@@ -96,7 +96,7 @@ fn table(events: &[&Event], clock: ClockKind) -> String {
     for e in events {
         rows.push([
             show(clock, e.at),
-            crate::text::display_name(&e.resource),
+            fencepost::text::display_name(&e.resource),
             e.kind.as_str().to_string(),
             e.owner.clone().unwrap_or_else(|| "-".into()),
             e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
@@ -146,7 +146,7 @@ fn timeline(events: &[&Event], clock: ClockKind) -> String {
     for e in events {
         let mut row = vec![show(clock, e.at)];
         if several {
-            row.push(crate::text::display_name(&e.resource));
+            row.push(fencepost::text::display_name(&e.resource));
         }
         row.push(e.owner.clone().unwrap_or_else(|| "?".into()));
         row.push(e.summary());
@@ -178,7 +178,7 @@ fn lanes(events: &[&Event], clock: ClockKind) -> String {
         let owner = e.owner.clone().unwrap_or_else(|| "?".into());
         let mut row = vec![show(clock, e.at)];
         if several {
-            row.push(crate::text::display_name(&e.resource));
+            row.push(fencepost::text::display_name(&e.resource));
         }
         row.extend(owners.iter().map(|o| {
             if *o == owner {
@@ -195,7 +195,7 @@ fn lanes(events: &[&Event], clock: ClockKind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::EventKind;
+    use fencepost::audit::EventKind;
 
     fn ev(at: i64, kind: &str, owner: &str, epoch: i64) -> Event {
         Event::new(at, "doc.md", EventKind::parse(kind))

@@ -2,8 +2,8 @@
 //! the wall clock, whole ticks under `--now`, and points in time as `show` prints them.
 //! The library takes `Duration`s and integers; only the command line parses text.
 
-use crate::clock::{ClockKind, civil_date};
-use crate::error::{Error, Result};
+use fencepost::clock::{ClockKind, civil_date};
+use fencepost::error::{Error, Result};
 
 /// Parses a point in time: a bare integer (a tick, or wall-clock milliseconds since the
 /// Unix epoch), or a UTC timestamp as [`show`] prints it, `2026-11-30T05:58:10Z` with
@@ -211,7 +211,7 @@ fn wall_millis_of(text: &str, what: &str) -> Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::show;
+    use fencepost::clock::show;
 
     #[test]
     fn utc_times_parse_back_to_what_show_printed() {

@@ -7,9 +7,9 @@ use std::io::{self, Write};
 use clap::Args;
 
 use super::Report;
-use crate::error::{Error, Result};
-use crate::outcome::Outcome;
-use crate::session::Ctx;
+use fencepost::error::{Error, Result};
+use fencepost::outcome::Outcome;
+use fencepost::session::Ctx;
 
 /// Print RESOURCE's current content from the shared store (--store).
 ///
@@ -44,11 +44,12 @@ pub(crate) fn run(ctx: &Ctx, args: &CatArgs, json: bool) -> Result<Report> {
         closed: false,
         failed: None,
     };
-    let printed =
-        crate::upkeep::cat(ctx, &args.resource, &mut out).map_err(|e| match out.failed.take() {
+    let printed = fencepost::upkeep::cat(ctx, &args.resource, &mut out).map_err(|e| {
+        match out.failed.take() {
             Some(failed) => Error::io("cannot write", "stdout")(failed),
             None => e,
-        })?;
+        }
+    })?;
     Ok(Report::new("", Outcome::Printed(printed)))
 }
 

@@ -20,13 +20,13 @@ use signal_hook::iterator::Signals;
 
 use super::claim::{self, LeaseRequest};
 use super::{HolderArgs, Report};
-use crate::clock::Clock;
-use crate::cmd::durations::{Zero, parse_duration};
-use crate::error::{Error, Refusal, Result};
-use crate::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
-use crate::refusal::RefusalKind;
-use crate::session::Ctx;
-use crate::store::HolderChange;
+use crate::cli::durations::{Zero, parse_duration};
+use fencepost::clock::Clock;
+use fencepost::error::{Error, Refusal, Result};
+use fencepost::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
+use fencepost::refusal::RefusalKind;
+use fencepost::session::Ctx;
+use fencepost::store::HolderChange;
 use job::{Foreground, JOB_CONTROL_POLL, stopped};
 
 mod job;
@@ -119,7 +119,7 @@ impl RunArgs {
 
 pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
-    crate::session::check_result(args.result.as_deref())?;
+    fencepost::session::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
         return Err(Error::usage_hint(
             "run renews its lease in real time and cannot use --now (logical time does not pass)",
@@ -137,7 +137,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         .ok_or_else(|| Error::usage("no CMD given"))?;
     let (resource, ttl, wait) = claim::check_request(ctx, &args.request)?;
     let (claimed, asked) =
-        crate::leases::take(ctx, &args.request.resolved(&resource, ttl, wait, false))?;
+        fencepost::leases::take(ctx, &args.request.resolved(&resource, ttl, wait, false))?;
     let lease = Held {
         resource: claimed.resource,
         holder: HolderArgs {
@@ -215,7 +215,7 @@ fn start(
         Err(e) => {
             drop(guard);
             let why = format!("cannot run {}: {e}", program.to_string_lossy());
-            let _ = crate::leases::change_held_noting(
+            let _ = fencepost::leases::change_held_noting(
                 ctx,
                 &lease.holder.holder(),
                 HolderChange::Release,
@@ -456,7 +456,7 @@ fn renew(ctx: &Ctx, lease: &Held, deadline: Instant, send: mpsc::Sender<Event>) 
     };
     let ttl_ms = i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX);
     std::thread::spawn(move || {
-        let result = crate::leases::change_held(
+        let result = fencepost::leases::change_held(
             &renew_ctx,
             &holder.holder(),
             HolderChange::Renew { ttl: ttl_ms },
@@ -513,7 +513,7 @@ fn log_loss(ctx: &Ctx, refusal: Refusal) {
     };
     let (done, logged) = mpsc::channel();
     std::thread::spawn(move || {
-        crate::session::log_refusal(&log_ctx, &refusal);
+        fencepost::session::log_refusal(&log_ctx, &refusal);
         let _ = done.send(());
     });
     if logged.recv_timeout(LOSS_LOG_WAIT).is_err() {
@@ -557,7 +557,7 @@ fn finish(
     let (resource, epoch) = (&lease.resource, lease.holder.epoch);
     if code == 0 {
         let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
-        crate::leases::change_held(
+        fencepost::leases::change_held(
             ctx,
             &lease.holder.holder(),
             HolderChange::Complete {
@@ -586,7 +586,7 @@ fn finish(
         Some(signal) => format!("{program} was killed by {signal} (exit {code})"),
         None => format!("{program} exited with code {code}"),
     };
-    let _ = crate::leases::change_held_noting(
+    let _ = fencepost::leases::change_held_noting(
         ctx,
         &lease.holder.holder(),
         HolderChange::Release,

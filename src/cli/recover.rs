@@ -8,11 +8,11 @@ use clap::Args;
 
 use super::Report;
 use super::durations::{Zero, parse_duration};
-use crate::clock::ClockKind;
-use crate::error::{Error, Result};
-use crate::outcome::{Outcome, RecoverLine, Recovered};
-use crate::session::Ctx;
-use crate::sink::Recovery;
+use fencepost::clock::ClockKind;
+use fencepost::error::{Error, Result};
+use fencepost::outcome::{Outcome, RecoverLine, Recovered};
+use fencepost::session::Ctx;
+use fencepost::sink::Recovery;
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
 ///
@@ -52,7 +52,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         }
         None => Duration::ZERO,
     };
-    let done = crate::upkeep::recover(ctx, args.resource.as_deref(), args.root_moved, grace)?;
+    let done = fencepost::upkeep::recover(ctx, args.resource.as_deref(), args.root_moved, grace)?;
     let plain = plain(ctx, args, &done);
     let failed: Vec<(&str, i32)> = done
         .resources
@@ -127,7 +127,7 @@ fn plain(ctx: &Ctx, args: &RecoverArgs, done: &Recovered) -> String {
                 resource, error, ..
             } => lines.push(format!(
                 "{}: not recovered: {error}",
-                crate::text::shown(&crate::text::display_name(resource))
+                fencepost::text::shown(&fencepost::text::display_name(resource))
             )),
             _ => {}
         }

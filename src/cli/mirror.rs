@@ -6,11 +6,11 @@ use std::io::Write as _;
 use clap::Args;
 
 use super::Report;
-use crate::clock::ClockKind;
-use crate::cmd::durations::{Zero, parse_duration};
-use crate::error::{Error, Result};
-use crate::outcome::{Mirrored, Outcome};
-use crate::session::Ctx;
+use crate::cli::durations::{Zero, parse_duration};
+use fencepost::clock::ClockKind;
+use fencepost::error::{Error, Result};
+use fencepost::outcome::{Mirrored, Outcome};
+use fencepost::session::Ctx;
 
 /// Copy the documents the shared store (--store) publishes into this host's root.
 ///
@@ -74,15 +74,15 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
             ));
         }
         let rescan = std::time::Duration::from_millis(rescan.unsigned_abs());
-        crate::mirror::follow(ctx, rescan, |pass| print_pass(pass, json))?;
+        fencepost::mirror::follow(ctx, rescan, |pass| print_pass(pass, json))?;
         return Err(Error::Internal("mirror --follow stopped following"));
     }
     let mut store = ctx.shared_store("nothing was ever claimed here")?;
-    let done = crate::mirror::sync(
+    let done = fencepost::mirror::sync(
         ctx,
         &mut *store,
         only.as_ref().map(|r| r.as_str()),
-        crate::mirror::Look::Hash,
+        fencepost::mirror::Look::Hash,
     )?;
     let plain = plain(&done);
     let failed: Vec<_> = done

@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use clap::Args;
 
 use super::Report;
-use crate::clock::ClockKind;
-use crate::error::Result;
-use crate::outcome::{Outcome, Status};
-use crate::session::Ctx;
+use fencepost::clock::ClockKind;
+use fencepost::error::Result;
+use fencepost::outcome::{Outcome, Status};
+use fencepost::session::Ctx;
 
 /// Show leases, the sink's records and whether each document still matches them.
 ///
@@ -47,7 +47,7 @@ pub(crate) struct StatusArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
-    let status = crate::reports::status(ctx, args.resource.as_deref())?;
+    let status = fencepost::reports::status(ctx, args.resource.as_deref())?;
     let plain = table(&status, ctx.clock.kind());
     Ok(Report::new(plain, Outcome::Status(status)))
 }
@@ -73,7 +73,7 @@ fn table(status: &Status, clock: ClockKind) -> String {
             lease.map_or_else(|| "none".into(), |l| l.state.into()),
             lease.map_or_else(dash, |l| l.owner.clone()),
             lease.map_or_else(dash, |l| l.epoch.to_string()),
-            lease.map_or_else(dash, |l| crate::clock::show(clock, l.deadline)),
+            lease.map_or_else(dash, |l| fencepost::clock::show(clock, l.deadline)),
             sink.map_or_else(dash, |s| s.fence.to_string()),
             sink.and_then(|s| s.content_epoch.map(|e| (e, s.unfenced)))
                 .map_or_else(dash, |(epoch, unfenced)| {
@@ -83,7 +83,7 @@ fn table(status: &Status, clock: ClockKind) -> String {
             row.document.state.to_string(),
         ]);
     }
-    let mut text = crate::audit::align(&cells);
+    let mut text = fencepost::audit::align(&cells);
     for row in &status.resources {
         if let Some(problem) = &row.document.problem {
             let _ = write!(
@@ -100,5 +100,5 @@ fn table(status: &Status, clock: ClockKind) -> String {
 /// A stored name as one line of a table (see `resource::display_name`), shortened when
 /// very long.
 pub(crate) fn printable(name: &str) -> String {
-    crate::text::shown(&crate::text::display_name(name))
+    fencepost::text::shown(&fencepost::text::display_name(name))
 }

@@ -3,10 +3,10 @@
 use clap::Args;
 
 use super::{HolderArgs, Report};
-use crate::error::Result;
-use crate::outcome::{Outcome, Released};
-use crate::session::Ctx;
-use crate::store::HolderChange;
+use fencepost::error::Result;
+use fencepost::outcome::{Outcome, Released};
+use fencepost::session::Ctx;
+use fencepost::store::HolderChange;
 
 /// Give up a live lease now, so the next worker need not wait for the deadline.
 ///
@@ -24,7 +24,7 @@ pub(crate) struct ReleaseArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
-    let done = crate::leases::change_held_or_replay(
+    let done = fencepost::leases::change_held_or_replay(
         ctx,
         &args.holder.holder(),
         HolderChange::Release,
