@@ -20,7 +20,9 @@ use crate::atomic::Source;
 use crate::clock::Clock;
 use crate::error::{Error, Refusal, Result};
 use crate::leases::{self, ClaimRequest, Holder};
-use crate::outcome::{Claimed, Completed, Outcome, Released, Renewed, Written};
+use crate::outcome::{
+    Claimed, Completed, Mirrored, Outcome, Recovered, Released, Renewed, Status, Verified, Written,
+};
 use crate::publish::{self, WriteRequest};
 use crate::refusal::RefusalKind;
 use crate::session::{Ctx, Kept, MirrorRoot, Settings, Warn};
@@ -421,6 +423,48 @@ impl Client {
                 );
             }
             Ok(written)
+        })
+    }
+
+    /// Every resource's lease, sink record and document side by side (`resource`: only
+    /// that one, refused as bad input if the state has never seen it).
+    pub fn status(&self, resource: Option<&str>) -> Result<Status> {
+        self.answer(|ctx| crate::reports::status(ctx, resource.map(OsStr::new)))
+    }
+
+    /// Checks every resource (or one) for a document, record or lease out of step, and
+    /// lists what it found in [`Verified::problems`] (empty: all consistent). With a
+    /// shared store, every published blob is read in full against its record.
+    pub fn verify(&self, resource: Option<&str>) -> Result<Verified> {
+        self.answer(|ctx| crate::reports::verify(ctx, resource.map(OsStr::new)))
+    }
+
+    /// Recovers every resource's document (or one's) from crashed writes, as a write
+    /// would before it starts. With a shared store, its unused blobs older than `grace`
+    /// are removed too.
+    pub fn recover(&self, resource: Option<&str>, grace: Duration) -> Result<Recovered> {
+        self.answer(|ctx| crate::upkeep::recover(ctx, resource.map(OsStr::new), false, grace))
+    }
+
+    /// Brings this host's mirror root up to the shared store (a client opened with
+    /// [`Client::connect`] and a mirror root): every published document, or one.
+    pub fn mirror(&self, resource: Option<&str>) -> Result<Mirrored> {
+        self.answer(|ctx| {
+            if !ctx.remote.as_ref().is_some_and(|r| r.mirror) {
+                return Err(Error::usage(
+                    "mirror is for a client on a shared store with a mirror root",
+                ));
+            }
+            let only = resource
+                .map(|raw| ctx.resource(OsStr::new(raw)))
+                .transpose()?;
+            let mut store = ctx.shared_store("nothing was ever claimed here")?;
+            crate::mirror::sync(
+                ctx,
+                &mut *store,
+                only.as_ref().map(|r| r.as_str()),
+                crate::document::Look::Hash,
+            )
         })
     }
 

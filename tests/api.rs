@@ -231,12 +231,13 @@ fn clients_in_one_process_leave_each_other_their_locks_on_the_state_file() {
 
     // A lease keeper renews on connections of its own, opened and closed each time.
     let claimed = a
-        .claim("a.md", "A", Duration::from_millis(300))
+        .claim("a.md", "A", Duration::from_millis(1_500))
         .expect("claim");
     let keeper = a
-        .keep(&LeaseId::from(&claimed), Duration::from_millis(300))
+        .keep(&LeaseId::from(&claimed), Duration::from_millis(1_500))
         .expect("keep the lease");
-    thread::sleep(Duration::from_millis(250));
+    // Past the first renewal (at a third of the TTL), well before the lease would end.
+    thread::sleep(Duration::from_millis(1_000));
     assert!(matches!(keeper.stop(), Keeping::Stopped));
     assert_ne!(
         lease_row(&env, "a.md")["deadline"],
@@ -343,7 +344,9 @@ fn a_client_kept_open_across_a_thousand_writes_leaves_other_processes_locking_in
 #[test]
 fn a_lease_keeper_keeps_a_lease_past_its_ttl_and_says_when_it_is_taken_over() {
     let env = Env::new();
-    let ttl = Duration::from_millis(600);
+    // Long enough that a loaded machine (a renewal waiting for a CPU and an fsync) does
+    // not make a renewal late.
+    let ttl = Duration::from_millis(1_500);
     let client = Client::open(env.root()).expect("open a client");
     let claimed = client.claim("job.md", "worker", ttl).expect("claim");
     let lease = LeaseId::from(&claimed);
@@ -620,4 +623,53 @@ fn the_takeover_example_refuses_the_late_write_and_keeps_bs_report() {
         *verdict,
         "fenced: A's late write was refused and B's report stands"
     );
+}
+
+#[test]
+fn status_verify_and_recover_answer_typed_values_and_keep_the_clients_locks() {
+    let env = Env::new();
+    let a = Client::open(env.root()).expect("open a client");
+    let claimed = a
+        .claim("r.md", "A", Duration::from_secs(60))
+        .expect("claim");
+    written(a.write("r.md", claimed.epoch, Content::Bytes(b"one\n")));
+    let db = env.path(".fencepost/state.db");
+    let held = my_locks(&db);
+    assert!(!held.is_empty(), "the client holds no lock");
+
+    // Another client's first call only reads (through a read-only connection of its own,
+    // closed with the client): the first client's locks stay.
+    let b = Client::open(env.root()).expect("open a client");
+    let status = b.status(None).expect("status");
+    assert_eq!(status.resources.len(), 1);
+    let row = &status.resources[0];
+    assert_eq!(row.resource, "r.md");
+    assert_eq!(row.document.state, "matches");
+    assert_eq!(row.lease.as_ref().map(|l| l.epoch), Some(claimed.epoch));
+    drop(b);
+    assert_eq!(my_locks(&db), held, "after another client's status");
+
+    assert!(a.verify(None).expect("verify").problems.is_empty());
+    std::fs::write(env.path("r.md"), "edited by hand\n").expect("edit the document");
+    let found = a.verify(Some("r.md")).expect("verify");
+    assert_eq!(
+        found.problems.iter().map(|p| p.problem).collect::<Vec<_>>(),
+        ["drifted"],
+        "{found:?}"
+    );
+    let unseen = a.status(Some("other.md"));
+    assert!(matches!(unseen, Err(Error::Usage { .. })), "{unseen:?}");
+
+    // A dead writer's temp file is leftover; recover removes it and reports the resource.
+    let temp = env.path(".r.md.fencepost-tmp-AbCd1234");
+    std::fs::write(&temp, "half a write").expect("temp");
+    let recovered = a.recover(Some("r.md"), Duration::ZERO).expect("recover");
+    assert_eq!(recovered.resources.len(), 1, "{recovered:?}");
+    assert!(
+        !temp.exists(),
+        "recover removes the dead writer's temp file"
+    );
+    assert_eq!(my_locks(&db), held, "after the client's own reads");
+    let mirror = a.mirror(None);
+    assert!(matches!(mirror, Err(Error::Usage { .. })), "{mirror:?}");
 }
