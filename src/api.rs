@@ -197,11 +197,21 @@ pub struct Client {
 
 impl Client {
     /// A client on the publish root `root` (made a root by its first claim).
+    ///
+    /// # Errors
+    ///
+    /// Bad input (`Error::Usage`) for a root that is not a usable folder or lies inside
+    /// another root's state; nothing is opened yet, so a missing state file is not an error
+    /// here.
     pub fn open(root: impl AsRef<Path>) -> Result<Client> {
         Client::open_with(root, &Options::default())
     }
 
     /// [`Client::open`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::open`], and `Error::Usage` for options out of range.
     pub fn open_with(root: impl AsRef<Path>, options: &Options) -> Result<Client> {
         Client::new(
             Some(root.as_ref()),
@@ -214,6 +224,10 @@ impl Client {
     /// A client on the nearest publish root at or above the current folder, else on
     /// the current folder, as the command line finds it. Names stay relative to the
     /// root.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::open`]; `Error::Usage` when the current folder is not usable.
     pub fn discover(options: &Options) -> Result<Client> {
         let mut client = Client::new(None, None, MirrorRoot::IfGivenOrFound, options)?;
         client.ctx.here = None;
@@ -222,6 +236,11 @@ impl Client {
 
     /// A client on the shared store at `url` (`postgresql://...`), with `mirror_root`,
     /// if given, as this host's mirror of its documents.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Usage` for a URL that is not a PostgreSQL URL, or a mirror root that is not
+    /// usable; the store is reached with the first call.
     pub fn connect(url: &str, mirror_root: Option<&Path>, options: &Options) -> Result<Client> {
         let how = match mirror_root {
             Some(_) => MirrorRoot::IfGivenOrFound,
@@ -263,6 +282,10 @@ impl Client {
 
     /// Sets the logical tick calls are made at (a client on a logical clock only: its
     /// time does not pass by itself).
+    ///
+    /// # Errors
+    ///
+    /// `Error::Usage` on the wall clock, or for a negative tick.
     pub fn set_now(&mut self, tick: i64) -> Result<()> {
         match self.ctx.clock {
             Clock::Logical(_) if tick >= 0 => {
@@ -288,11 +311,22 @@ impl Client {
     /// Claims `resource` for `owner` for `ttl` and gets a new epoch; `Refused` with
     /// [`RefusalKind::Held`] while someone else holds a live lease. The owner of the
     /// live lease claiming again before writing gets its lease back (`replay`).
+    ///
+    /// # Errors
+    ///
+    /// `Error::Refused` ([`RefusalKind::Held`]) while another owner holds a live lease;
+    /// `Error::Usage` for a bad name or TTL; `Error::Busy` when the state stays locked past
+    /// the busy timeout; store and I/O errors as they come. A claim whose COMMIT's answer
+    /// was lost is `Error::OutcomeUnknown`: claiming again tells.
     pub fn claim(&self, resource: &str, owner: &str, ttl: Duration) -> Result<Claimed> {
         self.claim_with(resource, owner, ttl, &ClaimOptions::default())
     }
 
     /// [`Client::claim`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::claim`]; a wait that runs out is `Held`.
     pub fn claim_with(
         &self,
         resource: &str,
@@ -323,6 +357,11 @@ impl Client {
 
     /// Renews a live lease for `ttl` from now; `Refused` with [`RefusalKind::Lost`] once
     /// it is not the holder's any more.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Refused` ([`RefusalKind::Lost`]) once the lease is not the holder's any more
+    /// (expired, taken over, finished); `Error::Busy`, store and I/O errors as they come.
     pub fn renew(&self, lease: &LeaseId, ttl: Duration) -> Result<Renewed> {
         let ttl = ticks(ttl)?;
         self.answer(|ctx| {
@@ -339,6 +378,10 @@ impl Client {
 
     /// Completes a live lease with an optional result; a retry of a completion made
     /// before answers `replay`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::renew`]; a completion recorded with another result is `Lost`.
     pub fn complete(&self, lease: &LeaseId, result: Option<&str>) -> Result<Completed> {
         self.answer(|ctx| {
             let done = leases::change_held_or_replay(
@@ -359,6 +402,10 @@ impl Client {
     }
 
     /// Releases a live lease without a result.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::renew`].
     pub fn release(&self, lease: &LeaseId) -> Result<Released> {
         self.answer(|ctx| {
             let done =
@@ -377,11 +424,23 @@ impl Client {
     /// claimed or written, [`RefusalKind::Conflict`] for other bytes under the same
     /// epoch, [`RefusalKind::Unissued`] for an epoch never claimed. The same bytes again
     /// under the same epoch are a replay (`Written::replay`), the document untouched.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Refused` with [`RefusalKind::Stale`], [`RefusalKind::Conflict`] or
+    /// [`RefusalKind::Unissued`] as above; `Error::Usage` for a bad name or empty content;
+    /// `Error::Busy`, store and I/O errors as they come (the document is then as it was).
+    /// With a shared store, `Error::OutcomeUnknown` when the COMMIT's answer was lost:
+    /// writing the same bytes again is a replay if it was made.
     pub fn write(&self, resource: &str, epoch: i64, content: Content<'_>) -> Result<Written> {
         self.write_with(resource, epoch, content, &WriteOptions::default())
     }
 
     /// [`Client::write`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::write`]; `Refused` when the epoch was issued to another owner.
     pub fn write_with(
         &self,
         resource: &str,
@@ -428,6 +487,11 @@ impl Client {
 
     /// Every resource's lease, sink record and document side by side (`resource`: only
     /// that one, refused as bad input if the state has never seen it).
+    ///
+    /// # Errors
+    ///
+    /// `Error::Usage` for a resource the state has never seen, or no state yet;
+    /// `Error::Busy`, store and I/O errors as they come.
     pub fn status(&self, resource: Option<&str>) -> Result<Status> {
         self.answer(|ctx| crate::reports::status(ctx, resource.map(OsStr::new)))
     }
@@ -435,6 +499,10 @@ impl Client {
     /// Checks every resource (or one) for a document, record or lease out of step, and
     /// lists what it found in [`Verified::problems`] (empty: all consistent). With a
     /// shared store, every published blob is read in full against its record.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::status`]. Problems found are the answer, not an error.
     pub fn verify(&self, resource: Option<&str>) -> Result<Verified> {
         self.answer(|ctx| crate::reports::verify(ctx, resource.map(OsStr::new)))
     }
@@ -442,12 +510,22 @@ impl Client {
     /// Recovers every resource's document (or one's) from crashed writes, as a write
     /// would before it starts. With a shared store, its unused blobs older than `grace`
     /// are removed too.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::status`]; a resource that cannot be recovered is the error when one is
+    /// asked for, and a failed line of the answer otherwise.
     pub fn recover(&self, resource: Option<&str>, grace: Duration) -> Result<Recovered> {
         self.answer(|ctx| crate::upkeep::recover(ctx, resource.map(OsStr::new), false, grace))
     }
 
     /// Brings this host's mirror root up to the shared store (a client opened with
     /// [`Client::connect`] and a mirror root): every published document, or one.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Usage` for a client without a mirror root; store and I/O errors as they come
+    /// (a document this host cannot hold is a failed line of the answer).
     pub fn mirror(&self, resource: Option<&str>) -> Result<Mirrored> {
         self.answer(|ctx| {
             if !ctx.remote.as_ref().is_some_and(|r| r.mirror) {
@@ -462,7 +540,7 @@ impl Client {
             crate::mirror::sync(
                 ctx,
                 &mut *store,
-                only.as_ref().map(|r| r.as_str()),
+                only.as_ref().map(super::resource::Resource::as_str),
                 crate::document::Look::Hash,
             )
         })
@@ -470,6 +548,11 @@ impl Client {
 
     /// Keeps `lease` renewed for `ttl` every `ttl / 3` on a thread of its own (with
     /// connections of its own), until the keeper is stopped or the lease is lost.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Usage` on a logical clock or for a zero TTL; an I/O error when no thread can
+    /// be started.
     pub fn keep(&self, lease: &LeaseId, ttl: Duration) -> Result<LeaseKeeper> {
         LeaseKeeper::start(&self.ctx, lease.clone(), ttl)
     }
@@ -579,6 +662,7 @@ impl LeaseKeeper {
     }
 
     /// What the keeper knows of the lease now.
+    #[must_use]
     pub fn state(&self) -> Keeping {
         match self.shared.0.lock() {
             Ok(state) => state.clone(),
@@ -599,6 +683,7 @@ impl LeaseKeeper {
     }
 
     /// Stops renewing (the lease is left as it is) and returns the last state.
+    #[must_use]
     pub fn stop(mut self) -> Keeping {
         self.halt()
     }
@@ -701,6 +786,7 @@ fn keep(
 /// Refusals a caller may want to match on by name.
 impl Refusal {
     /// True for a write refused because a newer epoch was accepted (or claimed).
+    #[must_use]
     pub fn is_stale(&self) -> bool {
         self.kind() == RefusalKind::Stale
     }

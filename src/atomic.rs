@@ -70,6 +70,7 @@ pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
 
 /// Identity of a file: inode number and size. No device number: it changes when the
 /// same filesystem is mounted through another device (loop, dm, NVMe or USB ordering).
+#[must_use]
 pub fn file_id(entry: &Entry) -> FileId {
     FileId {
         ino: entry.ino,
@@ -591,6 +592,7 @@ impl Staged<'_> {
     }
 
     /// The link set this write made, as recovery sees it.
+    #[must_use]
     pub fn links(&self) -> LinkSet {
         LinkSet {
             token: self.id.ino.to_string().into(),
@@ -701,6 +703,7 @@ pub fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
 
 /// Whether the writer of a link set is still running (or paused): it holds the `flock`
 /// of its staged file, which `-new-<ino>` names.
+#[must_use]
 pub fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
     doc.folder
         .open_file(&link_name(doc, "new", &set.token))
@@ -721,6 +724,7 @@ const SUM_LEN: usize = 32;
 /// in place after the crash changes them: the file is then someone's edit, not an
 /// uncommitted write to roll back. Without a `-sum` link (none is made before the `-new`
 /// link), it is taken as staged.
+#[must_use]
 pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
     match doc.folder.read_link(&link_name(doc, "sum", &set.token)) {
         Ok(sum) => sum

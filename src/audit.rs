@@ -35,6 +35,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// The word stored in the state file and shown by `log`.
+    #[must_use]
     pub fn as_str(&self) -> &str {
         match self {
             EventKind::Claim => "claim",
@@ -51,6 +52,7 @@ impl EventKind {
     }
 
     /// The kind a stored word names.
+    #[must_use]
     pub fn parse(word: &str) -> EventKind {
         let refused = [
             RefusalKind::Held,
@@ -106,6 +108,7 @@ pub struct Event {
 
 impl Event {
     /// A new event from this process.
+    #[must_use]
     pub fn new(at: i64, resource: &str, kind: EventKind) -> Event {
         Event {
             id: 0,
@@ -128,6 +131,7 @@ impl Event {
         self
     }
 
+    #[must_use]
     pub fn epoch(mut self, epoch: Option<i64>) -> Event {
         self.epoch = epoch;
         self
@@ -150,11 +154,13 @@ impl Event {
     }
 
     /// True for the refusals.
+    #[must_use]
     pub fn is_refusal(&self) -> bool {
         matches!(self.kind, EventKind::Refused(_))
     }
 
     /// A short description for tables and lanes: `write e2`, `STALE e1 (fence 2)`.
+    #[must_use]
     pub fn summary(&self) -> String {
         let epoch = self.epoch.map(|e| format!(" e{e}")).unwrap_or_default();
         let word = self.kind.as_str();
@@ -204,6 +210,7 @@ pub fn align<R: AsRef<[String]>>(rows: &[R]) -> String {
 
 /// This machine's name, for the log (`?` if the system will not say, or it is not
 /// UTF-8).
+#[must_use]
 pub fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()

@@ -16,6 +16,7 @@ pub enum ClockKind {
 
 impl ClockKind {
     /// The name stored in the state file.
+    #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             ClockKind::Logical => "logical",
@@ -24,6 +25,7 @@ impl ClockKind {
     }
 
     /// Parses the stored name.
+    #[must_use]
     pub fn parse(s: &str) -> Option<ClockKind> {
         match s {
             "logical" => Some(ClockKind::Logical),
@@ -41,6 +43,7 @@ pub enum Clock {
 }
 
 impl Clock {
+    #[must_use]
     pub fn kind(self) -> ClockKind {
         match self {
             Clock::Logical(_) => ClockKind::Logical,
@@ -49,6 +52,7 @@ impl Clock {
     }
 
     /// The current time on this clock.
+    #[must_use]
     pub fn now(self) -> i64 {
         match self {
             Clock::Logical(n) => n,
@@ -58,6 +62,7 @@ impl Clock {
 }
 
 /// Wall-clock milliseconds since the Unix epoch.
+#[must_use]
 pub fn wall_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -67,6 +72,7 @@ pub fn wall_millis() -> i64 {
 /// A time on a `kind` clock as a person reads it: logical ticks as they are, wall-clock
 /// milliseconds as a UTC timestamp (`2026-11-30T06:09:33.374Z`). For plain output only;
 /// `--json` keeps the integer.
+#[must_use]
 pub fn show(kind: ClockKind, t: i64) -> String {
     if kind == ClockKind::Logical {
         return t.to_string();
@@ -85,6 +91,7 @@ pub fn show(kind: ClockKind, t: i64) -> String {
 /// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01,
 /// counted in 400-year eras of 146,097 days that start on March 1st, so the leap day
 /// falls at the end of each era's year.
+#[must_use]
 pub fn civil_date(days: i64) -> (i64, i64, i64) {
     let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
     let era = shifted.div_euclid(146_097);

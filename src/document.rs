@@ -52,6 +52,7 @@ pub enum DocState {
 
 impl DocState {
     /// The state's word in `status` and its `--json`.
+    #[must_use]
     pub fn word(self) -> &'static str {
         match self {
             DocState::Matches => "matches",
@@ -74,6 +75,7 @@ impl DocState {
     }
 
     /// `Missing` when a document was recorded, else `Absent`.
+    #[must_use]
     pub fn gone(recorded: Option<&Content>) -> DocState {
         if recorded.is_some() {
             DocState::Missing
@@ -141,6 +143,7 @@ pub struct Examined {
 /// Looks at one document. A document that cannot be checked is a state of its own
 /// (`Unreadable` for a permission denied, else `CheckFailed`), with what was found
 /// before the failure kept.
+#[must_use]
 pub fn examine(what: &Examine<'_>) -> Examined {
     let mut found = Examined {
         state: DocState::Absent,

@@ -159,6 +159,7 @@ impl Refusal {
     }
 
     /// Its kind: the exit code and outcome word.
+    #[must_use]
     pub fn kind(&self) -> RefusalKind {
         self.detail.kind()
     }
@@ -172,6 +173,7 @@ impl std::fmt::Display for Refusal {
 
 impl Error {
     /// The process exit code: the README's table, in one exhaustive match.
+    #[must_use]
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Io { .. }
@@ -197,6 +199,7 @@ impl Error {
     }
 
     /// The outcome word for `--json` error objects.
+    #[must_use]
     pub fn outcome(&self) -> &'static str {
         match self {
             Error::Refused(r) => r.kind().outcome(),
@@ -251,6 +254,7 @@ impl Error {
 
     /// Says, for an [`Error::OutcomeUnknown`], what running the same command again will
     /// answer (`retry`: "claim again: ..."); any other error is returned as it is.
+    #[must_use]
     pub fn retry_tells(self, retry: &'static str) -> Error {
         match self {
             Error::OutcomeUnknown { message, .. } => Error::OutcomeUnknown {
@@ -262,6 +266,7 @@ impl Error {
     }
 
     /// A refusal as the error a command returns.
+    #[must_use]
     pub fn refused(refusal: Refusal) -> Error {
         Error::Refused(Box::new(refusal))
     }

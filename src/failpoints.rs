@@ -34,6 +34,7 @@ pub(crate) use failpoint;
 /// Arms the failpoints from `FAILPOINTS` for the life of the returned value (the whole
 /// command).
 #[cfg(feature = "failpoints")]
+#[must_use]
 pub fn setup() -> fail::FailScenario<'static> {
     fail::FailScenario::setup()
 }

@@ -78,11 +78,13 @@ impl Folder {
     }
 
     /// The path this folder was reached by, for messages.
+    #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The path of `name` in this folder, for messages.
+    #[must_use]
     pub fn join(&self, name: &OsStr) -> PathBuf {
         self.path.join(name)
     }
@@ -120,6 +122,7 @@ impl Folder {
     }
 
     /// Removes the empty subfolder `name`; `false` if it is gone or not empty.
+    #[must_use]
     pub fn remove_child(&self, name: &OsStr) -> bool {
         rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).is_ok()
     }
@@ -253,6 +256,7 @@ pub fn entry_of(file: &File) -> io::Result<Entry> {
 }
 
 /// The folder a path names its file in: `.` for a bare file name.
+#[must_use]
 pub fn folder_of(path: &Path) -> &Path {
     path.parent()
         .filter(|dir| !dir.as_os_str().is_empty())

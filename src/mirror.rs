@@ -137,6 +137,7 @@ pub enum Standing {
 /// The rule: `held` (epoch, SHA-256) of the mirror against the store's `published`.
 /// An unfenced version (the reproduction's unprotected sink) is applied as it lands, so
 /// it is never judged ahead.
+#[must_use]
 pub fn standing(held: Option<(i64, &str)>, published: (i64, &str), unfenced: bool) -> Standing {
     match held {
         None => Standing::Behind,
@@ -150,6 +151,7 @@ pub fn standing(held: Option<(i64, &str)>, published: (i64, &str), unfenced: boo
 
 /// What `ahead` says: what the mirror holds, what the store publishes (epoch and
 /// SHA-256; `None`: nothing of this resource), and why.
+#[must_use]
 pub fn ahead_message(held: &Content, published: Option<(i64, &str)>) -> String {
     let publishes = match published {
         None => "nothing of it".to_string(),

@@ -51,6 +51,7 @@ pub struct LeaseView {
 
 impl LeaseView {
     /// `lease` as seen at `now`.
+    #[must_use]
     pub fn at(lease: Option<&Lease>, now: i64) -> Option<LeaseView> {
         lease.map(|l| LeaseView {
             owner: l.owner.clone(),
@@ -368,6 +369,7 @@ pub enum RefusalDetail {
 
 impl RefusalDetail {
     /// The kind of refusal, which sets the exit code and the outcome word.
+    #[must_use]
     pub fn kind(&self) -> RefusalKind {
         match self {
             RefusalDetail::Held { .. } => RefusalKind::Held,
@@ -383,6 +385,7 @@ impl RefusalDetail {
     /// Who or what refused the request, for the audit log: the holder (or the owner the
     /// epoch was issued to, or the lease's owner), and the fence (or the highest epoch
     /// issued, or the lease's epoch).
+    #[must_use]
     pub fn previous(&self) -> (Option<&str>, Option<i64>) {
         match self {
             RefusalDetail::Held { holder, lease, .. } => {

@@ -248,13 +248,11 @@ fn cpu_to_spare() -> bool {
     if let Some(forced) = std::env::var_os("FENCEPOST_TEST_OVERLAP") {
         return forced == "always";
     }
-    let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-        .map(|set| {
-            (0..nix::sched::CpuSet::count())
-                .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
-                .count()
-        })
-        .unwrap_or(1);
+    let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).map_or(1, |set| {
+        (0..nix::sched::CpuSet::count())
+            .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+            .count()
+    });
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| runnable(&text))

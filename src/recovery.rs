@@ -148,6 +148,7 @@ fn weight(action: Recovery) -> u8 {
 }
 
 /// What an action did, in words (`recover`'s report).
+#[must_use]
 pub fn describe(action: Recovery) -> &'static str {
     match action {
         Recovery::Nothing => "nothing to do",

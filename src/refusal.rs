@@ -18,6 +18,7 @@ pub enum RefusalKind {
 
 impl RefusalKind {
     /// The word printed on stdout and in `outcome` of the JSON object.
+    #[must_use]
     pub fn outcome(self) -> &'static str {
         match self {
             RefusalKind::Held => "held",

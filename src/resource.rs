@@ -117,6 +117,7 @@ impl Resource {
         Ok(Resource(joined))
     }
 
+    #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -141,6 +142,7 @@ pub struct DocPath {
 
 impl DocPath {
     /// The document's full path, for messages.
+    #[must_use]
     pub fn path(&self) -> PathBuf {
         self.folder.join(&self.name)
     }
@@ -177,6 +179,7 @@ impl DocPath {
 
     /// The file name of a sibling owned by the tool: `.<name>.fencepost-<what>` (with
     /// `what` = `tmp-`, the prefix of the staged temp files).
+    #[must_use]
     pub fn sibling_name(&self, what: &str) -> OsString {
         let mut name = OsString::from(".");
         name.push(&self.name);

@@ -132,11 +132,13 @@ fn usable_root(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Where the default state file is for a root.
+#[must_use]
 pub fn default_db(root: &Path) -> PathBuf {
     root.join(STATE_DIR).join("state.db")
 }
 
 /// True when `dir` holds a `.fencepost` entry: it is a publish root.
+#[must_use]
 pub fn is_root(dir: &Path) -> bool {
     fs::symlink_metadata(dir.join(STATE_DIR)).is_ok()
 }
@@ -201,6 +203,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// The absolute path `path` resolves to, following symlinks even when the file they lead
 /// to does not exist yet (SQLite creates a state file where its symlink points). Folders
 /// that do not exist keep their spelling.
+#[must_use]
 pub fn real_path(path: &Path) -> PathBuf {
     let mut path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     for _ in 0..40 {
@@ -402,6 +405,7 @@ fn refuse_enclosed(place: &Place, resource: &Resource) -> Result<()> {
 /// How a state file names its root: relative to the state file's folder when the root
 /// contains it (`..` for the default `<root>/.fencepost/state.db`, so moving the whole
 /// tree keeps working), else the root's absolute real path.
+#[must_use]
 pub fn pin(root: &Path, db: &Path) -> Vec<u8> {
     match db_dir(db).strip_prefix(root) {
         Ok(inside) => {
@@ -417,6 +421,7 @@ pub fn pin(root: &Path, db: &Path) -> Vec<u8> {
 }
 
 /// The root a pin names, for messages.
+#[must_use]
 pub fn pinned_root(db: &Path, pin: &[u8]) -> PathBuf {
     let pinned = Path::new(OsStr::from_bytes(pin));
     if pinned.is_absolute() {
@@ -483,6 +488,7 @@ impl StateFiles {
     /// True when the file `name` in the folder `dir` (device, inode), which is `doc`
     /// (device, inode; `None` if it does not exist), is the state file or one of its
     /// companions.
+    #[must_use]
     pub fn holds(&self, dir: (u64, u64), name: &OsStr, doc: Option<(u64, u64)>) -> bool {
         if self.names.iter().any(|(d, n)| *d == dir && n == name) {
             return true;
@@ -496,6 +502,7 @@ impl StateFiles {
 
     /// True when `path` (real folders, then names not made yet) is where the state file
     /// or a companion is or will be.
+    #[must_use]
     pub fn at(&self, path: &Path) -> bool {
         self.paths.iter().any(|p| p == path)
     }

@@ -88,6 +88,7 @@ struct Slots {
 
 impl Kept {
     /// A session that keeps its store open.
+    #[must_use]
     pub fn on() -> Kept {
         Kept(Some(Slots::default()))
     }
@@ -292,6 +293,7 @@ impl Ctx {
     }
 
     /// A session with no root and no state (what generating completions needs).
+    #[must_use]
     pub fn detached(clock: Clock, log_keep: i64) -> Ctx {
         Ctx {
             root: PathBuf::new(),
@@ -776,6 +778,7 @@ pub fn check_epoch(epoch: i64) -> Result<()> {
 }
 
 /// The `lost` refusal of renew, complete and release, with the current holder.
+#[must_use]
 pub fn lost(
     resource: &Resource,
     owner: &str,

@@ -7,6 +7,7 @@
 /// invisible format characters (general category Cf), such as the bidirectional overrides
 /// (U+202E turns the text after it around), zero-width spaces and U+FEFF, which make a
 /// name show as another.
+#[must_use]
 pub fn misleading(c: char) -> bool {
     use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     c.is_control()
@@ -19,6 +20,7 @@ pub fn misleading(c: char) -> bool {
 }
 
 /// The first misleading character of `text`, as `U+202E`.
+#[must_use]
 pub fn first_misleading(text: &str) -> Option<String> {
     text.chars()
         .find(|&c| misleading(c))
@@ -27,6 +29,7 @@ pub fn first_misleading(text: &str) -> Option<String> {
 
 /// True when a component of the name starts or ends with white space: `doc.md ` and
 /// ` doc.md` show as `doc.md` in a table.
+#[must_use]
 pub fn padded(name: &str) -> bool {
     name.split('/')
         .any(|part| part.starts_with(char::is_whitespace) || part.ends_with(char::is_whitespace))
@@ -45,6 +48,7 @@ pub fn display_name(name: &str) -> String {
 }
 
 /// A name for a message: whole when short, else its start and its length.
+#[must_use]
 pub fn shown(name: &str) -> String {
     if name.len() <= 120 {
         return name.to_string();
@@ -57,6 +61,7 @@ pub fn shown(name: &str) -> String {
 }
 
 /// Lower-case hex of `bytes` (SHA-256 digests, ids).
+#[must_use]
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);

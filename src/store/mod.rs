@@ -249,6 +249,7 @@ pub enum HolderChange<'a> {
 impl<'a> HolderChange<'a> {
     /// The lease row's new state, deadline and result for this change made at `now`
     /// (`None`: left as it is): what every store's compare-and-set writes.
+    #[must_use]
     pub fn columns(self, now: i64) -> (&'static str, Option<i64>, Option<&'a str>) {
         match self {
             HolderChange::Renew { ttl } => ("held", Some(now.saturating_add(ttl)), None),

@@ -259,6 +259,7 @@ impl StoreUrl {
 /// The URL with any password replaced by `***`, for messages and logs: the one in the
 /// authority (`user:secret@`) and every query parameter whose name, percent-decoded and
 /// in any case, is `password`.
+#[must_use]
 pub fn redact(url: &str) -> String {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut shown = base.to_string();

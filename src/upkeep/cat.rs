@@ -22,14 +22,13 @@ pub fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> 
     let mut store = ctx.shared_store("nothing to print")?;
     let published = {
         let tx = store.snapshot()?;
-        match tx.published(resource.as_str())? {
-            Some(p) => p,
-            None => {
-                ctx.refuse_unseen(&*tx, &resource, "nothing to print")?;
-                return Err(Error::usage(format!(
-                    "nothing has been published to {resource} yet"
-                )));
-            }
+        if let Some(p) = tx.published(resource.as_str())? {
+            p
+        } else {
+            ctx.refuse_unseen(&*tx, &resource, "nothing to print")?;
+            return Err(Error::usage(format!(
+                "nothing has been published to {resource} yet"
+            )));
         }
     };
     let mut held = tempfile::tempfile().map_err(Error::io("cannot create", "a temporary file"))?;
