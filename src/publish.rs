@@ -156,14 +156,12 @@ fn stage_and_publish(
     store: &mut dyn crate::store::Store,
     source: &mut Source<'_>,
 ) -> Result<Outcome> {
-    let Target {
-        ctx,
-        doc,
-        resource,
-        args,
-    } = *target;
-    crate::session::refuse_state_file(ctx, doc, resource)?;
-    let size = args.from.and_then(|path| std::fs::metadata(path).ok());
+    let (ctx, doc) = (target.ctx, target.doc);
+    crate::session::refuse_state_file(ctx, doc, target.resource)?;
+    let size = target
+        .args
+        .from
+        .and_then(|path| std::fs::metadata(path).ok());
     let mut staged = stage(doc, source, size.map(|m| m.len()))?;
     publish_staged(target, store, &mut staged)
 }

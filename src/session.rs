@@ -118,15 +118,15 @@ pub enum Handle<'k, S: ?Sized> {
     Kept(MutexGuard<'k, Option<Box<S>>>),
 }
 
+/// Why a kept handle always holds a store.
+const FILLED: &str = "a kept store is filled before it is handed out";
+
 impl<S: ?Sized> std::ops::Deref for Handle<'_, S> {
     type Target = S;
     fn deref(&self) -> &S {
         match self {
             Handle::Own(store) => store,
-            Handle::Kept(guard) => match guard.as_deref() {
-                Some(store) => store,
-                None => unreachable!("a kept store is filled before it is handed out"),
-            },
+            Handle::Kept(guard) => guard.as_deref().unwrap_or_else(|| unreachable!("{FILLED}")),
         }
     }
 }
@@ -135,10 +135,9 @@ impl<S: ?Sized> std::ops::DerefMut for Handle<'_, S> {
     fn deref_mut(&mut self) -> &mut S {
         match self {
             Handle::Own(store) => store,
-            Handle::Kept(guard) => match guard.as_deref_mut() {
-                Some(store) => store,
-                None => unreachable!("a kept store is filled before it is handed out"),
-            },
+            Handle::Kept(guard) => guard
+                .as_deref_mut()
+                .unwrap_or_else(|| unreachable!("{FILLED}")),
         }
     }
 }
@@ -902,10 +901,7 @@ pub fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
     if tx.meta_bytes(MIRROR_OF)?.is_none() {
         return Ok(());
     }
-    let url = tx
-        .meta_bytes(MIRROR_URL)?
-        .map(|u| String::from_utf8_lossy(&u).into_owned())
-        .unwrap_or_default();
+    let url = mirror_url(tx)?;
     Err(Error::usage_hint(
         format!(
             "{} is a mirror of the store {url}: it takes no claim or write of its own",
@@ -913,6 +909,14 @@ pub fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
         ),
         format!("claim and write through the store: pass --store '{url}' (FENCEPOST_STORE)"),
     ))
+}
+
+/// The URL of the store a mirror root copies, as shown in messages.
+fn mirror_url(tx: &dyn ReadTxn) -> Result<String> {
+    Ok(tx
+        .meta_bytes(MIRROR_URL)?
+        .map(|u| String::from_utf8_lossy(&u).into_owned())
+        .unwrap_or_default())
 }
 
 /// The mirror root's own context: its state file, names relative to it, no store, and
@@ -945,10 +949,7 @@ pub fn bound(ctx: &Ctx, remote: &Remote, tx: &dyn ReadTxn, id: &str) -> Result<b
     match tx.meta_bytes(MIRROR_OF)? {
         Some(bound) if bound == id.as_bytes() => Ok(true),
         Some(_) => {
-            let url = tx
-                .meta_bytes(MIRROR_URL)?
-                .map(|u| String::from_utf8_lossy(&u).into_owned())
-                .unwrap_or_default();
+            let url = mirror_url(tx)?;
             Err(Error::usage_hint(
                 format!(
                     "{} mirrors another store ({url}), not {}",

@@ -360,7 +360,20 @@ fn follower(shared: &Shared, host: &Host, rng: &mut Rng, stop: &AtomicBool) {
         // follower again, as an operator would after a crash.
         if !stop.load(Ordering::SeqCst) && rng.below(2) == 0 {
             add(&shared.stats.recovered);
-            let out = host.fp(&["recover"]).output();
+            // The chaos may end recover's own session or crash the server under it: that
+            // is an error it reports (exit 1, "run the command again once it is up"), and
+            // the operator runs it again, as here, a few times.
+            let mut out = host.fp(&["recover"]).output();
+            for _ in 0..5 {
+                let lost_session = out.code == 1
+                    && (out.stderr.contains("closed the connection")
+                        || out.stderr.contains("cannot reach the store"));
+                if !lost_session || stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                out = host.fp(&["recover"]).output();
+            }
             if out.code != 0 {
                 shared.violation(format!(
                     "recover on {} after its follower was killed: {out:?}",

@@ -33,12 +33,9 @@ pub(crate) fn run(ctx: &Ctx, args: &CompleteArgs) -> Result<Report> {
     let change = HolderChange::Complete {
         result: args.result.as_deref(),
     };
-    let done = fencepost::leases::change_held_or_replay(ctx, &args.holder.holder(), change, None)?;
-    let changed = if done.replay {
-        "nothing was changed (a replay of the completion made before)".to_string()
-    } else {
-        args.holder.changed(&done.resource, "completed")
-    };
+    let (done, changed) = args
+        .holder
+        .finish(ctx, change, ("completed", "completion"))?;
     let completed = Completed {
         resource: done.resource.to_string(),
         epoch: args.holder.epoch,

@@ -79,4 +79,22 @@ impl HolderArgs {
     pub(crate) fn changed(&self, resource: &Resource, what: &str) -> String {
         format!("the lease on {resource} (epoch {}) was {what}", self.epoch)
     }
+
+    /// Finishes the lease (`complete` or `release`: `change`), answering a retry of the
+    /// same finish as a replay; returns what the engine did and, in words, what changed
+    /// (`done`: "completed", `finish`: "completion").
+    pub(crate) fn finish(
+        &self,
+        ctx: &fencepost::session::Ctx,
+        change: fencepost::store::HolderChange<'_>,
+        (done, finish): (&str, &str),
+    ) -> fencepost::error::Result<(fencepost::leases::HeldChanged, String)> {
+        let held = fencepost::leases::change_held_or_replay(ctx, &self.holder(), change, None)?;
+        let changed = if held.replay {
+            format!("nothing was changed (a replay of the {finish} made before)")
+        } else {
+            self.changed(&held.resource, done)
+        };
+        Ok((held, changed))
+    }
 }

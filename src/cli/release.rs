@@ -24,17 +24,9 @@ pub(crate) struct ReleaseArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &ReleaseArgs) -> Result<Report> {
-    let done = fencepost::leases::change_held_or_replay(
-        ctx,
-        &args.holder.holder(),
-        HolderChange::Release,
-        None,
-    )?;
-    let changed = if done.replay {
-        "nothing was changed (a replay of the release made before)".to_string()
-    } else {
-        args.holder.changed(&done.resource, "released")
-    };
+    let (done, changed) =
+        args.holder
+            .finish(ctx, HolderChange::Release, ("released", "release"))?;
     let released = Released {
         resource: done.resource.to_string(),
         epoch: args.holder.epoch,

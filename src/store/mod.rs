@@ -122,35 +122,53 @@ pub trait ReadTxn {
     fn published(&self, _resource: &str) -> Result<Option<Published>> {
         Ok(None)
     }
-    /// [`Txn::published`] for every resource, sorted by name.
+
+    /// [`ReadTxn::published`] for every resource, sorted by name.
     fn all_published(&self) -> Result<Vec<Published>> {
         Ok(Vec::new())
     }
+
     /// The highest epoch the store knows of for `resource` besides its lease: the sink's
     /// fence and, in a shared store, the highest epoch a mirror root reported holding. A
     /// claim issues its epoch above it.
     fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
         Ok(self.sink(resource)?.map_or(0, |s| s.fence))
     }
+
     /// Refuses to read deadlines on the other clock (without binding a fresh store).
     fn check_clock(&self, kind: ClockKind) -> Result<()>;
+
     /// The clock the store is bound to, if it has seen a change yet.
-    fn clock(&self) -> Result<Option<ClockKind>>;
+    fn clock(&self) -> Result<Option<ClockKind>> {
+        let value = self.meta_bytes("clock")?;
+        Ok(value
+            .as_deref()
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(ClockKind::parse))
+    }
+
     /// A setting kept as bytes (a path need not be UTF-8).
     fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
     /// The resource's lease.
     fn lease(&self, resource: &Resource) -> Result<Option<Lease>>;
+
     /// The lease stored under `name`, which may no longer pass the name rules (for
     /// reports that must show every row).
     fn lease_named(&self, name: &str) -> Result<Option<Lease>>;
+
     /// The resource's sink record.
     fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>>;
+
     /// The sink record stored under `name`, which may no longer pass the name rules.
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>>;
+
     /// Events, oldest first, optionally for one resource and from a time on.
     fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>>;
+
     /// Who `claim` issued `epoch` of `resource` to (None once forgotten).
     fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>>;
+
     /// Every resource with a lease or a sink record, sorted by name.
     fn resources(&self) -> Result<Vec<String>>;
 }
@@ -163,48 +181,61 @@ pub trait ReadTxn {
 pub trait Txn: ReadTxn {
     /// Commits: the single point where a change becomes real.
     fn commit(self: Box<Self>) -> Result<()>;
+
     /// Commits a change whose loss would cost only a line of the audit log (a refusal's
     /// record): a shared store does not wait for its synchronous standbys to confirm it,
     /// so a refusal is answered while they are down.
     fn commit_unreplicated(self: Box<Self>) -> Result<()> {
         self.commit()
     }
+
     /// Locks `resource` until the end of the transaction, for a store whose
     /// transactions do not lock everything from their start (SQLite's `BEGIN IMMEDIATE`
     /// does).
     fn lock(&self, _resource: &Resource) -> Result<()> {
         Ok(())
     }
+
     /// A shared store's clock (ms since the Unix epoch) read once [`Txn::lock`] was
     /// granted; `None` for a store on this host's clock.
     fn server_now(&self) -> Option<i64> {
         None
     }
+
     /// Records that the mirror root `mirror` holds `epoch` of `resource` (the highest
     /// it held is kept). Fails for a role without the privilege to write it.
     fn report_seen(&self, _resource: &str, _mirror: &str, _epoch: i64) -> Result<()> {
         Ok(())
     }
+
     /// The blob to point a resource at for `blob`'s bytes: an older copy of the same
     /// bytes, kept from removal until this transaction ends, or `blob` itself.
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
         Ok(blob.id)
     }
+
     /// Binds the store to a clock on its first change, and refuses the other one.
     fn bind_clock(&self, kind: ClockKind) -> Result<()>;
+
     /// Sets a setting kept as bytes.
     fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()>;
+
     /// Records a claim's lease (`now`: when).
     fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()>;
+
     /// The holder's compare-and-set: owner, epoch and a live deadline must all match, or
     /// nothing changes and it returns false (the caller is refused).
     fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool>;
+
     /// Raises the sink's fence without touching its content record (takeover fencing).
     fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()>;
+
     /// Records an accepted write: the fence and the content now on disk.
     fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()>;
+
     /// Appends an event to the audit log, keeping about the newest `keep`.
     fn append(&self, event: &Event, keep: i64) -> Result<()>;
+
     /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
     /// first); returns how many were dropped.
     fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize>;

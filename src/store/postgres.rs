@@ -1136,21 +1136,17 @@ impl ReadTxn for PgTxn<'_> {
             _ => Ok(()),
         }
     }
-    fn clock(&self) -> Result<Option<ClockKind>> {
-        let value = self.meta_bytes("clock")?;
-        Ok(value
-            .as_deref()
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(ClockKind::parse))
-    }
+
     fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
         Ok(self
             .query_opt("SELECT value FROM fencepost_meta WHERE key = $1", &[&key])?
             .map(|r| r.get(0)))
     }
+
     fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
         self.lease_named(resource.as_str())
     }
+
     fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
         let row = self.query_opt(
             "SELECT owner, epoch, deadline, state, result FROM fencepost_lease WHERE resource = $1",
@@ -1164,9 +1160,11 @@ impl ReadTxn for PgTxn<'_> {
             result: r.get(4),
         }))
     }
+
     fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
         self.sink_named(resource.as_str())
     }
+
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         let row = self.query_opt(
             "SELECT fence, content_epoch, sha256, size, written_at
@@ -1175,6 +1173,7 @@ impl ReadTxn for PgTxn<'_> {
         )?;
         Ok(row.map(|r| sink_row(&r)))
     }
+
     fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
         let rows = self.query(
             "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
@@ -1202,6 +1201,7 @@ impl ReadTxn for PgTxn<'_> {
             })
             .collect())
     }
+
     fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
         if let Some(lease) = self.lease(resource)?
             && lease.epoch == epoch
@@ -1222,6 +1222,7 @@ impl ReadTxn for PgTxn<'_> {
             )?
             .and_then(|r| r.get(0)))
     }
+
     fn resources(&self) -> Result<Vec<String>> {
         Ok(self
             .query(
@@ -1233,6 +1234,7 @@ impl ReadTxn for PgTxn<'_> {
             .map(|r| r.get(0))
             .collect())
     }
+
     fn published(&self, resource: &str) -> Result<Option<Published>> {
         let row = self.query_opt(
             "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner, s.unfenced
@@ -1249,6 +1251,7 @@ impl ReadTxn for PgTxn<'_> {
             unfenced: r.get(5),
         }))
     }
+
     fn all_published(&self) -> Result<Vec<Published>> {
         let rows = self.query(
             "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced
@@ -1268,6 +1271,7 @@ impl ReadTxn for PgTxn<'_> {
             })
             .collect())
     }
+
     fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
         // One round trip for both.
         let seen = if self.seen {
@@ -1290,11 +1294,13 @@ impl Txn for PgTxn<'_> {
     fn commit(self: Box<Self>) -> Result<()> {
         self.finish("COMMIT")
     }
+
     fn commit_unreplicated(self: Box<Self>) -> Result<()> {
         // Flushed to the primary's disk, not waited for on standbys: in one message with
         // the COMMIT, so it costs no round trip.
         self.finish("SET LOCAL synchronous_commit = local; COMMIT")
     }
+
     fn lock(&self, resource: &Resource) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_lock (resource) VALUES ($1) ON CONFLICT DO NOTHING",
@@ -1325,9 +1331,11 @@ impl Txn for PgTxn<'_> {
         );
         Ok(())
     }
+
     fn server_now(&self) -> Option<i64> {
         self.now.get()
     }
+
     fn bind_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
             Some(bound) if bound == kind => Ok(()),
@@ -1346,6 +1354,7 @@ impl Txn for PgTxn<'_> {
             }
         }
     }
+
     fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_meta (key, value) VALUES ($1, $2)
@@ -1354,6 +1363,7 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
+
     fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_lease (resource, owner, epoch, deadline, state, result, updated_at)
@@ -1372,14 +1382,9 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
+
     fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
-        let HolderRequest {
-            owner,
-            epoch,
-            now,
-            change,
-        } = *request;
-        let (state, deadline, result) = change.columns(now);
+        let (state, deadline, result) = request.change.columns(request.now);
         let rows = self.execute(
             "UPDATE fencepost_lease SET state = $1, deadline = coalesce($2, deadline),
                  result = coalesce($3, result), updated_at = $4
@@ -1389,14 +1394,15 @@ impl Txn for PgTxn<'_> {
                 &state,
                 &deadline,
                 &result,
-                &now,
+                &request.now,
                 &resource.as_str(),
-                &owner,
-                &epoch,
+                &request.owner,
+                &request.epoch,
             ],
         )?;
         Ok(rows == 1)
     }
+
     fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_sink (resource, fence) VALUES ($1, $2)
@@ -1406,6 +1412,7 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
+
     fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
         let WriteRecord {
             fence,
@@ -1457,6 +1464,7 @@ impl Txn for PgTxn<'_> {
         self.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &resource.as_str()])?;
         Ok(())
     }
+
     fn append(&self, event: &Event, keep: i64) -> Result<()> {
         let row = self.query_opt(
             "INSERT INTO fencepost_log (at, resource, event, owner, epoch, prev_owner,
@@ -1498,10 +1506,12 @@ impl Txn for PgTxn<'_> {
         }
         Ok(())
     }
+
     fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
         let dropped = self.execute(PRUNE, &[&keep.max(0), &limit])?;
         Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
     }
+
     fn report_seen(&self, resource: &str, mirror: &str, epoch: i64) -> Result<()> {
         if !self.seen {
             return Err(Error::Remote {
@@ -1521,6 +1531,7 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
+
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
         // A copy of the same bytes made earlier, locked so that `recover` cannot remove
         // it before this transaction points at it (or after: it is then referenced).

@@ -428,6 +428,7 @@ impl ReadTxn for SqliteTxn<'_> {
             .map(Option::flatten)
             .map_err(self.fail())
     }
+
     /// Refuses to read deadlines on the other clock (without binding a fresh file).
     fn check_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
@@ -435,17 +436,11 @@ impl ReadTxn for SqliteTxn<'_> {
             _ => Ok(()),
         }
     }
-    /// The clock the state file is bound to, if it has seen a change yet.
-    fn clock(&self) -> Result<Option<ClockKind>> {
-        let value = self.meta_bytes("clock")?;
-        Ok(value
-            .as_deref()
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(ClockKind::parse))
-    }
+
     fn lease(&self, resource: &Resource) -> Result<Option<Lease>> {
         self.lease_named(resource.as_str())
     }
+
     /// The lease stored under `name`, which may no longer pass the name rules (for
     /// reports that must show every row).
     fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
@@ -458,9 +453,11 @@ impl ReadTxn for SqliteTxn<'_> {
             .optional()
             .map_err(self.fail())
     }
+
     fn sink(&self, resource: &Resource) -> Result<Option<SinkRecord>> {
         self.sink_named(resource.as_str())
     }
+
     /// The sink record stored under `name`, which may no longer pass the name rules.
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
@@ -473,6 +470,7 @@ impl ReadTxn for SqliteTxn<'_> {
             .optional()
             .map_err(self.fail())
     }
+
     /// Events, oldest first, optionally for one resource and from a time on.
     fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
         let mut stmt = self
@@ -506,6 +504,7 @@ impl ReadTxn for SqliteTxn<'_> {
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(self.fail())
     }
+
     /// Who `claim` issued `epoch` of `resource` to: the current lease's owner, or for an
     /// older epoch the claim recorded in the audit log (None once pruned).
     fn issued_to(&self, resource: &Resource, epoch: i64) -> Result<Option<String>> {
@@ -530,6 +529,7 @@ impl ReadTxn for SqliteTxn<'_> {
             .optional()
             .map_err(self.fail())
     }
+
     /// Every resource with a lease or a sink record, sorted by name.
     fn resources(&self) -> Result<Vec<String>> {
         let mut stmt = self
@@ -552,6 +552,7 @@ impl Txn for SqliteTxn<'_> {
         crate::failpoints::failpoint!("txn.after_commit");
         Ok(())
     }
+
     /// Binds the state file to a clock on its first change, and refuses the other one.
     fn bind_clock(&self, kind: ClockKind) -> Result<()> {
         match self.clock()? {
@@ -568,6 +569,7 @@ impl Txn for SqliteTxn<'_> {
             }
         }
     }
+
     /// Sets a `meta` value kept as bytes.
     fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
         self.tx
@@ -579,6 +581,7 @@ impl Txn for SqliteTxn<'_> {
             .map_err(self.fail())?;
         Ok(())
     }
+
     fn put_lease(&self, resource: &Resource, lease: &Lease, now: i64) -> Result<()> {
         self.tx
             .execute(
@@ -599,16 +602,11 @@ impl Txn for SqliteTxn<'_> {
             .map_err(self.fail())?;
         Ok(())
     }
+
     /// The holder's compare-and-set (docs/protocol.md, leases): owner, epoch and a live
     /// deadline must all match, or zero rows change and the caller is refused.
     fn update_held_lease(&self, resource: &Resource, request: &HolderRequest<'_>) -> Result<bool> {
-        let HolderRequest {
-            owner,
-            epoch,
-            now,
-            change,
-        } = *request;
-        let (state, deadline, result) = change.columns(now);
+        let (state, deadline, result) = request.change.columns(request.now);
         let rows = self
             .tx
             .execute(
@@ -620,15 +618,16 @@ impl Txn for SqliteTxn<'_> {
                     state,
                     deadline,
                     result,
-                    now,
+                    request.now,
                     resource.as_str(),
-                    owner,
-                    epoch
+                    request.owner,
+                    request.epoch
                 ],
             )
             .map_err(self.fail())?;
         Ok(rows == 1)
     }
+
     /// Raises the sink's fence without touching its content record (takeover fencing).
     fn raise_fence(&self, resource: &Resource, epoch: i64) -> Result<()> {
         self.tx
@@ -640,6 +639,7 @@ impl Txn for SqliteTxn<'_> {
             .map_err(self.fail())?;
         Ok(())
     }
+
     /// Records an accepted write: the fence and the content now on disk.
     fn record_write(&self, resource: &Resource, write: &WriteRecord<'_>) -> Result<()> {
         let WriteRecord {
@@ -673,6 +673,7 @@ impl Txn for SqliteTxn<'_> {
             .map_err(self.fail())?;
         Ok(())
     }
+
     /// Appends an event to the audit log, in this transaction. Every `PRUNE_EVERY`
     /// events, the oldest beyond `keep` are dropped, so the log stays bounded.
     fn append(&self, event: &Event, keep: i64) -> Result<()> {
@@ -702,6 +703,7 @@ impl Txn for SqliteTxn<'_> {
         }
         Ok(())
     }
+
     /// Drops all but the newest `keep` events, at most `limit` of them (the oldest
     /// first); returns how many were dropped.
     fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
