@@ -764,9 +764,8 @@ fn keep(
                 };
             }
             // Not answered (busy, out of reach): tried again soon, until the deadline.
-            Err(e) if Instant::now() + every / 4 < deadline => {
+            Err(_) if Instant::now() + every / 4 < deadline => {
                 drop(state);
-                let _ = e;
                 std::thread::sleep(every / 4);
                 continue;
             }
