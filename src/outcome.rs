@@ -1,11 +1,12 @@
-//! What the commands answer, as types: the `--json` contract in one place.
+//! What the operations answer, as types: the `--json` contract in one place.
 //!
-//! A command returns one of these values (in a [`crate::cmd::Report`]) or a refusal
-//! carrying a [`RefusalDetail`]; the objects `--json` prints are derived from them with
-//! serde, and nothing reads a field back out of JSON by name. Every object also has
-//! `outcome`, `resource` and `epoch`: `outcome` is the [`Outcome`] variant's name (or the
-//! refusal's or error's word), and `lib.rs` gives `resource` and `epoch` as `null` to an
-//! answer that has none of its own. Objects print with their keys sorted.
+//! An operation (a [`crate::Client`] call, or a command of the `fencepost` binary) returns
+//! one of these values or a refusal carrying a [`RefusalDetail`]; the objects `--json`
+//! prints are derived from them with serde, and nothing reads a field back out of JSON by
+//! name. Every object also has `outcome`, `resource` and `epoch`: `outcome` is the
+//! [`Outcome`] variant's name (or the refusal's or error's word), and the command line
+//! gives `resource` and `epoch` as `null` to an answer that has none of its own. Objects
+//! print with their keys sorted.
 
 use serde::Serialize;
 

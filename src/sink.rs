@@ -1,5 +1,5 @@
 //! The sink's rules: when may a write replace the document, and what does recovery do
-//! after a crash. Pure functions over plain values; `cmd::write` runs them inside the
+//! after a crash. Pure functions over plain values; `publish::write` runs them inside the
 //! same `BEGIN IMMEDIATE` transaction that renames the document and records the epoch.
 //!
 //! The sink keeps, per resource, its *fence* (the highest epoch it has accepted, from a

@@ -1,27 +1,27 @@
-//! The state store's interface: what the commands ask of the place that keeps leases,
+//! The state store's interface: what the engine asks of the place that keeps leases,
 //! the sink's records, the audit log and the state file's bindings, whatever keeps them.
 //!
 //! The fencing rules need one thing of a store: a transaction that holds the write lock
 //! from its first read to its COMMIT (`BEGIN IMMEDIATE`), so that a decision (may this
 //! epoch claim, may this write replace the document) cannot be split from the change it
-//! decides by another writer. [`Store`] gives such transactions (and read-only
-//! snapshots); [`Txn`] is what a command does inside one:
+//! decides by another writer. [`Store`] gives such transactions ([`Txn`]) and read-only
+//! snapshots ([`ReadTxn`], which has only the reads; a `Txn` has them too):
 //!
 //! | operation | methods |
 //! |---|---|
-//! | claim | [`Txn::lease`], [`Txn::put_lease`], [`Txn::raise_fence`] |
+//! | claim | [`ReadTxn::lease`], [`Txn::put_lease`], [`Txn::raise_fence`] |
 //! | renew, complete, release | [`Txn::update_held_lease`] (a compare-and-set) |
-//! | decide and publish a write | [`Txn::lease`], [`Txn::sink`], [`Txn::issued_to`], [`Txn::record_write`] |
-//! | read records | [`Txn::lease_named`], [`Txn::sink_named`], [`Txn::resources`] |
-//! | append and read events | [`Txn::append`], [`Txn::events`], [`Txn::prune`] |
-//! | bind the clock and the root | [`Txn::bind_clock`], [`Txn::check_clock`], [`Txn::meta_bytes`] |
+//! | decide and publish a write | [`ReadTxn::lease`], [`ReadTxn::sink`], [`ReadTxn::issued_to`], [`Txn::record_write`] |
+//! | read records | [`ReadTxn::lease_named`], [`ReadTxn::sink_named`], [`ReadTxn::resources`] |
+//! | append and read events | [`Txn::append`], [`ReadTxn::events`], [`Txn::prune`] |
+//! | bind the clock and the root | [`Txn::bind_clock`], [`ReadTxn::check_clock`], [`ReadTxn::meta_bytes`] |
 //!
-//! The one implementation is [`sqlite::SqliteStore`] (a file beside the root). A second
-//! (a database server shared by several hosts, such as PostgreSQL) is a module beside it
-//! implementing both traits, chosen in [`open`] and [`open_read_only`] by the form of
-//! `--db`; the commands do not change. The document side of a write (staging, links,
-//! rename, recovery) is not the store's: it is `atomic.rs`, `folder.rs` and
-//! `recovery.rs`.
+//! Two implementations: [`sqlite::SqliteStore`] (the state file beside a root, opened by
+//! [`open`] and [`open_read_only`]) and [`postgres::PgStore`] (a database shared by
+//! several hosts, `--store`), which keeps the documents' contents too ([`Blobs`]; a store
+//! that does is a [`SharedStore`]). The session chooses one; the engine does not change.
+//! The document side of a write (staging, links, rename, recovery) is not the store's: it
+//! is `atomic.rs`, `folder.rs` and `recovery.rs`.
 
 use std::io::{Read, Write};
 use std::path::Path;

@@ -600,7 +600,7 @@ fn foreign(shown: &str, table: &str) -> Error {
 /// would let any host make old bytes current for every reader and mirror, so a store
 /// refuses it unless it carries this key; and a store gets the key only as its schema is
 /// made, by a build with the `failpoints` feature (the reproduction's own build, never
-/// the installed one) run with [`REPRODUCTION_VAR`]`=1`. A production store never has
+/// the installed one) run with `FENCEPOST_REPRODUCTION_STORE=1`. A production store never has
 /// it and cannot gain it: an existing schema is never made again.
 pub const REPRODUCTION_KEY: &str = "reproduction";
 

@@ -17,7 +17,7 @@
 //! and delete it at close) would cost five fsyncs per process on top of the one COMMIT
 //! needs. Instead the WAL and its index are kept (`SQLITE_FCNTL_PERSIST_WAL`, no checkpoint
 //! at close). A process that opens the state file alone and finds more than
-//! [`WAL_CHECKPOINT_FRAMES`] frames in the WAL checkpoints them; its own commit then starts
+//! `WAL_CHECKPOINT_FRAMES` frames in the WAL checkpoints them; its own commit then starts
 //! the WAL over from its first frame. So the next process, which rebuilds the WAL index by
 //! reading every valid frame, never reads much, and the WAL file keeps its size: commits
 //! overwrite it in place rather than grow it, which makes their fsync cheaper. The folder
