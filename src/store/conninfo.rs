@@ -94,8 +94,12 @@ fn pairs(text: &str) -> (Vec<Pair>, Option<Malformed>) {
         if chars.next_if(|&(_, c)| c == '=').is_none() {
             return (found, fail("a keyword without `=`"));
         }
+        let before = here(&mut chars);
         skip_space(&mut chars);
         let value_start = here(&mut chars);
+        // libpq reads `dbname= password=x` as the database `password=x`: what someone
+        // meant as the next pair (a password perhaps) would reach messages as a value.
+        let spaced = value_start > before;
         if chars.next_if(|&(_, c)| c == '\'').is_some() {
             loop {
                 match chars.next() {
@@ -123,6 +127,15 @@ fn pairs(text: &str) -> (Vec<Pair>, Option<Malformed>) {
             }
         }
         let value = value_start..here(&mut chars);
+        if spaced && text[value.clone()].contains('=') {
+            return (
+                found,
+                fail(
+                    "a keyword whose value, after white space, reads as the next pair \
+                      (quote an empty value: '')",
+                ),
+            );
+        }
         found.push(Pair { keyword, value });
     }
 }
@@ -139,17 +152,39 @@ pub fn check_keywords(text: &str) -> Result<(), Malformed> {
     }
 }
 
-/// Whether a parameter's name (percent-decoded, in any case) holds a password:
-/// `password`, and libpq's `sslpassword` for a client key.
+/// The parameters whose values messages may show: the driver's, but the password. A
+/// value of any other (a misspelt `passwd`, libpq's `sslpassword`) is hidden too.
+const SHOWN: &[&str] = &[
+    "user",
+    "dbname",
+    "options",
+    "application_name",
+    "sslmode",
+    "sslnegotiation",
+    "host",
+    "hostaddr",
+    "port",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
+/// Whether a parameter's value may hold a secret: its name (percent-decoded, as the
+/// driver takes it) is not one of [`SHOWN`].
 fn secret(name: &str) -> bool {
-    let name = percent_decoded(name).to_ascii_lowercase();
-    name.ends_with("password")
+    !SHOWN.contains(&percent_decoded(name).as_str())
 }
 
 /// The connection string with every password replaced by `***`, for messages, logs and
-/// files: a URL's (between its user's `:` and the last `@`) and every parameter's that
-/// [`secret`] names, in a URL's query or as key=value; of a string that stops following
-/// its grammar, everything from there.
+/// files: a URL's (between its user's `:` and the last `@`) and the value of every
+/// parameter but those of [`SHOWN`], in a URL's query or as key=value; of a string that
+/// stops following its grammar, everything from there.
 #[must_use]
 pub fn redact(text: &str) -> String {
     let hidden = match Form::of(text) {
@@ -286,6 +321,14 @@ mod tests {
                 "postgresql:///x?PASSWORD=***",
             ),
             (
+                "postgresql:///x?passwd=s3cr3t&port=1",
+                "postgresql:///x?passwd=***&port=1",
+            ),
+            (
+                "host=/run passwd=s3cr3t port=1",
+                "host=/run passwd=*** port=1",
+            ),
+            (
                 "postgresql://u:p@h/x?password=q",
                 "postgresql://u:***@h/x?password=***",
             ),
@@ -320,6 +363,7 @@ mod tests {
             ("host=/run sslpassword=s3cr3t", "host=/run sslpassword=***"),
             ("host=/run password='s3 cr3t", "host=/run ***"),
             ("host=/run password=s3 cr3t", "host=/run password=*** ***"),
+            ("host=/run dbname= password=s3cr3t", "host=/run ***"),
             ("u:s3cr3t@h/x", "u:***@h/x"),
             ("./state.db", "./state.db"),
         ] {
@@ -354,6 +398,7 @@ mod tests {
             ("host=/run password='a", 10),
             ("host=/run dbname", 10),
             ("host=/run dbname=", 10),
+            ("host=/run dbname= password=a", 10),
             ("host=/run =x", 10),
         ] {
             assert!(

@@ -266,7 +266,17 @@ impl StoreUrl {
         }
         let config = match text.parse::<postgres::Config>() {
             Ok(config) => config,
-            Err(e) => return Err(Error::usage(format!("--store {shown}: {e}"))),
+            // The driver's own text is "invalid connection string"; what is wrong is its
+            // cause's (naming the parameter, never its value).
+            Err(e) => {
+                let cause = root_cause(&e);
+                let why = if cause == e.to_string() {
+                    cause
+                } else {
+                    format!("{e}: {cause}")
+                };
+                return Err(Error::usage(format!("--store {shown}: {why}")));
+            }
         };
         // The driver takes no default server (libpq's PGHOST and socket folder): a string
         // without one can never connect, which is bad input, not an unreachable server.
