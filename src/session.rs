@@ -911,11 +911,12 @@ pub fn refuse_local_change(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
     ))
 }
 
-/// The URL of the store a mirror root copies, as shown in messages.
+/// The URL of the store a mirror root copies, as shown in messages: masked again, since
+/// a state file written by an older fencepost may hold a password its masking missed.
 fn mirror_url(tx: &dyn ReadTxn) -> Result<String> {
     Ok(tx
         .meta_bytes(MIRROR_URL)?
-        .map(|u| String::from_utf8_lossy(&u).into_owned())
+        .map(|u| store::postgres::redact(&String::from_utf8_lossy(&u)))
         .unwrap_or_default())
 }
 

@@ -27,6 +27,7 @@ mod readme;
 mod reports;
 mod reproduce;
 mod roots;
+mod secrets;
 mod shapes;
 mod sink;
 mod store_crash;

@@ -2,8 +2,10 @@
 //! code, and changes nothing, neither in the store nor on this host: an unreachable
 //! server, a database whose `fencepost_*` table someone else made, a mirror root pointed
 //! at another store or asked for a claim of its own, options that contradict `--store`,
-//! a resource locked by another session past `--busy-timeout`; and the orphan blob a
-//! writer killed after its upload leaves, which `recover` removes.
+//! a resource locked by another session past `--busy-timeout`, a malformed key=value
+//! connection string; the orphan blob a writer killed after its upload leaves, which
+//! `recover` removes; and a well-formed key=value string, which reaches the store as its
+//! URL does.
 
 use std::path::Path;
 
@@ -542,6 +544,117 @@ fn a_store_url_without_a_server_is_bad_usage() {
             "{url}: {}",
             done.stderr
         );
+    }
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}
+
+/// The store's database as a key=value connection string, its values quoted (a quote
+/// in one escaped), with its port, `sslmode` and `application_name` (the test's schema
+/// name, by which its sessions are ended after it).
+fn key_value(store: &TestStore, sslmode: &str) -> String {
+    let (_, query) = store
+        .admin()
+        .split_once('?')
+        .expect("the test URL has a query");
+    let socket = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("host="))
+        .expect("the test URL names its socket folder");
+    let name = store.name();
+    format!(
+        "host='{socket}' port=5432 dbname = postgres user=postgres sslmode={sslmode} \
+         application_name={name} options='-c search_path={name} -c lock_timeout=1s' \
+         password='not\\'checked'"
+    )
+}
+
+/// A key=value connection string names the same store as the URL: a claim through the
+/// URL is written and completed through key=value strings, and `status` through either
+/// reads it.
+#[test]
+fn a_key_value_connection_string_reaches_the_store() {
+    let Some(store) = pg::store() else { return };
+    let cwd = Env::new();
+    let (plain, preferred) = (key_value(&store, "disable"), key_value(&store, "prefer"));
+    in_folder(&cwd, store.url(), &["claim", "d.md", "-o", "A", "-t", "60"]).expect_stdout(0, "1");
+    in_folder(&cwd, &plain, &["write", "d.md", "--epoch", "1", "-o", "A"])
+        .stdin("through key=value")
+        .expect_stdout(0, "written");
+    in_folder(
+        &cwd,
+        &preferred,
+        &["complete", "d.md", "--epoch", "1", "-o", "A"],
+    )
+    .expect(0);
+    for url in [store.url(), plain.as_str(), preferred.as_str()] {
+        let status = in_folder(&cwd, url, &["--json", "status"]).expect(0).json();
+        assert_eq!(
+            status["resources"][0]["resource"], "d.md",
+            "{url}: {status}"
+        );
+        assert_eq!(
+            status["resources"][0]["lease"]["state"], "completed",
+            "{url}: {status}"
+        );
+    }
+    in_folder(&cwd, &plain, &["cat", "d.md"]).expect_stdout(0, "through key=value");
+    let lease: String = store
+        .client()
+        .query_one(
+            "SELECT state FROM fencepost_lease WHERE resource = 'd.md'",
+            &[],
+        )
+        .expect("the lease is in the test's schema")
+        .get(0);
+    assert_eq!(lease, "completed");
+    assert_eq!(entries(cwd.root()), Vec::<String>::new());
+}
+
+/// A key=value string that is malformed, or that the driver refuses, is one line naming
+/// the string (its password masked) and a hint, exit 2, and changes nothing.
+#[test]
+fn a_malformed_key_value_string_is_bad_usage() {
+    let cwd = Env::new();
+    for (text, first) in [
+        (
+            "host=/tmp/x password='Hush1 Hush2",
+            "fencepost: --store host=/tmp/x ***: not a key=value connection string: a quoted \
+             value without its closing quote at byte 12",
+        ),
+        (
+            "host=/tmp/x password=Hush1 Hush2",
+            "fencepost: --store host=/tmp/x password=*** ***: not a key=value connection \
+             string: a keyword without `=` at byte 27",
+        ),
+        (
+            "host=/tmp/x dbname= password=Hush1",
+            "fencepost: --store host=/tmp/x ***: not a key=value connection string: a keyword \
+             whose value, after white space, reads as the next pair (quote an empty value: '') \
+             at byte 12",
+        ),
+        (
+            "host=/tmp/x dbname=",
+            "fencepost: --store host=/tmp/x ***: not a key=value connection string: a keyword \
+             without a value (quote an empty one: '') at byte 12",
+        ),
+        (
+            "host=/tmp/x passwd=Hush1",
+            "fencepost: --store host=/tmp/x passwd=***: invalid connection string: unknown \
+             option `passwd`",
+        ),
+        (
+            "host=/tmp/x password=Hush1 sslmode=verify-full",
+            "fencepost: --store host=/tmp/x password=*** sslmode=verify-full: invalid \
+             connection string: invalid value for option `sslmode`",
+        ),
+        (
+            "dbname=x password=Hush1",
+            "fencepost: --store dbname=x password=***: names no server (no host= or hostaddr=)",
+        ),
+    ] {
+        let done = in_folder(&cwd, text, &["claim", "d.md", "-o", "A", "-t", "10"]).expect(2);
+        assert_eq!(done.stderr.lines().next(), Some(first), "{text}");
+        assert!(!done.stderr.contains("Hush"), "{text}: {}", done.stderr);
     }
     assert_eq!(entries(cwd.root()), Vec::<String>::new());
 }

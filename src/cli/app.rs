@@ -110,6 +110,8 @@ pub(crate) struct Global {
         global = true,
         hide_short_help = true,
         env = "FENCEPOST_STORE",
+        // Its value may hold a password: --help names the variable, never its value.
+        hide_env_values = true,
         value_name = "URL"
     )]
     pub store: Option<String>,

@@ -34,6 +34,7 @@ use crate::lease::Lease;
 use crate::resource::Resource;
 use crate::sink::{Content, SinkRecord};
 
+pub mod conninfo;
 pub mod postgres;
 pub mod sqlite;
 

@@ -32,6 +32,8 @@ use postgres::error::{DbError, SqlState};
 use postgres::{Client, NoTls, Row};
 use sha2::{Digest, Sha256};
 
+pub use super::conninfo::redact;
+use super::conninfo::{self, Form};
 use super::{Blob, Blobs, HolderRequest, Published, ReadTxn, Store, Txn, WriteRecord};
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
@@ -214,98 +216,86 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// A `--store` URL, checked: the form a user typed (for connecting) and the form shown
-/// in messages.
-#[derive(Debug, Clone)]
+/// A `--store` connection string, checked: the form a user typed (for connecting) and
+/// the form shown in messages (see [`redact`]).
+#[derive(Clone)]
 pub struct StoreUrl {
     pub url: String,
     pub shown: String,
 }
 
+/// Shows the masked form only: the other holds the password.
+impl std::fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreUrl")
+            .field("shown", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `--store` takes, for hints.
+const STORE_FORMS: &str = "pass postgresql://USER@HOST/DB, postgresql:///DB?host=/run/postgresql \
+                           for a Unix socket, or key=value: host=HOST dbname=DB user=USER";
+
 impl StoreUrl {
-    /// Checks a `--store` value: a `postgres://` or `postgresql://` URL that parses.
+    /// Checks a `--store` value: a `postgres://` or `postgresql://` URL, or a key=value
+    /// connection string, that the driver parses and that names a server.
     pub fn parse(text: &str) -> Result<StoreUrl> {
-        let scheme_ok = text.starts_with("postgres://") || text.starts_with("postgresql://");
-        if !scheme_ok {
+        let shown = redact(text);
+        let keywords = match Form::of(text) {
+            Form::Url("postgres" | "postgresql") => false,
+            Form::Keywords => true,
+            Form::Url(_) | Form::Other => {
+                return Err(Error::usage_hint(
+                    format!("--store {shown}: not a PostgreSQL URL"),
+                    format!(
+                        "{STORE_FORMS}; leave --store (FENCEPOST_STORE) unset for the local \
+                         state file"
+                    ),
+                ));
+            }
+        };
+        if keywords && let Err(wrong) = conninfo::check_keywords(text) {
             return Err(Error::usage_hint(
-                format!("--store {}: not a PostgreSQL URL", redact(text)),
-                "pass postgresql://USER@HOST/DB, or postgresql:///DB?host=/run/postgresql \
-                 for a Unix socket; leave --store (FENCEPOST_STORE) unset for the local state file",
+                format!(
+                    "--store {shown}: not a key=value connection string: {} at byte {}",
+                    wrong.why, wrong.at
+                ),
+                format!("{STORE_FORMS}; quote a value with white space in it: key='a b'"),
             ));
         }
         let config = match text.parse::<postgres::Config>() {
             Ok(config) => config,
-            Err(e) => return Err(Error::usage(format!("--store {}: {e}", redact(text)))),
+            // The driver's own text is "invalid connection string"; what is wrong is its
+            // cause's (naming the parameter, never its value).
+            Err(e) => {
+                let cause = root_cause(&e);
+                let why = if cause == e.to_string() {
+                    cause
+                } else {
+                    format!("{e}: {cause}")
+                };
+                return Err(Error::usage(format!("--store {shown}: {why}")));
+            }
         };
-        // The driver takes no default server (libpq's PGHOST and socket folder): a URL
+        // The driver takes no default server (libpq's PGHOST and socket folder): a string
         // without one can never connect, which is bad input, not an unreachable server.
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            let what = if keywords {
+                "names no server (no host= or hostaddr=)"
+            } else {
+                "names no server (no host in the URL, and no host= parameter)"
+            };
             return Err(Error::usage_hint(
-                format!(
-                    "--store {}: names no server (no host in the URL, and no host= parameter)",
-                    redact(text)
-                ),
-                "pass postgresql://USER@HOST/DB, or postgresql:///DB?host=/run/postgresql \
-                 for a Unix socket",
+                format!("--store {shown}: {what}"),
+                STORE_FORMS,
             ));
         }
         Ok(StoreUrl {
             url: text.to_string(),
-            shown: redact(text),
+            shown,
         })
     }
-}
-
-/// The URL with any password replaced by `***`, for messages and logs: the one in the
-/// authority (`user:secret@`) and every query parameter whose name, percent-decoded and
-/// in any case, is `password`.
-#[must_use]
-pub fn redact(url: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut shown = base.to_string();
-    if let Some((scheme, rest)) = base.split_once("://")
-        && let Some((userinfo, host)) = rest.split_once('@')
-        && let Some((user, _)) = userinfo.split_once(':')
-    {
-        shown = format!("{scheme}://{user}:***@{host}");
-    }
-    if query.is_empty() && !url.contains('?') {
-        return shown;
-    }
-    let params: Vec<String> = query
-        .split('&')
-        .map(|param| match param.split_once('=') {
-            Some((key, _)) if percent_decoded(key).eq_ignore_ascii_case("password") => {
-                format!("{key}=***")
-            }
-            _ => param.to_string(),
-        })
-        .collect();
-    format!("{shown}?{}", params.join("&"))
-}
-
-/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 kept as escapes).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| text.to_string())
 }
 
 impl PgStore {
@@ -1817,41 +1807,5 @@ fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
             message: format!("store {shown}: {}", root_cause(&e)),
             hint: None,
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn passwords_never_show_however_they_are_spelled() {
-        for (url, shown) in [
-            ("postgresql://app:s3cr3t@db/x", "postgresql://app:***@db/x"),
-            ("postgresql://app@db/x", "postgresql://app@db/x"),
-            (
-                "postgresql:///x?host=/run&password=s3cr3t&user=a",
-                "postgresql:///x?host=/run&password=***&user=a",
-            ),
-            (
-                "postgresql:///x?password=a&password=s3cr3t",
-                "postgresql:///x?password=***&password=***",
-            ),
-            (
-                "postgresql:///x?pass%77ord=s3cr3t",
-                "postgresql:///x?pass%77ord=***",
-            ),
-            (
-                "postgresql:///x?PASSWORD=s3cr3t",
-                "postgresql:///x?PASSWORD=***",
-            ),
-            (
-                "postgresql://u:p@h/x?password=q",
-                "postgresql://u:***@h/x?password=***",
-            ),
-        ] {
-            assert_eq!(redact(url), shown, "{url}");
-            assert!(!redact(url).contains("s3cr3t"), "{url}");
-        }
     }
 }

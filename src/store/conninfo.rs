@@ -1,0 +1,411 @@
+//! A store's connection string as people write it, and as messages show it.
+//!
+//! Two spellings name a PostgreSQL server, as libpq takes them: a URL
+//! (`postgresql://USER:PASSWORD@HOST:PORT/DB?key=value&...`) and a key=value string
+//! (`host=HOST dbname=DB user=USER password='a b'`). The driver parses both; this module
+//! checks the key=value grammar first, so that a malformed string gets a message of its
+//! own (the driver's can quote the text), and masks every password for messages, logs and
+//! the files fencepost writes.
+//!
+//! Masking errs on the side of hiding: a password with an unencoded `@`, `?`, `/`, `#` or
+//! `:` in it is hidden whole however the driver would split it, and a string that stops
+//! following its grammar is hidden from where it stops.
+
+use std::ops::Range;
+
+/// What stands for a password, or for the rest of a string that stopped parsing.
+const MASK: &str = "***";
+
+/// The spelling of a connection string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form<'a> {
+    /// `SCHEME://...`, with its scheme (not necessarily PostgreSQL's).
+    Url(&'a str),
+    /// `key=value` pairs.
+    Keywords,
+    /// Neither: no `SCHEME://` and no `=`.
+    Other,
+}
+
+impl Form<'_> {
+    /// How `text` is spelt: a URL when it starts with `SCHEME://` (a scheme without `=`
+    /// or white space), key=value when it has a `=`.
+    #[must_use]
+    pub fn of(text: &str) -> Form<'_> {
+        if let Some((scheme, _)) = text.split_once("://")
+            && !scheme.is_empty()
+            && !scheme.contains(|c: char| c == '=' || c.is_whitespace())
+        {
+            return Form::Url(scheme);
+        }
+        if text.contains('=') {
+            Form::Keywords
+        } else {
+            Form::Other
+        }
+    }
+}
+
+/// Where a key=value string stops following the grammar, and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    /// The byte where the pair that is wrong starts.
+    pub at: usize,
+    pub why: &'static str,
+}
+
+/// One `keyword = value` of a key=value string: where its keyword and its value (with
+/// its quotes) lie in the text.
+#[derive(Debug)]
+struct Pair {
+    keyword: Range<usize>,
+    value: Range<usize>,
+}
+
+/// The pairs of a key=value string, as libpq reads them: white space between pairs and
+/// around `=`, a value either quoted (`'...'`) or running to the next white space, a
+/// backslash taking the next character as it is in both. Stops at the first pair that
+/// does not follow that.
+fn pairs(text: &str) -> (Vec<Pair>, Option<Malformed>) {
+    let mut chars = text.char_indices().peekable();
+    let mut found = Vec::new();
+    let here = |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
+        chars.peek().map_or(text.len(), |&(i, _)| i)
+    };
+    let skip_space = |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
+        while chars.next_if(|&(_, c)| c.is_whitespace()).is_some() {}
+    };
+    loop {
+        skip_space(&mut chars);
+        let start = here(&mut chars);
+        if start == text.len() {
+            return (found, None);
+        }
+        let fail = |why| Some(Malformed { at: start, why });
+        while chars
+            .next_if(|&(_, c)| !c.is_whitespace() && c != '=')
+            .is_some()
+        {}
+        let keyword = start..here(&mut chars);
+        if keyword.is_empty() {
+            return (found, fail("a `=` with no keyword before it"));
+        }
+        skip_space(&mut chars);
+        if chars.next_if(|&(_, c)| c == '=').is_none() {
+            return (found, fail("a keyword without `=`"));
+        }
+        let before = here(&mut chars);
+        skip_space(&mut chars);
+        let value_start = here(&mut chars);
+        // libpq reads `dbname= password=x` as the database `password=x`: what someone
+        // meant as the next pair (a password perhaps) would reach messages as a value.
+        let spaced = value_start > before;
+        if chars.next_if(|&(_, c)| c == '\'').is_some() {
+            loop {
+                match chars.next() {
+                    None => return (found, fail("a quoted value without its closing quote")),
+                    Some((_, '\\')) => {
+                        chars.next();
+                    }
+                    Some((_, '\'')) => break,
+                    Some(_) => {}
+                }
+            }
+        } else {
+            let mut empty = true;
+            while let Some((_, c)) = chars.next_if(|&(_, c)| !c.is_whitespace()) {
+                empty = false;
+                if c == '\\' {
+                    chars.next();
+                }
+            }
+            if empty {
+                return (
+                    found,
+                    fail("a keyword without a value (quote an empty one: '')"),
+                );
+            }
+        }
+        let value = value_start..here(&mut chars);
+        if spaced && text[value.clone()].contains('=') {
+            return (
+                found,
+                fail(
+                    "a keyword whose value, after white space, reads as the next pair \
+                      (quote an empty value: '')",
+                ),
+            );
+        }
+        found.push(Pair { keyword, value });
+    }
+}
+
+/// Checks `text` against the key=value grammar (see [`pairs`]).
+///
+/// # Errors
+///
+/// Where the first pair that does not follow it starts, and why.
+pub fn check_keywords(text: &str) -> Result<(), Malformed> {
+    match pairs(text) {
+        (_, Some(malformed)) => Err(malformed),
+        (_, None) => Ok(()),
+    }
+}
+
+/// The parameters whose values messages may show: the driver's, but the password. A
+/// value of any other (a misspelt `passwd`, libpq's `sslpassword`) is hidden too.
+const SHOWN: &[&str] = &[
+    "user",
+    "dbname",
+    "options",
+    "application_name",
+    "sslmode",
+    "sslnegotiation",
+    "host",
+    "hostaddr",
+    "port",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
+/// Whether a parameter's value may hold a secret: its name (percent-decoded, as the
+/// driver takes it) is not one of [`SHOWN`].
+fn secret(name: &str) -> bool {
+    !SHOWN.contains(&percent_decoded(name).as_str())
+}
+
+/// The connection string with every password replaced by `***`, for messages, logs and
+/// files: a URL's (between its user's `:` and the last `@`) and the value of every
+/// parameter but those of [`SHOWN`], in a URL's query or as key=value; of a string that
+/// stops following its grammar, everything from there.
+#[must_use]
+pub fn redact(text: &str) -> String {
+    let hidden = match Form::of(text) {
+        Form::Url(scheme) => url_secrets(text, scheme.len() + "://".len()),
+        Form::Keywords => {
+            let (pairs, malformed) = pairs(text);
+            let mut hidden: Vec<Range<usize>> = pairs
+                .into_iter()
+                .filter(|p| secret(&text[p.keyword.clone()]))
+                .map(|p| p.value)
+                .collect();
+            if let Some(m) = malformed {
+                hidden.push(m.at..text.len());
+            }
+            hidden
+        }
+        // Perhaps a URL without its scheme (`user:password@host/db`).
+        Form::Other => url_secrets(text, 0),
+    };
+    masked(text, hidden)
+}
+
+/// The ranges of a URL (whose authority starts at `rest`) that may hold a password. The
+/// driver ends the user's part at the first `@`; a password with an `@` of its own ends
+/// at a later one, so all up to the last is hidden. Where the query starts depends on
+/// which `@` ends the user's part, so both readings' queries are searched.
+fn url_secrets(text: &str, rest: usize) -> Vec<Range<usize>> {
+    let after = &text[rest..];
+    let mut hidden = Vec::new();
+    let mut queries = vec![after.find('?').map(|q| rest + q)];
+    if let (Some(first), Some(last)) = (after.find('@'), after.rfind('@')) {
+        if let Some(colon) = after[..first].find(':') {
+            hidden.push(rest + colon + 1..rest + last);
+        }
+        queries.push(after[last..].find('?').map(|q| rest + last + q));
+    }
+    for query in queries.into_iter().flatten() {
+        hidden.extend(query_secrets(text, query + 1));
+    }
+    hidden
+}
+
+/// The values in the query string starting at `start` whose names hold a password; an
+/// unencoded `&` in one makes a piece without `=` after it, taken as part of it.
+fn query_secrets(text: &str, start: usize) -> Vec<Range<usize>> {
+    let mut hidden = Vec::new();
+    let mut in_secret = false;
+    let mut at = start;
+    for piece in text[start..].split('&') {
+        let range = at..at + piece.len();
+        at = range.end + 1;
+        match piece.split_once('=') {
+            Some((name, _)) => {
+                in_secret = secret(name);
+                if in_secret {
+                    hidden.push(range.start + name.len() + 1..range.end);
+                }
+            }
+            None if in_secret => hidden.push(range),
+            None => {}
+        }
+    }
+    hidden
+}
+
+/// `text` with each of the `hidden` ranges (overlapping ones merged) replaced by
+/// [`MASK`].
+fn masked(text: &str, mut hidden: Vec<Range<usize>>) -> String {
+    hidden.retain(|r| !r.is_empty());
+    hidden.sort_by_key(|r| r.start);
+    let mut out = String::with_capacity(text.len());
+    let mut shown_to = 0;
+    for range in hidden {
+        if range.end <= shown_to {
+            continue;
+        }
+        if range.start >= shown_to {
+            out.push_str(&text[shown_to..range.start]);
+            out.push_str(MASK);
+        }
+        shown_to = range.end;
+    }
+    out.push_str(&text[shown_to..]);
+    out
+}
+
+/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 kept as escapes).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Form, Malformed, check_keywords, redact};
+
+    #[test]
+    fn passwords_never_show_however_they_are_spelled() {
+        for (text, shown) in [
+            ("postgresql://app:s3cr3t@db/x", "postgresql://app:***@db/x"),
+            ("postgresql://app@db/x", "postgresql://app@db/x"),
+            (
+                "postgresql:///x?host=/run&password=s3cr3t&user=a",
+                "postgresql:///x?host=/run&password=***&user=a",
+            ),
+            (
+                "postgresql:///x?password=a&password=s3cr3t",
+                "postgresql:///x?password=***&password=***",
+            ),
+            (
+                "postgresql:///x?pass%77ord=s3cr3t",
+                "postgresql:///x?pass%77ord=***",
+            ),
+            (
+                "postgresql:///x?PASSWORD=s3cr3t",
+                "postgresql:///x?PASSWORD=***",
+            ),
+            (
+                "postgresql:///x?passwd=s3cr3t&port=1",
+                "postgresql:///x?passwd=***&port=1",
+            ),
+            (
+                "host=/run passwd=s3cr3t port=1",
+                "host=/run passwd=*** port=1",
+            ),
+            (
+                "postgresql://u:p@h/x?password=q",
+                "postgresql://u:***@h/x?password=***",
+            ),
+            ("postgresql://u:s3?cr3t@h/x", "postgresql://u:***@h/x"),
+            ("postgresql://u:s3@cr3t@h/x", "postgresql://u:***@h/x"),
+            ("postgresql://u:s3/cr3t@h/x", "postgresql://u:***@h/x"),
+            ("postgresql://u:s3#cr3t@h/x", "postgresql://u:***@h/x"),
+            ("postgresql://u:s3:cr3t@h/x", "postgresql://u:***@h/x"),
+            ("postgresql://u:s3%40cr3t@h/x", "postgresql://u:***@h/x"),
+            (
+                "postgresql:///x?password=s3&cr3t&user=u",
+                "postgresql:///x?password=***&***&user=u",
+            ),
+            (
+                "postgresql:///x?host=/s&password=s3:cr@3t",
+                "postgresql:///x?host=/s&password=***",
+            ),
+            ("mysql://u:s3cr3t@h/x", "mysql://u:***@h/x"),
+            (
+                "host=/run user=u password=s3cr3t dbname=x",
+                "host=/run user=u password=*** dbname=x",
+            ),
+            (
+                "host=/run password = 's3 cr3t' user=u",
+                "host=/run password = *** user=u",
+            ),
+            (
+                r"host=/run password='s3\'cr3t' user=u",
+                "host=/run password=*** user=u",
+            ),
+            (r"password=s3\ cr3t user=u", "password=*** user=u"),
+            ("host=/run sslpassword=s3cr3t", "host=/run sslpassword=***"),
+            ("host=/run password='s3 cr3t", "host=/run ***"),
+            ("host=/run password=s3 cr3t", "host=/run password=*** ***"),
+            ("host=/run dbname= password=s3cr3t", "host=/run ***"),
+            ("u:s3cr3t@h/x", "u:***@h/x"),
+            ("./state.db", "./state.db"),
+        ] {
+            assert_eq!(redact(text), shown, "{text}");
+            assert!(!redact(text).contains("s3"), "{text}");
+            assert!(!redact(text).contains("cr3t"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_url_is_told_from_key_value() {
+        assert_eq!(Form::of("postgresql:///x"), Form::Url("postgresql"));
+        assert_eq!(Form::of("mysql://h"), Form::Url("mysql"));
+        assert_eq!(Form::of("host=/run dbname=x"), Form::Keywords);
+        assert_eq!(Form::of("dbname=postgresql://h/x"), Form::Keywords);
+        assert_eq!(Form::of("./state.db"), Form::Other);
+    }
+
+    #[test]
+    fn key_value_follows_libpqs_grammar() {
+        for good in [
+            "host=/run",
+            " host = /run  dbname=x ",
+            r"password='a b\'c' user=u",
+            r"password=a\ b",
+            "password=''",
+            "",
+        ] {
+            assert_eq!(check_keywords(good), Ok(()), "{good}");
+        }
+        for (bad, at) in [
+            ("host=/run password='a", 10),
+            ("host=/run dbname", 10),
+            ("host=/run dbname=", 10),
+            ("host=/run dbname= password=a", 10),
+            ("host=/run =x", 10),
+        ] {
+            assert!(
+                matches!(check_keywords(bad), Err(Malformed { at: a, .. }) if a == at),
+                "{bad}: {:?}",
+                check_keywords(bad)
+            );
+        }
+    }
+}
