@@ -140,7 +140,7 @@ fn pairs(text: &str) -> (Vec<Pair>, Option<Malformed>) {
     }
 }
 
-/// Checks `text` against the key=value grammar (see [`pairs`]).
+/// Checks `text` against the key=value grammar (see `pairs`).
 ///
 /// # Errors
 ///
@@ -183,7 +183,7 @@ fn secret(name: &str) -> bool {
 
 /// The connection string with every password replaced by `***`, for messages, logs and
 /// files: a URL's (between its user's `:` and the last `@`) and the value of every
-/// parameter but those of [`SHOWN`], in a URL's query or as key=value; of a string that
+/// parameter but those of `SHOWN`, in a URL's query or as key=value; of a string that
 /// stops following its grammar, everything from there.
 #[must_use]
 pub fn redact(text: &str) -> String {
