@@ -264,7 +264,7 @@ impl StoreUrl {
                 format!("{STORE_FORMS}; quote a value with white space in it: key='a b'"),
             ));
         }
-        let config = match text.parse::<postgres::Config>() {
+        let mut config = match text.parse::<postgres::Config>() {
             Ok(config) => config,
             // The driver's own text is "invalid connection string"; what is wrong is its
             // cause's (naming the parameter, never its value).
@@ -278,8 +278,12 @@ impl StoreUrl {
                 return Err(Error::usage(format!("--store {shown}: {why}")));
             }
         };
-        // The driver takes no default server (libpq's PGHOST and socket folder): a string
-        // without one can never connect, which is bad input, not an unreachable server.
+        if let Err(why) = from_environment(&mut config, |name| std::env::var_os(name)) {
+            return Err(Error::usage(format!("--store {shown}: {why}")));
+        }
+        // The driver takes no default server (libpq's socket folder): a string without
+        // one, and no PGHOST, can never connect, which is bad input, not an unreachable
+        // server.
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
             let what = if keywords {
                 "names no server (no host= or hostaddr=)"
@@ -288,7 +292,7 @@ impl StoreUrl {
             };
             return Err(Error::usage_hint(
                 format!("--store {shown}: {what}"),
-                STORE_FORMS,
+                format!("{STORE_FORMS}; or set PGHOST"),
             ));
         }
         Ok(StoreUrl {
@@ -296,6 +300,79 @@ impl StoreUrl {
             shown,
         })
     }
+}
+
+/// Fills in what a connection string leaves out from the libpq environment variables
+/// (`var` reads one), as libpq does: `PGHOST` (host names or socket folders, comma
+/// separated), `PGPORT` (one port, or one per host), `PGUSER`, `PGDATABASE`,
+/// `PGPASSWORD` and `PGAPPNAME`. What the string says always wins; a variable unset or
+/// empty says nothing. `PGHOST` is read only when the string names no host and no
+/// `hostaddr` (the driver pairs the two lists one to one). The error names the variable
+/// and its value, but for `PGPASSWORD`, whose value it never holds.
+fn from_environment(
+    config: &mut postgres::Config,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> std::result::Result<(), String> {
+    use std::os::unix::ffi::OsStringExt;
+    let said = |name: &str| var(name).filter(|v| !v.is_empty());
+    let text = |name: &str| match said(name) {
+        None => Ok(None),
+        Some(v) => v
+            .into_string()
+            .map(Some)
+            .map_err(|_| format!("{name} is not valid UTF-8")),
+    };
+    if config.get_hosts().is_empty()
+        && config.get_hostaddrs().is_empty()
+        && let Some(hosts) = text("PGHOST")?
+    {
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(format!(
+                    "PGHOST={hosts}: an empty host in the list (fencepost knows no default \
+                     socket folder: name it)"
+                ));
+            }
+            config.host(host);
+        }
+    }
+    if config.get_ports().is_empty()
+        && let Some(ports) = text("PGPORT")?
+    {
+        for port in ports.split(',') {
+            // An empty entry is the default port, as in libpq.
+            let port = if port.is_empty() {
+                Ok(5432)
+            } else {
+                port.parse::<u16>()
+            };
+            match port {
+                Ok(port) if port != 0 => config.port(port),
+                _ => return Err(format!("PGPORT={ports}: not a port number (1 to 65535)")),
+            };
+        }
+    }
+    if config.get_user().is_none()
+        && let Some(user) = text("PGUSER")?
+    {
+        config.user(&user);
+    }
+    if config.get_dbname().is_none()
+        && let Some(dbname) = text("PGDATABASE")?
+    {
+        config.dbname(&dbname);
+    }
+    if config.get_password().is_none()
+        && let Some(password) = said("PGPASSWORD")
+    {
+        config.password(password.into_vec());
+    }
+    if config.get_application_name().is_none()
+        && let Some(name) = text("PGAPPNAME")?
+    {
+        config.application_name(&name);
+    }
+    Ok(())
 }
 
 impl PgStore {
@@ -382,6 +459,8 @@ fn connect(
         .url
         .parse()
         .map_err(|e| Error::usage(format!("--store {}: {e}", url.shown)))?;
+    from_environment(&mut config, |name| std::env::var_os(name))
+        .map_err(|why| Error::usage(format!("--store {}: {why}", url.shown)))?;
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
     if left.is_some_and(|l| l.is_zero()) {
         return Err(Error::Remote {
