@@ -31,6 +31,7 @@ mod secrets;
 mod shapes;
 mod sink;
 mod store_crash;
+mod store_environment;
 mod store_inputs;
 mod store_torture;
 mod stores;
