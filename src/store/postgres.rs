@@ -1888,3 +1888,94 @@ fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use postgres::Config;
+    use postgres::config::Host;
+
+    use super::from_environment;
+
+    /// `text` parsed, then filled in from the variables `vars` alone.
+    fn filled(text: &str, vars: &[(&str, &str)]) -> Result<Config, String> {
+        let mut config: Config = text.parse().expect("a connection string");
+        from_environment(&mut config, |name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| OsString::from(v))
+        })?;
+        Ok(config)
+    }
+
+    #[test]
+    fn the_variables_fill_in_what_the_string_leaves_out() {
+        let vars = [
+            ("PGHOST", "/run/pg,db.example"),
+            ("PGPORT", "5433,"),
+            ("PGUSER", "app"),
+            ("PGDATABASE", "jobs"),
+            ("PGPASSWORD", "s3cr3t"),
+            ("PGAPPNAME", "nightly"),
+        ];
+        let config = filled("postgresql://", &vars).expect("filled in");
+        assert_eq!(
+            config.get_hosts(),
+            [Host::Unix("/run/pg".into()), Host::Tcp("db.example".into())]
+        );
+        assert_eq!(config.get_ports(), [5433, 5432]);
+        assert_eq!(config.get_user(), Some("app"));
+        assert_eq!(config.get_dbname(), Some("jobs"));
+        assert_eq!(config.get_password(), Some(&b"s3cr3t"[..]));
+        assert_eq!(config.get_application_name(), Some("nightly"));
+    }
+
+    #[test]
+    fn the_string_wins_over_the_variables() {
+        let vars = [
+            ("PGHOST", "elsewhere"),
+            ("PGPORT", "1"),
+            ("PGUSER", "nobody"),
+            ("PGDATABASE", "nowhere"),
+            ("PGPASSWORD", "wrong"),
+            ("PGAPPNAME", "other"),
+        ];
+        for text in [
+            "postgresql://app:pw@db:5433/jobs?application_name=mine",
+            "host=db port=5433 user=app password=pw dbname=jobs application_name=mine",
+        ] {
+            let config = filled(text, &vars).expect("filled in");
+            assert_eq!(config.get_hosts(), [Host::Tcp("db".into())], "{text}");
+            assert_eq!(config.get_ports(), [5433], "{text}");
+            assert_eq!(config.get_user(), Some("app"), "{text}");
+            assert_eq!(config.get_dbname(), Some("jobs"), "{text}");
+            assert_eq!(config.get_password(), Some(&b"pw"[..]), "{text}");
+            assert_eq!(config.get_application_name(), Some("mine"), "{text}");
+        }
+        // A hostaddr without a host takes no PGHOST: the driver pairs the two lists.
+        let config = filled("hostaddr=127.0.0.1", &vars).expect("filled in");
+        assert!(config.get_hosts().is_empty());
+    }
+
+    #[test]
+    fn an_empty_variable_says_nothing_and_a_bad_one_is_named() {
+        let empty = [("PGHOST", ""), ("PGUSER", ""), ("PGPASSWORD", "")];
+        let config = filled("dbname=x", &empty).expect("filled in");
+        assert!(config.get_hosts().is_empty());
+        assert_eq!((config.get_user(), config.get_password()), (None, None));
+        assert_eq!(
+            filled("dbname=x", &[("PGPORT", "54x")]).map(|_| ()),
+            Err("PGPORT=54x: not a port number (1 to 65535)".to_string())
+        );
+        assert_eq!(
+            filled("dbname=x", &[("PGPORT", "0")]).map(|_| ()),
+            Err("PGPORT=0: not a port number (1 to 65535)".to_string())
+        );
+        assert!(
+            filled("dbname=x", &[("PGHOST", "a,,b")])
+                .map(|_| ())
+                .is_err_and(|e| e.starts_with("PGHOST=a,,b: an empty host"))
+        );
+    }
+}
