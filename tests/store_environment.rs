@@ -36,7 +36,9 @@ fn with(env: &Env, url: &str, vars: &[(&str, &str)], args: &[&str]) -> Run {
     let mut all = vec!["--store", url];
     all.extend_from_slice(args);
     vars.iter()
-        .fold(env.fp(&all).inside(env.root()), |run, (name, value)| run.env(name, value))
+        .fold(env.fp(&all).inside(env.root()), |run, (name, value)| {
+            run.env(name, value)
+        })
 }
 
 /// A claim and a write of `d.md` through `url` with `vars`, each exit 0.
@@ -44,9 +46,14 @@ fn with(env: &Env, url: &str, vars: &[(&str, &str)], args: &[&str]) -> Run {
 fn claim_and_write(url: &str, vars: &[(&str, &str)], bytes: &str) {
     let env = Env::new();
     with(&env, url, vars, &["claim", "d.md", "-o", "A", "-t", "60"]).expect_stdout(0, "1");
-    with(&env, url, vars, &["write", "d.md", "--epoch", "1", "-o", "A"])
-        .stdin(bytes)
-        .expect_stdout(0, "written");
+    with(
+        &env,
+        url,
+        vars,
+        &["write", "d.md", "--epoch", "1", "-o", "A"],
+    )
+    .stdin(bytes)
+    .expect_stdout(0, "written");
 }
 
 /// The bytes of `d.md` in the store's schema, read through the test's own session.
@@ -67,7 +74,11 @@ fn a_url_without_a_host_takes_pghost_and_pguser() {
     let hosts = format!("/nonexistent-fencepost-socket,{}", socket(&store));
     claim_and_write(
         &url,
-        &[("PGHOST", &hosts), ("PGUSER", "postgres"), ("PGPORT", "5432")],
+        &[
+            ("PGHOST", &hosts),
+            ("PGUSER", "postgres"),
+            ("PGPORT", "5432"),
+        ],
         "through PGHOST",
     );
     assert_eq!(published(&store), "through PGHOST");
@@ -103,7 +114,9 @@ fn the_strings_own_settings_win_over_the_variables() {
     assert_eq!(published(&store), "the URL's user");
     let url = format!("user=postgres dbname=postgres port=5432 {kv}");
     let env = Env::new();
-    let status = with(&env, &url, &vars, &["--json", "status"]).expect(0).json();
+    let status = with(&env, &url, &vars, &["--json", "status"])
+        .expect(0)
+        .json();
     assert_eq!(status["resources"][0]["resource"], "d.md", "{status}");
 }
 
@@ -141,7 +154,10 @@ fn pgdatabase_picks_the_database_the_string_leaves_out() {
     assert_eq!(status["resources"][0]["resource"], "d.md", "{status}");
     assert_eq!(status["resources"][0]["lease"]["state"], "held", "{status}");
     assert!(has_store(&cluster, "fp_other"));
-    assert!(!has_store(&cluster, "postgres"), "the claim went to postgres");
+    assert!(
+        !has_store(&cluster, "postgres"),
+        "the claim went to postgres"
+    );
 }
 
 /// In every password below: no output may contain it.
@@ -212,7 +228,9 @@ fn pgpassword_is_used_refused_when_wrong_and_never_shown() {
         &env,
         url,
         &right,
-        &["run", "e.md", "-o", "B", "-t", "60", "--", "/bin/sh", "-c", &script],
+        &[
+            "run", "e.md", "-o", "B", "-t", "60", "--", "/bin/sh", "-c", &script,
+        ],
     )
     .output();
     assert_eq!(done.code, 0, "{done:?}");
