@@ -610,6 +610,23 @@ fn a_key_value_connection_string_reaches_the_store() {
     assert_eq!(entries(cwd.root()), Vec::<String>::new());
 }
 
+/// A URL whose query names a list of hosts (`?host=/nowhere,/the/socket`, as libpq takes
+/// it) tries each in turn: the first has no server, the second does.
+#[test]
+fn a_host_list_in_a_urls_query_tries_each_host() {
+    let Some(store) = pg::store() else { return };
+    let cwd = Env::new();
+    let listed = store
+        .url()
+        .replacen("host=", "host=/nonexistent-fencepost-socket,", 1);
+    assert_ne!(listed, store.url(), "the test URL names its socket folder");
+    in_folder(&cwd, &listed, &["claim", "h.md", "-o", "A", "-t", "60"]).expect_stdout(0, "1");
+    in_folder(&cwd, &listed, &["write", "h.md", "--epoch", "1", "-o", "A"])
+        .stdin("through a host list")
+        .expect_stdout(0, "written");
+    in_folder(&cwd, store.url(), &["cat", "h.md"]).expect_stdout(0, "through a host list");
+}
+
 /// A key=value string that is malformed, or that the driver refuses, is one line naming
 /// the string (its password masked) and a hint, exit 2, and changes nothing.
 #[test]

@@ -46,6 +46,40 @@ impl Form<'_> {
     }
 }
 
+/// A URL whose query names several hosts in one `host=` parameter (`?host=/a,/b`, as
+/// libpq takes a list) rewritten with one `host=` per host, which is how the driver takes
+/// a list from a URL's query: it reads a query's `host=` as one host (a socket folder may
+/// hold any character), and adds one for each `host=`. Only unencoded commas separate (a
+/// `%2C` stays part of the name). Any other string is returned as it is.
+#[must_use]
+pub fn one_host_each(text: &str) -> std::borrow::Cow<'_, str> {
+    let Form::Url(scheme) = Form::of(text) else {
+        return text.into();
+    };
+    let rest = scheme.len() + "://".len();
+    // The driver ends the user's part at the first `@`; the query starts after it.
+    let from = text[rest..].find('@').map_or(rest, |at| rest + at);
+    let Some(query) = text[from..].find('?').map(|q| from + q + 1) else {
+        return text.into();
+    };
+    let pieces: Vec<String> = text[query..]
+        .split('&')
+        .map(|piece| match piece.strip_prefix("host=") {
+            Some(hosts) if hosts.contains(',') => hosts
+                .split(',')
+                .map(|host| format!("host={host}"))
+                .collect::<Vec<_>>()
+                .join("&"),
+            _ => piece.to_string(),
+        })
+        .collect();
+    let joined = pieces.join("&");
+    if joined == text[query..] {
+        return text.into();
+    }
+    format!("{}{joined}", &text[..query]).into()
+}
+
 /// Where a key=value string stops following the grammar, and what is wrong there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed {
@@ -297,6 +331,33 @@ fn percent_decoded(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::one_host_each;
+
+    #[test]
+    fn a_host_list_in_a_urls_query_becomes_one_host_parameter_each() {
+        for (given, taken) in [
+            (
+                "postgresql:///db?host=/a,/b&user=u",
+                "postgresql:///db?host=/a&host=/b&user=u",
+            ),
+            (
+                "postgresql://u:p?w@/db?host=db1,db2&target_session_attrs=read-write",
+                "postgresql://u:p?w@/db?host=db1&host=db2&target_session_attrs=read-write",
+            ),
+            (
+                "postgresql:///db?host=/a&user=u",
+                "postgresql:///db?host=/a&user=u",
+            ),
+            (
+                "postgresql:///db?host=/a%2Cb",
+                "postgresql:///db?host=/a%2Cb",
+            ),
+            ("postgresql://db1,db2/db", "postgresql://db1,db2/db"),
+            ("host=/a,/b dbname=db", "host=/a,/b dbname=db"),
+        ] {
+            assert_eq!(one_host_each(given), taken, "{given}");
+        }
+    }
     use super::{Form, Malformed, check_keywords, redact};
 
     #[test]

@@ -264,7 +264,10 @@ impl StoreUrl {
                 format!("{STORE_FORMS}; quote a value with white space in it: key='a b'"),
             ));
         }
-        let mut config = match text.parse::<postgres::Config>() {
+        // A URL's `?host=a,b`, a list as libpq reads it, is what the driver connects with
+        // as `?host=a&host=b`.
+        let taken = conninfo::one_host_each(text);
+        let mut config = match taken.parse::<postgres::Config>() {
             Ok(config) => config,
             // The driver's own text is "invalid connection string"; what is wrong is its
             // cause's (naming the parameter, never its value).
@@ -296,7 +299,7 @@ impl StoreUrl {
             ));
         }
         Ok(StoreUrl {
-            url: text.to_string(),
+            url: taken.into_owned(),
             shown,
         })
     }
