@@ -275,3 +275,63 @@ fn a_wrong_password_is_refused_without_showing_it() {
         }
     }
 }
+
+/// A connection string without a password takes it from the libpq password file
+/// (`PGPASSFILE`): the first line whose host (the socket folder, or `localhost` for one),
+/// port, database and user match, `*` matching anything and `\:` a colon of the password.
+/// A file its group or others may read is not read (the server then refuses), and the
+/// password shows nowhere either way.
+#[test]
+fn a_password_file_gives_a_password_the_string_does_not() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(cluster) = PrivateCluster::start() else {
+        return;
+    };
+    let mut admin = pg::connect(&cluster.url());
+    admin
+        .batch_execute(
+            "CREATE ROLE filed LOGIN PASSWORD 'Hush:filed'; \
+             GRANT CREATE ON SCHEMA public TO filed",
+        )
+        .expect("create a role with a password, which may make fencepost's tables");
+    let hba = cluster.dir().join("data/pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+    std::fs::write(&hba, format!("local all filed scram-sha-256\n{rules}"))
+        .expect("write pg_hba.conf");
+    admin
+        .batch_execute("SELECT pg_reload_conf()")
+        .expect("reload the server's rules");
+    let socket = cluster.dir().display().to_string();
+    let url = format!("postgresql:///postgres?host={socket}&user=filed&connect_timeout=5");
+    let files = tempfile::tempdir().expect("a folder for the password files");
+    let passfile = files.path().join("pgpass");
+    let lines = [
+        format!(
+            "# the wrong user's entry comes first\n{socket}:5432:postgres:other:nope\n{socket}:5432:postgres:filed:Hush\\:filed\n"
+        ),
+        "localhost:5432:*:filed:Hush\\:filed\n".to_string(),
+        "*:*:*:*:Hush\\:filed\n".to_string(),
+    ];
+    for (i, text) in lines.iter().enumerate() {
+        std::fs::write(&passfile, text).expect("write the password file");
+        std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod 600");
+        let env = Env::new();
+        let what = format!("password file {i}");
+        let done = env
+            .fp(&["--store", &url, "claim", "d.md", "-o", "A", "-t", "60"])
+            .env("PGPASSFILE", passfile.to_str().expect("a UTF-8 path"))
+            .expect_stdout(0, "1");
+        hidden(&done, &what);
+        hidden_on_disk(env.root(), &what);
+    }
+    // Readable by its group: not read, so the server asks for a password it is not given.
+    std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o640)).expect("chmod 640");
+    let env = Env::new();
+    let done = env
+        .fp(&["--store", &url, "claim", "e.md", "-o", "A", "-t", "60"])
+        .env("PGPASSFILE", passfile.to_str().expect("a UTF-8 path"))
+        .expect(1);
+    assert!(done.stderr.contains("password"), "{}", done.stderr);
+    hidden(&done, "a group-readable password file");
+}

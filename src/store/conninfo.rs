@@ -80,6 +80,49 @@ pub fn one_host_each(text: &str) -> std::borrow::Cow<'_, str> {
     format!("{}{joined}", &text[..query]).into()
 }
 
+/// The password a libpq password file (`~/.pgpass`, `PGPASSFILE`) gives a connection to
+/// `host`, `port`, `database` as `user`: the fifth field of its first line whose first four
+/// match (each the value itself or `*`). Lines starting with `#` are comments; in every
+/// field `\` takes the next character as it is (`\:`, `\\`); a line with fewer than five
+/// fields matches nothing.
+#[must_use]
+pub fn pgpass_password(
+    contents: &str,
+    (host, port, database, user): (&str, &str, &str, &str),
+) -> Option<String> {
+    contents
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let fields = pgpass_fields(line)?;
+            let wanted = [host, port, database, user];
+            fields[..4]
+                .iter()
+                .zip(wanted)
+                .all(|(field, value)| field == "*" || field == value)
+                .then(|| fields[4].clone())
+        })
+}
+
+/// The five fields of a password file's line, unescaped; the fifth runs to the line's
+/// end. `None` for a line with fewer.
+fn pgpass_fields(line: &str) -> Option<Vec<String>> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == ':' && fields.len() < 5 {
+            fields.push(String::new());
+            continue;
+        }
+        let field = fields.last_mut()?;
+        match c {
+            '\\' => field.extend(chars.next()),
+            c => field.push(c),
+        }
+    }
+    (fields.len() == 5).then_some(fields)
+}
+
 /// Where a key=value string stops following the grammar, and what is wrong there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed {
@@ -331,7 +374,27 @@ fn percent_decoded(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::one_host_each;
+    use super::{one_host_each, pgpass_password};
+
+    #[test]
+    fn a_password_file_gives_the_first_matching_lines_password() {
+        let file = "# comment\n\
+                    db1:5432:app:jobs:first\n\
+                    *:*:*:jobs:any\\:colon\\\\slash\n\
+                    short:line\n";
+        let find = |host, port, db, user| pgpass_password(file, (host, port, db, user));
+        assert_eq!(find("db1", "5432", "app", "jobs").as_deref(), Some("first"));
+        assert_eq!(
+            find("db2", "5433", "other", "jobs").as_deref(),
+            Some("any:colon\\slash")
+        );
+        assert_eq!(find("db1", "5432", "app", "someone"), None);
+        assert_eq!(pgpass_password("h:1:d:u", ("h", "1", "d", "u")), None);
+        assert_eq!(
+            pgpass_password("/run/pg:5432:*:u:p:q", ("/run/pg", "5432", "x", "u")).as_deref(),
+            Some("p:q")
+        );
+    }
 
     #[test]
     fn a_host_list_in_a_urls_query_becomes_one_host_parameter_each() {

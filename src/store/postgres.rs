@@ -375,7 +375,50 @@ fn from_environment(
     {
         config.application_name(&name);
     }
+    if config.get_password().is_none()
+        && let Some(password) = password_file(config, &var)
+    {
+        config.password(password);
+    }
     Ok(())
+}
+
+/// The password the libpq password file (`PGPASSFILE`, else `~/.pgpass`) gives the
+/// connection `config` names (its first host and port, its database and user, with
+/// libpq's defaults: port 5432, the user running this, a database named after the user);
+/// a socket folder also matches an entry for `localhost`. A file that is not a plain file,
+/// or that its group or others may read or write, is not read, as libpq does not.
+fn password_file(
+    config: &postgres::Config,
+    var: &impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = match var("PGPASSFILE").filter(|v| !v.is_empty()) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => std::path::PathBuf::from(var("HOME")?).join(".pgpass"),
+    };
+    let meta = std::fs::metadata(&path).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 {
+        return None;
+    }
+    let contents = std::fs::read_to_string(&path).ok()?;
+    let (host, socket) = match config.get_hosts().first()? {
+        postgres::config::Host::Tcp(name) => (name.clone(), false),
+        postgres::config::Host::Unix(folder) => (folder.display().to_string(), true),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = match config.get_user() {
+        Some(user) => user.to_string(),
+        None => var("USER")?.into_string().ok()?,
+    };
+    let database = config.get_dbname().unwrap_or(&user).to_string();
+    let find = |host: &str| conninfo::pgpass_password(&contents, (host, &port, &database, &user));
+    find(&host).or_else(|| if socket { find("localhost") } else { None })
 }
 
 impl PgStore {
