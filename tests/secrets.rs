@@ -244,18 +244,10 @@ fn a_wrong_password_is_refused_without_showing_it() {
     let Some(cluster) = PrivateCluster::start() else {
         return;
     };
-    let mut admin = pg::connect(&cluster.url());
-    admin
-        .batch_execute("CREATE ROLE guarded LOGIN PASSWORD 'the-right-one'")
-        .expect("create a role with a password");
-    // The role alone must show its password; everyone else keeps the socket's trust.
-    let hba = cluster.dir().join("data/pg_hba.conf");
-    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-    std::fs::write(&hba, format!("local all guarded scram-sha-256\n{rules}"))
-        .expect("write pg_hba.conf");
-    admin
-        .batch_execute("SELECT pg_reload_conf()")
-        .expect("reload the server's rules");
+    cluster.with_password_role(
+        "CREATE ROLE guarded LOGIN PASSWORD 'the-right-one'",
+        "guarded",
+    );
     let socket = cluster.dir().display().to_string();
     for url in spellings("guarded", &socket, "connect_timeout=5", "") {
         for via in [Via::Flag, Via::Variable] {
@@ -287,20 +279,11 @@ fn a_password_file_gives_a_password_the_string_does_not() {
     let Some(cluster) = PrivateCluster::start() else {
         return;
     };
-    let mut admin = pg::connect(&cluster.url());
-    admin
-        .batch_execute(
-            "CREATE ROLE filed LOGIN PASSWORD 'Hush:filed'; \
+    cluster.with_password_role(
+        "CREATE ROLE filed LOGIN PASSWORD 'Hush:filed'; \
              GRANT CREATE ON SCHEMA public TO filed",
-        )
-        .expect("create a role with a password, which may make fencepost's tables");
-    let hba = cluster.dir().join("data/pg_hba.conf");
-    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-    std::fs::write(&hba, format!("local all filed scram-sha-256\n{rules}"))
-        .expect("write pg_hba.conf");
-    admin
-        .batch_execute("SELECT pg_reload_conf()")
-        .expect("reload the server's rules");
+        "filed",
+    );
     let socket = cluster.dir().display().to_string();
     let url = format!("postgresql:///postgres?host={socket}&user=filed&connect_timeout=5");
     let files = tempfile::tempdir().expect("a folder for the password files");

@@ -182,18 +182,10 @@ fn pgpassword_is_used_refused_when_wrong_and_never_shown() {
     let Some(cluster) = PrivateCluster::start() else {
         return;
     };
-    let mut admin = pg::connect(&cluster.url());
-    admin
-        .batch_execute("CREATE ROLE guarded LOGIN SUPERUSER PASSWORD 'Hush-right'")
-        .expect("create a role with a password");
-    // The role alone must show its password; everyone else keeps the socket's trust.
-    let hba = cluster.dir().join("data/pg_hba.conf");
-    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-    std::fs::write(&hba, format!("local all guarded scram-sha-256\n{rules}"))
-        .expect("write pg_hba.conf");
-    admin
-        .batch_execute("SELECT pg_reload_conf()")
-        .expect("reload the server's rules");
+    cluster.with_password_role(
+        "CREATE ROLE guarded LOGIN SUPERUSER PASSWORD 'Hush-right'",
+        "guarded",
+    );
     let dir = cluster.dir().display().to_string();
     let urls = [
         format!("postgresql://guarded@/postgres?host={dir}"),

@@ -305,6 +305,24 @@ impl PrivateCluster {
         self.dir.path()
     }
 
+    /// Runs `setup` (which makes the role `role` with a password, and any grants), then
+    /// has the server ask that role alone for its password on the socket
+    /// (`scram-sha-256`); everyone else keeps the socket's trust.
+    #[track_caller]
+    pub(crate) fn with_password_role(&self, setup: &str, role: &str) {
+        let mut admin = connect(&self.url());
+        admin
+            .batch_execute(setup)
+            .expect("create a role with a password");
+        let hba = self.dir().join("data/pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        std::fs::write(&hba, format!("local all {role} scram-sha-256\n{rules}"))
+            .expect("write pg_hba.conf");
+        admin
+            .batch_execute("SELECT pg_reload_conf()")
+            .expect("reload the server's rules");
+    }
+
     /// Stops the server as a crash would (`pg_ctl stop -m immediate`): no shutdown
     /// checkpoint, sessions cut; the next start replays the WAL.
     #[track_caller]
