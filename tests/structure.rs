@@ -47,6 +47,44 @@ fn every_test_file_is_part_of_the_suite() {
     assert!(problems.is_empty(), "test files that never run:\n{listed}");
 }
 
+/// The library prints nothing (the command line does): no print macro and no handle on
+/// stdout or stderr in a library module's code, comments and literals aside.
+#[test]
+fn the_library_prints_nothing() {
+    let problems = printing(Path::new(env!("CARGO_MANIFEST_DIR")));
+    assert!(
+        problems.is_empty(),
+        "the library prints:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Every place in a library module of the crate at `root` that prints, as `file:line`.
+fn printing(root: &Path) -> Vec<String> {
+    const PRINTS: [&str; 6] = [
+        "println!",
+        "eprintln!",
+        "print!",
+        "eprint!",
+        "io::stdout(",
+        "io::stderr(",
+    ];
+    let mut found = Vec::new();
+    for file in rust_files(&root.join("src")) {
+        let rel = file.strip_prefix(root).unwrap_or(&file).to_path_buf();
+        if library_module(&rel).is_none() {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&file).unwrap_or_default());
+        for (n, line) in code.lines().enumerate() {
+            if PRINTS.iter().any(|p| line.contains(p)) {
+                found.push(format!("{}:{}", rel.display(), n + 1));
+            }
+        }
+    }
+    found
+}
+
 /// Everything wrong with the layering of the crate at `root` against `layers`, one line
 /// each: modules missing from the table or listed in it without a file, imports of a
 /// higher layer (`file:line: ...`), and circles (`a -> b -> a`).
@@ -573,6 +611,17 @@ mod f;
 mod g;
 == tests/g.rs
 "#;
+
+#[test]
+fn a_print_in_a_library_module_is_named_and_the_binarys_are_not() {
+    let tree = fake(
+        "== src/lib.rs\nmod quiet;\nmod loud;\n\
+         == src/quiet.rs\n// println!(\"a comment\")\nfn f() -> &'static str { \"eprintln!\" }\n\
+         == src/loud.rs\nfn f() {\n    eprintln!(\"here\");\n}\n\
+         == src/cli/app.rs\nfn f() { println!(\"the binary may\"); }\n",
+    );
+    assert_eq!(printing(tree.path()), ["src/loud.rs:2"]);
+}
 
 #[test]
 fn a_complete_test_tree_passes() {
