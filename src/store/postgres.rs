@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use postgres::error::{DbError, SqlState};
+use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Row};
 use sha2::{Digest, Sha256};
 
@@ -41,6 +42,54 @@ use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
 use crate::resource::Resource;
 use crate::sink::{Content, SinkRecord};
+
+/// A statement's parameters, each with its type. Sent so, a statement needs no prepared
+/// statement on the server: it is parsed, bound and run in one round trip, and nothing
+/// named outlives it there, which a pooler that hands each transaction to any server
+/// session (PgBouncer in transaction mode) needs.
+type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
+
+/// A value fencepost passes as a statement parameter, and its PostgreSQL type.
+trait Param: ToSql + Sync {
+    const TYPE: Type;
+}
+
+impl Param for i64 {
+    const TYPE: Type = Type::INT8;
+}
+impl Param for i32 {
+    const TYPE: Type = Type::INT4;
+}
+impl Param for bool {
+    const TYPE: Type = Type::BOOL;
+}
+impl Param for &str {
+    const TYPE: Type = Type::TEXT;
+}
+impl Param for String {
+    const TYPE: Type = Type::TEXT;
+}
+impl Param for &[u8] {
+    const TYPE: Type = Type::BYTEA;
+}
+impl Param for Vec<&str> {
+    const TYPE: Type = Type::TEXT_ARRAY;
+}
+impl<T: Param> Param for Option<T> {
+    const TYPE: Type = T::TYPE;
+}
+
+/// One parameter with its type.
+fn typed<T: Param>(value: &T) -> (&(dyn ToSql + Sync), Type) {
+    (value, T::TYPE)
+}
+
+/// A statement's parameters: `args![a, b]` is `a` and `b` with their types ([`Params`]).
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        &[$(typed(&$value)),*]
+    };
+}
 
 /// Schema versions this build knows; `fencepost_meta.schema` is how many have run.
 const MIGRATIONS: &[&str] = &[
@@ -630,11 +679,11 @@ fn read_header_once(
     busy: Duration,
     again: bool,
 ) -> Result<Option<Header>> {
-    let rows = client.query(
+    let rows = client.query_typed(
         "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
                 current_setting('synchronous_commit')
          FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
-        &[],
+        args![],
     );
     let rows = match rows {
         Ok(rows) => rows,
@@ -688,10 +737,10 @@ fn read_header_once(
 fn refuse_foreign_tables(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
     let names: Vec<&str> = TABLES.to_vec();
     let row = client
-        .query_opt(
+        .query_typed_opt(
             "SELECT table_name::text FROM information_schema.tables
              WHERE table_schema = current_schema() AND table_name = ANY($1) LIMIT 1",
-            &[&names],
+            args![names],
         )
         .map_err(|e| pg_error(shown, busy, e))?;
     match row {
@@ -733,10 +782,10 @@ fn for_reproduction() -> bool {
 fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
     let fail = |e| pg_error(shown, busy, e);
     let mut tx = client.transaction().map_err(fail)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+    tx.execute_typed("SELECT pg_advisory_xact_lock($1)", args![SCHEMA_LOCK])
         .map_err(fail)?;
     let made: bool = tx
-        .query_one("SELECT to_regclass('fencepost_meta') IS NOT NULL", &[])
+        .query_typed_one("SELECT to_regclass('fencepost_meta') IS NOT NULL", args![])
         .map_err(fail)?
         .get(0);
     if made {
@@ -751,23 +800,23 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()>
             }
         })?;
         let version = (i + 1).to_string();
-        tx.execute(
+        tx.execute_typed(
             "INSERT INTO fencepost_meta (key, value) VALUES ('schema', $1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            &[&version.as_bytes()],
+            args![version.as_bytes()],
         )
         .map_err(fail)?;
     }
     let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    tx.execute(
+    tx.execute_typed(
         "INSERT INTO fencepost_meta (key, value) VALUES ('application', 'fencepost'), ('id', $1)",
-        &[&id.as_bytes()],
+        args![id.as_bytes()],
     )
     .map_err(fail)?;
     if for_reproduction() {
-        tx.execute(
+        tx.execute_typed(
             "INSERT INTO fencepost_meta (key, value) VALUES ($1, '1')",
-            &[&REPRODUCTION_KEY],
+            args![REPRODUCTION_KEY],
         )
         .map_err(fail)?;
     }
@@ -783,12 +832,12 @@ fn upgrade(client: &mut Client, shown: &str, busy: Duration, schema: usize) -> R
     }
     let fail = |e| pg_error(shown, busy, e);
     let mut tx = client.transaction().map_err(fail)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+    tx.execute_typed("SELECT pg_advisory_xact_lock($1)", args![SCHEMA_LOCK])
         .map_err(fail)?;
     let row = tx
-        .query_one(
+        .query_typed_one(
             "SELECT convert_from(value, 'UTF8') FROM fencepost_meta WHERE key = 'schema'",
-            &[],
+            args![],
         )
         .map_err(fail)?;
     let mut done: usize = row.get::<_, String>(0).parse().unwrap_or(schema);
@@ -800,9 +849,9 @@ fn upgrade(client: &mut Client, shown: &str, busy: Duration, schema: usize) -> R
             Err(e) => return Err(fail(e)),
         }
         let version = (i + 1).to_string();
-        let recorded = tx.execute(
+        let recorded = tx.execute_typed(
             "UPDATE fencepost_meta SET value = $1 WHERE key = 'schema'",
-            &[&version.as_bytes()],
+            args![version.as_bytes()],
         );
         match recorded {
             Ok(_) => {}
@@ -843,16 +892,13 @@ impl PgStore {
     fn read_chunks(&mut self, published: &Published, out: &mut dyn Write) -> Result<()> {
         let (shown, busy) = (self.shown.clone(), self.busy);
         let fail = |e| pg_error(&shown, busy, e);
-        let select = self
-            .client
-            .prepare("SELECT data FROM fencepost_chunk WHERE blob = $1 AND seq = $2")
-            .map_err(fail)?;
+        let select = "SELECT data FROM fencepost_chunk WHERE blob = $1 AND seq = $2";
         let mut hasher = Sha256::new();
         let mut size: u64 = 0;
         let mut seq: i32 = 0;
         while let Some(row) = self
             .client
-            .query_opt(&select, &[&published.blob, &seq])
+            .query_typed_opt(select, args![published.blob, seq])
             .map_err(fail)?
         {
             let data: &[u8] = row.get(0);
@@ -968,24 +1014,16 @@ impl PgTxn<'_> {
             .is_some_and(|limit| sent.saturating_duration_since(self.last_reply.get()) >= limit)
     }
 
-    fn query(
-        &self,
-        sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<Row>> {
-        self.statement(|c| c.query(sql, params))
+    fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>> {
+        self.statement(|c| c.query_typed(sql, params))
     }
 
-    fn query_opt(
-        &self,
-        sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<Option<Row>> {
-        self.statement(|c| c.query_opt(sql, params))
+    fn query_opt(&self, sql: &str, params: Params<'_>) -> Result<Option<Row>> {
+        self.statement(|c| c.query_typed_opt(sql, params))
     }
 
-    fn execute(&self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<u64> {
-        self.statement(|c| c.execute(sql, params))
+    fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64> {
+        self.statement(|c| c.execute_typed(sql, params))
     }
 
     /// Sends `sql`, which ends with COMMIT, and says what became of it: committed (and
@@ -1154,7 +1192,7 @@ fn xact_status(url: &StoreUrl, busy: Duration, xid: &str) -> Option<String> {
             let status = connect(&url, busy, within, &Notices::default())
                 .ok()
                 .and_then(|mut c| {
-                    c.query_one("SELECT pg_xact_status($1::text::xid8)", &[&xid])
+                    c.query_typed_one("SELECT pg_xact_status($1::text::xid8)", args![xid])
                         .ok()
                         .and_then(|r| r.get::<_, Option<String>>(0))
                 });
@@ -1254,7 +1292,10 @@ impl ReadTxn for PgTxn<'_> {
 
     fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
         Ok(self
-            .query_opt("SELECT value FROM fencepost_meta WHERE key = $1", &[&key])?
+            .query_opt(
+                "SELECT value FROM fencepost_meta WHERE key = $1",
+                args![key],
+            )?
             .map(|r| r.get(0)))
     }
 
@@ -1265,7 +1306,7 @@ impl ReadTxn for PgTxn<'_> {
     fn lease_named(&self, name: &str) -> Result<Option<Lease>> {
         let row = self.query_opt(
             "SELECT owner, epoch, deadline, state, result FROM fencepost_lease WHERE resource = $1",
-            &[&name],
+            args![name],
         )?;
         Ok(row.map(|r| Lease {
             owner: r.get(0),
@@ -1284,7 +1325,7 @@ impl ReadTxn for PgTxn<'_> {
         let row = self.query_opt(
             "SELECT fence, content_epoch, sha256, size, written_at
              FROM fencepost_sink WHERE resource = $1",
-            &[&name],
+            args![name],
         )?;
         Ok(row.map(|r| sink_row(&r)))
     }
@@ -1296,7 +1337,7 @@ impl ReadTxn for PgTxn<'_> {
              FROM fencepost_log
              WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
              ORDER BY id",
-            &[&resource.map(Resource::as_str), &since],
+            args![resource.map(Resource::as_str), since],
         )?;
         Ok(rows
             .iter()
@@ -1328,11 +1369,11 @@ impl ReadTxn for PgTxn<'_> {
                 "SELECT owner FROM fencepost_log
                  WHERE resource = $1 AND epoch = $2 AND event IN ($3, $4)
                  ORDER BY id DESC LIMIT 1",
-                &[
-                    &resource.as_str(),
-                    &epoch,
-                    &EventKind::Claim.as_str(),
-                    &EventKind::Takeover.as_str(),
+                args![
+                    resource.as_str(),
+                    epoch,
+                    EventKind::Claim.as_str(),
+                    EventKind::Takeover.as_str(),
                 ],
             )?
             .and_then(|r| r.get(0)))
@@ -1343,7 +1384,7 @@ impl ReadTxn for PgTxn<'_> {
             .query(
                 "SELECT resource FROM fencepost_lease UNION SELECT resource FROM fencepost_sink
                  ORDER BY 1",
-                &[],
+                args![],
             )?
             .iter()
             .map(|r| r.get(0))
@@ -1354,7 +1395,7 @@ impl ReadTxn for PgTxn<'_> {
         let row = self.query_opt(
             "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner, s.unfenced
              FROM fencepost_sink s WHERE s.resource = $1 AND s.blob IS NOT NULL",
-            &[&resource],
+            args![resource],
         )?;
         Ok(row.map(|r| Published {
             resource: resource.to_string(),
@@ -1371,7 +1412,7 @@ impl ReadTxn for PgTxn<'_> {
         let rows = self.query(
             "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced
              FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY resource",
-            &[],
+            args![],
         )?;
         Ok(rows
             .iter()
@@ -1399,7 +1440,7 @@ impl ReadTxn for PgTxn<'_> {
                 "SELECT greatest(coalesce((SELECT fence FROM fencepost_sink WHERE resource = $1), 0),
                                  coalesce({seen}, 0))"
             ),
-            &[&resource.as_str()],
+            args![resource.as_str()],
         )?;
         Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0))
     }
@@ -1419,11 +1460,11 @@ impl Txn for PgTxn<'_> {
     fn lock(&self, resource: &Resource) -> Result<()> {
         self.execute(
             "INSERT INTO fencepost_lock (resource) VALUES ($1) ON CONFLICT DO NOTHING",
-            &[&resource.as_str()],
+            args![resource.as_str()],
         )?;
         self.query(
             "SELECT 1 FROM fencepost_lock WHERE resource = $1 FOR UPDATE",
-            &[&resource.as_str()],
+            args![resource.as_str()],
         )?;
         // Read after the lock is granted (a statement of its own: the one above may have
         // waited), so decisions use the time they are made at. With it, what tells a
@@ -1434,7 +1475,7 @@ impl Txn for PgTxn<'_> {
                     pg_current_xact_id()::text,
                     (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
                         ::interval) * 1000)::bigint",
-            &[],
+            args![],
         )?;
         self.now.set(now.as_ref().and_then(|r| r.try_get(0).ok()));
         *self.xid.borrow_mut() = now.as_ref().and_then(|r| r.try_get(1).ok());
@@ -1459,7 +1500,7 @@ impl Txn for PgTxn<'_> {
                 self.execute(
                     "INSERT INTO fencepost_meta (key, value) VALUES ('clock', $1)
                      ON CONFLICT (key) DO NOTHING",
-                    &[&kind.as_str().as_bytes()],
+                    args![kind.as_str().as_bytes()],
                 )?;
                 // Another first change may have bound it at the same moment.
                 match self.clock()? {
@@ -1474,7 +1515,7 @@ impl Txn for PgTxn<'_> {
         self.execute(
             "INSERT INTO fencepost_meta (key, value) VALUES ($1, $2)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            &[&key, &value],
+            args![key, value],
         )?;
         Ok(())
     }
@@ -1485,14 +1526,14 @@ impl Txn for PgTxn<'_> {
              VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (resource) DO UPDATE SET owner = $2, epoch = $3, deadline = $4,
                  state = $5, result = $6, updated_at = $7",
-            &[
-                &resource.as_str(),
-                &lease.owner,
-                &lease.epoch,
-                &lease.deadline,
-                &lease.state.as_str(),
-                &lease.result,
-                &now,
+            args![
+                resource.as_str(),
+                lease.owner,
+                lease.epoch,
+                lease.deadline,
+                lease.state.as_str(),
+                lease.result,
+                now,
             ],
         )?;
         Ok(())
@@ -1505,14 +1546,14 @@ impl Txn for PgTxn<'_> {
                  result = coalesce($3, result), updated_at = $4
              WHERE resource = $5 AND owner = $6 AND epoch = $7 AND state = 'held'
                AND deadline > $4",
-            &[
-                &state,
-                &deadline,
-                &result,
-                &request.now,
-                &resource.as_str(),
-                &request.owner,
-                &request.epoch,
+            args![
+                state,
+                deadline,
+                result,
+                request.now,
+                resource.as_str(),
+                request.owner,
+                request.epoch,
             ],
         )?;
         Ok(rows == 1)
@@ -1523,7 +1564,7 @@ impl Txn for PgTxn<'_> {
             "INSERT INTO fencepost_sink (resource, fence) VALUES ($1, $2)
              ON CONFLICT (resource) DO UPDATE
                  SET fence = greatest(fencepost_sink.fence, excluded.fence)",
-            &[&resource.as_str(), &epoch],
+            args![resource.as_str(), epoch],
         )?;
         Ok(())
     }
@@ -1541,24 +1582,24 @@ impl Txn for PgTxn<'_> {
             "UPDATE fencepost_blob SET released_at = now()
              WHERE id = (SELECT blob FROM fencepost_sink WHERE resource = $1)
                AND id IS DISTINCT FROM $2",
-            &[&resource.as_str(), &blob],
+            args![resource.as_str(), blob],
         )?;
-        let pointed = self.client.borrow_mut().execute(
+        let pointed = self.client.borrow_mut().execute_typed(
             "INSERT INTO fencepost_sink
                  (resource, fence, content_epoch, sha256, size, written_at, owner, blob, unfenced)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (resource) DO UPDATE SET fence = $2, content_epoch = $3, sha256 = $4,
                  size = $5, written_at = $6, owner = $7, blob = $8, unfenced = $9",
-            &[
-                &resource.as_str(),
-                &fence,
-                &content.epoch,
-                &content.sha256,
-                &size,
-                &content.written_at,
-                &owner,
-                &blob,
-                &unfenced,
+            args![
+                resource.as_str(),
+                fence,
+                content.epoch,
+                content.sha256,
+                size,
+                content.written_at,
+                owner,
+                blob,
+                unfenced,
             ],
         );
         match pointed {
@@ -1576,7 +1617,10 @@ impl Txn for PgTxn<'_> {
                 pointed.map_err(self.fail())?;
             }
         }
-        self.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &resource.as_str()])?;
+        self.execute(
+            "SELECT pg_notify($1, $2)",
+            args![CHANNEL, resource.as_str()],
+        )?;
         Ok(())
     }
 
@@ -1585,37 +1629,37 @@ impl Txn for PgTxn<'_> {
             "INSERT INTO fencepost_log (at, resource, event, owner, epoch, prev_owner,
                                         prev_epoch, sha256, pid, host, detail)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
-            &[
-                &event.at,
-                &event.resource,
-                &event.kind.as_str(),
-                &event.owner,
-                &event.epoch,
-                &event.prev_owner,
-                &event.prev_epoch,
-                &event.sha256,
-                &i64::from(event.pid),
-                &event.host,
-                &event.detail,
+            args![
+                event.at,
+                event.resource,
+                event.kind.as_str(),
+                event.owner,
+                event.epoch,
+                event.prev_owner,
+                event.prev_epoch,
+                event.sha256,
+                i64::from(event.pid),
+                event.host,
+                event.detail,
             ],
         )?;
         let id: i64 = row.map_or(0, |r| r.get(0));
         if id % PRUNE_EVERY == 0 {
             // Under a savepoint: a role that may not delete from the log still makes its
             // change, and leaves the pruning to `log --prune` by one that may.
-            self.execute("SAVEPOINT fencepost_prune", &[])?;
+            self.execute("SAVEPOINT fencepost_prune", args![])?;
             let limit = Some(2 * PRUNE_EVERY);
             let pruned = self
                 .client
                 .borrow_mut()
-                .execute(PRUNE, &[&keep.max(0), &limit]);
+                .execute_typed(PRUNE, args![keep.max(0), limit]);
             match pruned {
                 Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                    self.execute("ROLLBACK TO SAVEPOINT fencepost_prune", &[])?;
+                    self.execute("ROLLBACK TO SAVEPOINT fencepost_prune", args![])?;
                 }
                 Err(e) => return Err(pg_error(self.shown, self.busy, e)),
                 Ok(_) => {
-                    self.execute("RELEASE SAVEPOINT fencepost_prune", &[])?;
+                    self.execute("RELEASE SAVEPOINT fencepost_prune", args![])?;
                 }
             }
         }
@@ -1623,7 +1667,7 @@ impl Txn for PgTxn<'_> {
     }
 
     fn prune(&self, keep: i64, limit: Option<i64>) -> Result<usize> {
-        let dropped = self.execute(PRUNE, &[&keep.max(0), &limit])?;
+        let dropped = self.execute(PRUNE, args![keep.max(0), limit])?;
         Ok(usize::try_from(dropped).unwrap_or(usize::MAX))
     }
 
@@ -1642,7 +1686,7 @@ impl Txn for PgTxn<'_> {
             "INSERT INTO fencepost_seen (resource, mirror, epoch) VALUES ($1, $2, $3)
              ON CONFLICT (resource, mirror) DO UPDATE
                  SET epoch = greatest(fencepost_seen.epoch, excluded.epoch), at = now()",
-            &[&resource, &mirror, &epoch],
+            args![resource, mirror, epoch],
         )?;
         Ok(())
     }
@@ -1653,7 +1697,7 @@ impl Txn for PgTxn<'_> {
         let older = self.query_opt(
             "SELECT id FROM fencepost_blob WHERE sha256 = $1 AND complete AND id < $2
              ORDER BY id LIMIT 1 FOR KEY SHARE",
-            &[&blob.sha256, &blob.id],
+            args![blob.sha256, blob.id],
         )?;
         Ok(older.map_or(blob.id, |r| r.get(0)))
     }
@@ -1678,10 +1722,7 @@ impl PgStore {
     fn upload_chunks(&mut self, id: i64, source: &mut dyn Read) -> Result<Blob> {
         let fail = |shown: &str, busy, e| pg_error(shown, busy, e);
         let (shown, busy) = (self.shown.clone(), self.busy);
-        let insert = self
-            .client
-            .prepare("INSERT INTO fencepost_chunk (blob, seq, data) VALUES ($1, $2, $3)")
-            .map_err(|e| fail(&shown, busy, e))?;
+        let insert = "INSERT INTO fencepost_chunk (blob, seq, data) VALUES ($1, $2, $3)";
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; CHUNK];
         let mut size: u64 = 0;
@@ -1698,7 +1739,7 @@ impl PgStore {
             hasher.update(&buf[..n]);
             size += n as u64;
             self.client
-                .execute(&insert, &[&id, &seq, &&buf[..n]])
+                .execute_typed(insert, args![id, seq, &buf[..n]])
                 .map_err(|e| fail(&shown, busy, e))?;
             crate::failpoints::failpoint!("write.uploading");
             seq += 1;
@@ -1709,9 +1750,9 @@ impl PgStore {
         let sha256 = crate::text::hex(&hasher.finalize());
         let size_i = i64::try_from(size).unwrap_or(i64::MAX);
         self.client
-            .execute(
+            .execute_typed(
                 "UPDATE fencepost_blob SET sha256 = $2, size = $3, complete = true WHERE id = $1",
-                &[&id, &sha256, &size_i],
+                args![id, sha256, size_i],
             )
             .map_err(|e| fail(&shown, busy, e))?;
         Ok(Blob { id, sha256, size })
@@ -1729,9 +1770,9 @@ impl Blobs for PgStore {
             .map_err(fail)?;
         let id: i64 = self
             .client
-            .query_one(
+            .query_typed_one(
                 "INSERT INTO fencepost_blob DEFAULT VALUES RETURNING id",
-                &[],
+                args![],
             )
             .map_err(fail)?
             .get(0);
@@ -1788,12 +1829,12 @@ impl Blobs for PgStore {
         let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
         let candidates: Vec<i64> = self
             .client
-            .query(
+            .query_typed(
                 "SELECT id FROM fencepost_blob b
                  WHERE coalesce(released_at, created_at)
                        < now() - make_interval(secs => $1::bigint / 1000.0)
                    AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
-                &[&grace_ms],
+                args![grace_ms],
             )
             .map_err(fail)?
             .iter()
@@ -1803,10 +1844,10 @@ impl Blobs for PgStore {
         for id in candidates {
             // One at a time: a write that points at this blob meanwhile holds a key-share
             // lock on it, and then this delete fails on the reference and skips it.
-            match self.client.execute(
+            match self.client.execute_typed(
                 "DELETE FROM fencepost_blob b WHERE id = $1
                  AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
-                &[&id],
+                args![id],
             ) {
                 Ok(n) => removed += usize::try_from(n).unwrap_or(0),
                 Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {}
