@@ -389,11 +389,14 @@ fn recover_removes_the_blob_of_a_writer_killed_after_its_upload() {
     let mut client = store.client();
     let published = blobs(&mut client);
     // Killed after the whole upload, before the fenced transaction; and in the middle of
-    // uploading (after the first chunk of a two-chunk document).
+    // uploading (after the first chunk of a two-chunk document). A small document, which
+    // goes in with the fenced transaction, leaves nothing when killed before it.
     let big = "x".repeat((1 << 20) + 10);
+    let bigger = "y".repeat((1 << 20) + 10);
     for (point, content) in [
         ("write.before_lock", "unpublished"),
-        ("write.uploading", &big[..]),
+        ("write.before_lock", &big[..]),
+        ("write.uploading", &bigger[..]),
     ] {
         let done = in_folder(&cwd, store.url(), &["write", "doc.md", "--epoch", "2"])
             .now(11)

@@ -94,6 +94,11 @@ pub struct Published {
 
 /// Documents' contents kept in the store itself: immutable blobs, uploaded before the
 /// fenced transaction that makes one current.
+/// The largest document a write to a shared store puts in with its publishing
+/// transaction ([`Txn::put_small_blob`]); a larger one is uploaded first
+/// ([`Blobs::upload`]), with no lock held.
+pub const SMALL_BLOB: usize = 1 << 20;
+
 pub trait Blobs {
     /// Streams `source` into a new blob, hashing it as it passes. No resource is locked.
     fn upload(&mut self, source: &mut dyn Read) -> Result<Blob>;
@@ -213,6 +218,16 @@ pub trait Txn: ReadTxn {
     /// bytes, kept from removal until this transaction ends, or `blob` itself.
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
         Ok(blob.id)
+    }
+
+    /// The blob to point a resource at for a small document's `bytes` (at most
+    /// [`SMALL_BLOB`]), whose SHA-256 is `sha256`: an older copy of them, kept from removal
+    /// until this transaction ends, or a new blob made in this transaction, so that a
+    /// small write is one transaction, upload included. Shared stores only.
+    fn put_small_blob(&self, _bytes: &[u8], _sha256: &str) -> Result<i64> {
+        Err(crate::error::Error::Internal(
+            "a store without a place for contents was given a document's bytes",
+        ))
     }
 
     /// Binds the store to a clock on its first change, and refuses the other one.

@@ -190,13 +190,14 @@ pub const CHANNEL: &str = "fencepost_published";
 
 /// Bytes per chunk row: big enough that a 1 GiB document is about a thousand
 /// statements, small enough that a chunk in flight costs little memory.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = super::SMALL_BLOB;
 
 /// How long a session may sit idle inside a transaction before the server ends it (and
-/// with it the transaction and its locks), unless the URL's `options` set another: a
-/// paused writer then blocks the resource for at most this long. Liveness only: a
-/// writer whose session ended cannot COMMIT, so it cannot publish.
-const IDLE_IN_TRANSACTION: &str = "30s";
+/// with it the transaction and its locks), unless the URL's `options` set another, or
+/// the server a shorter one for the session (a role's or database's setting, a pooler's
+/// `connect_query`): a paused writer then blocks the resource for at most this long.
+/// Liveness only: a writer whose session ended cannot COMMIT, so it cannot publish.
+const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(30);
 
 /// Automatic pruning runs when an event id is a multiple of this.
 const PRUNE_EVERY: i64 = 1_000;
@@ -220,8 +221,9 @@ pub struct PgStore {
     id: String,
     /// The server's clock at connect, in ms since the epoch, and when that was here.
     server_clock: (i64, Instant),
-    /// The session's `synchronous_commit` for publishing (uploads lower it for a while).
-    durable: &'static str,
+    /// What each transaction sets first (`SET LOCAL`, see [`connect`]), the durability
+    /// of a publish among it where the server's default is lower.
+    local: String,
     /// How many of [`MIGRATIONS`] the store has run (an older schema this session could
     /// not upgrade lacks the later tables).
     schema: usize,
@@ -483,16 +485,19 @@ impl PgStore {
         create: bool,
     ) -> Result<Option<PgStore>> {
         let notices = Notices::default();
-        let mut client = connect(url, busy, deadline, &notices)?;
+        let Session {
+            mut client,
+            mut settings,
+        } = connect(url, busy, deadline, &notices)?;
+        let local = set_local(&settings);
         // Started here, so that its start overlaps the round trips that follow.
         let timer = CommitTimer::start(client.cancel_token());
-        let fail = |e| pg_error(&url.shown, busy, e);
         let header = read_header(&mut client, &url.shown, busy)?;
         let header = match header {
             Some(h) => h,
             None if !create => return Ok(None),
             None => {
-                create_schema(&mut client, &url.shown, busy)?;
+                create_schema(&mut client, &url.shown, busy, &local)?;
                 // Its COMMIT is the first one: one the standbys did not confirm is said.
                 if let Some(warning) = notices.take().into_iter().find(sync_wait_cancelled) {
                     return Err(not_confirmed(&url.shown, &warning, None));
@@ -503,7 +508,7 @@ impl PgStore {
             }
         };
         let here = Instant::now();
-        let schema = upgrade(&mut client, &url.shown, busy, header.schema)?;
+        let schema = upgrade(&mut client, &url.shown, busy, header.schema, &local)?;
         // An acknowledged write must be on disk (and on synchronous standbys) at COMMIT:
         // a server or role that does not wait is overruled for fencepost's sessions; one
         // that waits longer (remote_apply) is kept.
@@ -513,13 +518,19 @@ impl PgStore {
             _ => "on",
         };
         if durable != header.synchronous_commit {
-            client
-                .batch_execute("SET synchronous_commit = on")
-                .map_err(fail)?;
+            settings.push(("synchronous_commit", "on".to_string()));
         }
+        // A shorter idle limit the session has already is kept.
+        if header
+            .idle_limit
+            .is_some_and(|limit| limit < IDLE_IN_TRANSACTION)
+        {
+            settings.retain(|(name, _)| *name != "idle_in_transaction_session_timeout");
+        }
+        let local = set_local(&settings);
         let (id, server_now) = (header.id, header.now);
         Ok(Some(PgStore {
-            durable,
+            local,
             client,
             shown: url.shown.clone(),
             busy,
@@ -534,11 +545,15 @@ impl PgStore {
     }
 }
 
-/// Opens a session with fencepost's settings in front of the URL's own `options` (which
-/// win where they say otherwise): the lock timeout is the busy timeout, an idle
-/// transaction ends after [`IDLE_IN_TRANSACTION`], and the server gives up on a client
-/// it cannot reach after [`SERVER_TCP`] (so a partitioned client's session, and the row
-/// locks it holds, do not outlast its lease by long).
+/// Opens a session, and says the settings each of its transactions starts with
+/// ([`Session::settings`]): the lock timeout is the busy timeout, an idle transaction ends
+/// after [`IDLE_IN_TRANSACTION`], and the server gives up on a client it cannot reach
+/// after [`SERVER_TCP`] (so a partitioned client's session, and the row locks it holds,
+/// do not outlast its lease by long). They are set per transaction (`SET LOCAL`, sent
+/// with its BEGIN in one message), not for the session: behind a pooler in transaction
+/// mode, the next transaction may run on another server session, and a session setting
+/// would stay behind on this one for another client. A setting the URL's `options` give
+/// is theirs: fencepost leaves it out.
 ///
 /// With a `deadline` (`run`'s renewals), every wait is bounded by the time left until
 /// it: the connect, each statement (`statement_timeout`), each lock (`lock_timeout`),
@@ -549,7 +564,7 @@ fn connect(
     busy: Duration,
     deadline: Option<Instant>,
     notices: &Notices,
-) -> Result<Client> {
+) -> Result<Session> {
     let mut config: postgres::Config = url
         .url
         .parse()
@@ -565,23 +580,19 @@ fn connect(
     }
     // PostgreSQL reads 0 as "wait forever"; fencepost's 0 means "do not wait".
     let lock_ms = left.map_or(busy, |l| busy.min(l)).as_millis().max(1);
-    let mut options = format!(
-        "-c lock_timeout={lock_ms} -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION}"
-    );
-    for (name, value) in SERVER_TCP {
-        options.push_str(&format!(" -c {name}={value}"));
-    }
+    let mut settings = vec![
+        ("lock_timeout", lock_ms.to_string()),
+        (
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION.as_millis().to_string(),
+        ),
+    ];
+    settings.extend(SERVER_TCP.iter().map(|(n, v)| (*n, (*v).to_string())));
     if let Some(left) = left {
-        options.push_str(&format!(
-            " -c statement_timeout={}",
-            left.as_millis().max(1)
-        ));
+        settings.push(("statement_timeout", left.as_millis().max(1).to_string()));
     }
-    if let Some(theirs) = config.get_options() {
-        options.push(' ');
-        options.push_str(theirs);
-    }
-    config.options(&options);
+    let theirs = config.get_options().map(option_names).unwrap_or_default();
+    settings.retain(|(name, _)| !theirs.iter().any(|t| t == name));
     if config.get_application_name().is_none() {
         config.application_name("fencepost");
     }
@@ -610,14 +621,48 @@ fn connect(
     config.tcp_user_timeout(bounded(user_timeout).max(Duration::from_millis(1)));
     let kept = notices.clone();
     config.notice_callback(move |notice| kept.push(notice));
-    config.connect(NoTls).map_err(|e| Error::Remote {
+    let client = config.connect(NoTls).map_err(|e| Error::Remote {
         message: format!("cannot reach the store {}: {}", url.shown, root_cause(&e)),
         hint: Some(
             "is the server up, and the URL's host, port, database and user right? \
              nothing was changed"
                 .to_string(),
         ),
-    })
+    })?;
+    Ok(Session { client, settings })
+}
+
+/// A new session, and what its transactions set first.
+struct Session {
+    client: Client,
+    /// Fencepost's settings the URL's `options` leave to it (see [`connect`]), by name.
+    settings: Vec<(&'static str, String)>,
+}
+
+/// `SET LOCAL` statements for `settings`, `; `-separated.
+fn set_local(settings: &[(&str, String)]) -> String {
+    settings
+        .iter()
+        .map(|(name, value)| format!("SET LOCAL {name} = '{value}'"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The settings an `options` string (`-c name=value`, `--name=value`) gives, by name
+/// (a dash in a name read as `_`, as the server does).
+fn option_names(options: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(word) = words.next() {
+        let setting = match word {
+            "-c" => words.next(),
+            _ => word.strip_prefix("--").or_else(|| word.strip_prefix("-c")),
+        };
+        if let Some((name, _)) = setting.and_then(|s| s.split_once('=')) {
+            names.push(name.replace('-', "_"));
+        }
+    }
+    names
 }
 
 /// How long a connect may take, unless the URL says (`connect_timeout`).
@@ -659,6 +704,8 @@ struct Header {
     now: i64,
     /// The session's `synchronous_commit`.
     synchronous_commit: String,
+    /// The session's `idle_in_transaction_session_timeout` (`None`: no limit).
+    idle_limit: Option<Duration>,
     /// How many of [`MIGRATIONS`] have run.
     schema: usize,
 }
@@ -681,7 +728,9 @@ fn read_header_once(
 ) -> Result<Option<Header>> {
     let rows = client.query_typed(
         "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-                current_setting('synchronous_commit')
+                current_setting('synchronous_commit'),
+                (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
+                    ::interval) * 1000)::bigint
          FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
         args![],
     );
@@ -724,10 +773,15 @@ fn read_header_once(
         .first()
         .and_then(|r| r.try_get(3).ok())
         .unwrap_or_default();
+    let idle_ms: Option<i64> = rows.first().and_then(|r| r.try_get(4).ok());
+    let idle_limit = idle_ms
+        .filter(|ms| *ms > 0)
+        .map(|ms| Duration::from_millis(ms.unsigned_abs()));
     Ok(Some(Header {
         id,
         now,
         synchronous_commit,
+        idle_limit,
         schema,
     }))
 }
@@ -779,9 +833,10 @@ fn for_reproduction() -> bool {
 }
 
 /// Creates the schema (once, whoever else is creating it at the same moment).
-fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()> {
+fn create_schema(client: &mut Client, shown: &str, busy: Duration, local: &str) -> Result<()> {
     let fail = |e| pg_error(shown, busy, e);
     let mut tx = client.transaction().map_err(fail)?;
+    tx.batch_execute(local).map_err(fail)?;
     tx.execute_typed("SELECT pg_advisory_xact_lock($1)", args![SCHEMA_LOCK])
         .map_err(fail)?;
     let made: bool = tx
@@ -826,12 +881,19 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration) -> Result<()>
 /// Runs the migrations a store made by an older fencepost lacks (each additive), once,
 /// whoever else upgrades it at the same moment. A role without the privilege to create
 /// tables keeps the older schema: returns how many have run.
-fn upgrade(client: &mut Client, shown: &str, busy: Duration, schema: usize) -> Result<usize> {
+fn upgrade(
+    client: &mut Client,
+    shown: &str,
+    busy: Duration,
+    schema: usize,
+    local: &str,
+) -> Result<usize> {
     if schema >= MIGRATIONS.len() {
         return Ok(schema);
     }
     let fail = |e| pg_error(shown, busy, e);
     let mut tx = client.transaction().map_err(fail)?;
+    tx.batch_execute(local).map_err(fail)?;
     tx.execute_typed("SELECT pg_advisory_xact_lock($1)", args![SCHEMA_LOCK])
         .map_err(fail)?;
     let row = tx
@@ -925,7 +987,7 @@ impl PgStore {
     fn begin(&mut self, how: &str) -> Result<PgTxn<'_>> {
         let (shown, busy) = (self.shown.as_str(), self.busy);
         self.client
-            .batch_execute(how)
+            .batch_execute(&format!("{how}; {}", self.local))
             .map_err(|e| pg_error(shown, busy, e))?;
         Ok(PgTxn {
             client: RefCell::new(&mut self.client),
@@ -1191,7 +1253,7 @@ fn xact_status(url: &StoreUrl, busy: Duration, xid: &str) -> Option<String> {
             let within = Some(Instant::now() + RESOLVE_WITHIN);
             let status = connect(&url, busy, within, &Notices::default())
                 .ok()
-                .and_then(|mut c| {
+                .and_then(|Session { client: mut c, .. }| {
                     c.query_typed_one("SELECT pg_xact_status($1::text::xid8)", args![xid])
                         .ok()
                         .and_then(|r| r.get::<_, Option<String>>(0))
@@ -1691,6 +1753,29 @@ impl Txn for PgTxn<'_> {
         Ok(())
     }
 
+    fn put_small_blob(&self, bytes: &[u8], sha256: &str) -> Result<i64> {
+        debug_assert!(bytes.len() <= CHUNK, "a small blob is one chunk");
+        let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+        // One statement: an older copy of the same bytes (locked, as in `reuse_blob`), or
+        // a new blob and its one chunk.
+        let row = self.query_opt(
+            "WITH found AS (
+                 SELECT id FROM fencepost_blob WHERE sha256 = $1 AND complete
+                 ORDER BY id LIMIT 1 FOR KEY SHARE
+             ), made AS (
+                 INSERT INTO fencepost_blob (sha256, size, complete)
+                 SELECT $1, $2, true WHERE NOT EXISTS (SELECT 1 FROM found)
+                 RETURNING id
+             ), chunk AS (
+                 INSERT INTO fencepost_chunk (blob, seq, data) SELECT id, 0, $3 FROM made
+             )
+             SELECT id FROM found UNION ALL SELECT id FROM made",
+            args![sha256, size, bytes],
+        )?;
+        row.map(|r| r.get(0))
+            .ok_or(Error::Internal("a small blob was neither found nor made"))
+    }
+
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
         // A copy of the same bytes made earlier, locked so that `recover` cannot remove
         // it before this transaction points at it (or after: it is then referenced).
@@ -1718,6 +1803,29 @@ fn sink_row(r: &Row) -> SinkRecord {
 }
 
 impl PgStore {
+    /// Runs one statement of an upload as a transaction of its own whose COMMIT does not
+    /// wait for the disk (`SET LOCAL synchronous_commit = off`): the fenced COMMIT that
+    /// publishes the blob waits for the WAL up to itself, which holds this one. Set for
+    /// the transaction, never for the session, which a pooler may hand to another client
+    /// next. Three round trips, for a chunk of up to a MiB.
+    fn unsynced(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> std::result::Result<Vec<Row>, postgres::Error> {
+        self.client.batch_execute(&format!(
+            "BEGIN; {}; SET LOCAL synchronous_commit = off",
+            self.local
+        ))?;
+        let rows = self.client.query_typed(sql, params);
+        let end = self
+            .client
+            .batch_execute(if rows.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let rows = rows?;
+        end?;
+        Ok(rows)
+    }
+
     /// Uploads the chunks of the blob `id` from `source` and marks it complete.
     fn upload_chunks(&mut self, id: i64, source: &mut dyn Read) -> Result<Blob> {
         let fail = |shown: &str, busy, e| pg_error(shown, busy, e);
@@ -1738,8 +1846,7 @@ impl PgStore {
             }
             hasher.update(&buf[..n]);
             size += n as u64;
-            self.client
-                .execute_typed(insert, args![id, seq, &buf[..n]])
+            self.unsynced(insert, args![id, seq, &buf[..n]])
                 .map_err(|e| fail(&shown, busy, e))?;
             crate::failpoints::failpoint!("write.uploading");
             seq += 1;
@@ -1749,12 +1856,11 @@ impl PgStore {
         }
         let sha256 = crate::text::hex(&hasher.finalize());
         let size_i = i64::try_from(size).unwrap_or(i64::MAX);
-        self.client
-            .execute_typed(
-                "UPDATE fencepost_blob SET sha256 = $2, size = $3, complete = true WHERE id = $1",
-                args![id, sha256, size_i],
-            )
-            .map_err(|e| fail(&shown, busy, e))?;
+        self.unsynced(
+            "UPDATE fencepost_blob SET sha256 = $2, size = $3, complete = true WHERE id = $1",
+            args![id, sha256, size_i],
+        )
+        .map_err(|e| fail(&shown, busy, e))?;
         Ok(Blob { id, sha256, size })
     }
 }
@@ -1762,37 +1868,25 @@ impl PgStore {
 impl Blobs for PgStore {
     fn upload(&mut self, source: &mut dyn Read) -> Result<Blob> {
         let (shown, busy) = (self.shown.clone(), self.busy);
-        let fail = |e| upload_error(&shown, busy, e);
-        // Each statement commits on its own without waiting for the disk; the fenced
-        // COMMIT that publishes the blob waits for all of them.
-        self.client
-            .batch_execute("SET synchronous_commit = off")
-            .map_err(fail)?;
         let id: i64 = self
-            .client
-            .query_typed_one(
+            .unsynced(
                 "INSERT INTO fencepost_blob DEFAULT VALUES RETURNING id",
                 args![],
             )
-            .map_err(fail)?
+            .map_err(|e| upload_error(&shown, busy, e))?
+            .first()
+            .ok_or(Error::Internal("a new blob has no id"))?
             .get(0);
         let uploaded = self.upload_chunks(id, source).map_err(|e| match e {
             Error::Remote { message, hint } => uploading(message, hint),
             other => other,
         });
         if uploaded.is_err() {
-            // A full disk, a source that failed: what was uploaded is of no use. Best
-            // effort, as is setting the session's durability back.
+            // A full disk, a source that failed: what was uploaded is of no use (best
+            // effort).
             self.discard(id);
-            let _ = self
-                .client
-                .batch_execute(&format!("SET synchronous_commit = {}", self.durable));
         }
-        let uploaded = uploaded?;
-        self.client
-            .batch_execute(&format!("SET synchronous_commit = {}", self.durable))
-            .map_err(fail)?;
-        Ok(uploaded)
+        uploaded
     }
 
     fn discard(&mut self, id: i64) {
@@ -1813,7 +1907,10 @@ impl Blobs for PgStore {
         let fail = |e| pg_error(&shown, busy, e);
         // Every chunk from one snapshot: removals committed meanwhile do not show.
         self.client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {}",
+                self.local
+            ))
             .map_err(fail)?;
         let read = self.read_chunks(published, out);
         let end = self
