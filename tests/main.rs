@@ -22,6 +22,7 @@ mod operator;
 mod partition;
 mod paths;
 mod pg_support;
+mod pooler;
 mod powerloss;
 mod readme;
 mod reports;

@@ -3,11 +3,14 @@
 //! documents as files in it) and a PostgreSQL store (`--store`), seen from a host
 //! without a root (the documents read back with `fencepost cat`) and from a host with a
 //! mirror root (every command given `--root`, so each write applies there at once; the
-//! documents read from the mirror, which must hold what `cat` prints).
+//! documents read from the mirror, which must hold what `cat` prints), and the same store
+//! reached through PgBouncer in transaction mode, where each transaction may run on
+//! another server session.
 //!
-//! [`both_stores!`] turns a list of test bodies, each a `fn(&Backend)`, into three tests
-//! apiece, `local::NAME`, `postgres::NAME` and `postgres_mirror::NAME`; the last two say
-//! "skipped" without a server (see `pg`). The store without a root also checks, when the
+//! [`both_stores!`] turns a list of test bodies, each a `fn(&Backend)`, into four tests
+//! apiece, `local::NAME`, `postgres::NAME`, `postgres_mirror::NAME` and
+//! `postgres_pooled::NAME`; the last three say "skipped" without a server (see `pg`),
+//! the pooled one also without PgBouncer. The store without a root also checks, when the
 //! test ends, that no command made a file in the folder it ran in.
 
 #![allow(dead_code)]
@@ -15,7 +18,7 @@
 use std::os::unix::fs::MetadataExt as _;
 
 use crate::harness::{Done, Env, Run, bin};
-use crate::support::pg::{self, TestStore};
+use crate::support::pg::{self, Pooler, TestStore};
 use crate::support::{Paused, spawn_paused_also, spawn_paused_command_also};
 
 /// Where a behaviour test keeps its state.
@@ -23,6 +26,9 @@ pub(crate) struct Backend {
     /// The publish root (local), the mirror root, or the empty folder commands run in
     /// (a store without a root).
     env: Env,
+    /// PgBouncer in transaction mode, which commands reach the store through (stopped
+    /// before the schema is dropped: declared first).
+    pooler: Option<Pooler>,
     /// The store's schema, for PostgreSQL.
     pg: Option<TestStore>,
     /// Commands against the store also get `--root`: the host's mirror.
@@ -34,6 +40,7 @@ impl Backend {
     pub(crate) fn local() -> Backend {
         Backend {
             env: Env::new(),
+            pooler: None,
             pg: None,
             mirror: false,
         }
@@ -45,7 +52,21 @@ impl Backend {
     pub(crate) fn postgres() -> Option<Backend> {
         Some(Backend {
             env: Env::new(),
+            pooler: None,
             pg: Some(pg::store()?),
+            mirror: false,
+        })
+    }
+
+    /// A fresh PostgreSQL store reached through PgBouncer in transaction mode, used
+    /// without a root, or `None` (the test is skipped) without a server or PgBouncer.
+    #[track_caller]
+    pub(crate) fn postgres_pooled() -> Option<Backend> {
+        let store = pg::store()?;
+        Some(Backend {
+            env: Env::new(),
+            pooler: Some(Pooler::in_front_of(&store, "", 4)?),
+            pg: Some(store),
             mirror: false,
         })
     }
@@ -55,6 +76,7 @@ impl Backend {
     pub(crate) fn postgres_mirror() -> Option<Backend> {
         Some(Backend {
             env: Env::new(),
+            pooler: None,
             pg: Some(pg::store()?),
             mirror: true,
         })
@@ -64,10 +86,13 @@ impl Backend {
         self.pg.is_none()
     }
 
-    /// The store's URL (PostgreSQL only).
+    /// The store's URL (PostgreSQL only): the pooler's, for a store behind one.
     #[track_caller]
     pub(crate) fn url(&self) -> &str {
-        self.pg.as_ref().expect("a PostgreSQL backend").url()
+        match &self.pooler {
+            Some(pooler) => pooler.url(),
+            None => self.pg.as_ref().expect("a PostgreSQL backend").url(),
+        }
     }
 
     /// The folder commands run in: the publish root, the mirror root, or an empty folder.
@@ -82,10 +107,10 @@ impl Backend {
         let run = self.env.fp(args);
         match &self.pg {
             None => run,
-            Some(store) if self.mirror => run.env("FENCEPOST_STORE", store.url()),
-            Some(store) => run
+            Some(_) if self.mirror => run.env("FENCEPOST_STORE", self.url()),
+            Some(_) => run
                 .inside(self.env.root())
-                .env("FENCEPOST_STORE", store.url()),
+                .env("FENCEPOST_STORE", self.url()),
         }
     }
 
@@ -130,17 +155,17 @@ impl Backend {
         point: &str,
         also: &str,
     ) -> Paused {
-        let Some(store) = &self.pg else {
+        if self.pg.is_none() {
             return spawn_paused_also(&[], &self.env, args, Some(now), stdin, point, also);
-        };
+        }
         if self.mirror {
-            let mut all = vec!["--store", store.url()];
+            let mut all = vec!["--store", self.url()];
             all.extend(args);
             return spawn_paused_also(&[], &self.env, &all, Some(now), stdin, point, also);
         }
         let mut cmd = std::process::Command::new(bin());
         cmd.env_clear()
-            .env("FENCEPOST_STORE", store.url())
+            .env("FENCEPOST_STORE", self.url())
             .current_dir(self.env.root())
             .arg("--now")
             .arg(now.to_string())
@@ -317,8 +342,8 @@ impl Drop for Backend {
     }
 }
 
-/// Makes `local::NAME`, `postgres::NAME` and `postgres_mirror::NAME` tests of each
-/// `NAME: fn(&Backend)`.
+/// Makes `local::NAME`, `postgres::NAME`, `postgres_mirror::NAME` and
+/// `postgres_pooled::NAME` tests of each `NAME: fn(&Backend)`.
 macro_rules! both_stores {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -344,6 +369,16 @@ macro_rules! both_stores {
                 #[test]
                 fn $name() {
                     if let Some(backend) = crate::support::Backend::postgres_mirror() {
+                        super::$name(&backend);
+                    }
+                }
+            )*
+        }
+        mod postgres_pooled {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(backend) = crate::support::Backend::postgres_pooled() {
                         super::$name(&backend);
                     }
                 }

@@ -39,7 +39,7 @@ pub(crate) fn available() -> bool {
 }
 
 /// Whether this process runs as root (from /proc: the tests use no libc).
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
             .lines()

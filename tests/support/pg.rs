@@ -372,3 +372,192 @@ impl Drop for PrivateCluster {
         }
     }
 }
+
+/// PgBouncer in transaction mode, in front of a test's schema: each transaction a client
+/// starts may run on any of a few server sessions, and statements outside one on any.
+/// Listens on a Unix socket in a temp folder of its own; stopped when dropped (and, as
+/// its parent's death signal, killed with the test's thread should the suite be
+/// interrupted).
+#[derive(Debug)]
+pub(crate) struct Pooler {
+    child: std::process::Child,
+    dir: TempDir,
+    url: String,
+}
+
+/// Where Debian's package puts the pooler (not on a user's PATH).
+const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
+
+impl Pooler {
+    /// A pooler for `store`'s schema with at most `sessions` server sessions, each made
+    /// with `session` run first
+    /// (SQL, e.g. `SET idle_in_transaction_session_timeout = '1s'`, as an operator's
+    /// `connect_query` would), or `None` (the test is skipped) without a server or
+    /// without PgBouncer; under `CI=true` a missing PgBouncer fails the test.
+    #[track_caller]
+    pub(crate) fn in_front_of(store: &TestStore, session: &str, sessions: u32) -> Option<Pooler> {
+        let program = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("pgbouncer"))
+            .chain([PathBuf::from(PGBOUNCER)])
+            .find(|p| p.is_file());
+        let Some(program) = program else {
+            let why = "install pgbouncer (Debian: apt-get install pgbouncer) to run the \
+                       tests through a pooler";
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{why}: the pooler tests cannot be skipped under CI");
+            }
+            eprintln!("skipped: {why}");
+            return None;
+        };
+        let server = ServerAddress::of(store.admin());
+        let dir = tempfile::Builder::new()
+            .prefix("fencepost-pgbouncer-")
+            .tempdir()
+            .expect("temp dir for a pooler");
+        let connect_query =
+            format!("SET search_path = {}; {session}", store.name()).replace('\'', "''");
+        let ini = format!(
+            "[databases]\n\
+             fencepost = host={host} port={port} dbname={db} user={user} \
+             connect_query='{connect_query}'\n\
+             [pgbouncer]\n\
+             listen_addr =\n\
+             unix_socket_dir = {dir}\n\
+             listen_port = {POOLER_PORT}\n\
+             auth_type = trust\n\
+             auth_file = {dir}/users.txt\n\
+             pool_mode = transaction\n\
+             default_pool_size = {sessions}\n\
+             max_client_conn = 200\n\
+             logfile = {dir}/pgbouncer.log\n",
+            host = server.host,
+            port = server.port,
+            db = server.dbname,
+            user = server.user,
+            dir = dir.path().display(),
+        );
+        std::fs::write(dir.path().join("pgbouncer.ini"), ini).expect("write pgbouncer.ini");
+        std::fs::write(
+            dir.path().join("users.txt"),
+            format!("\"{}\" \"\"\n", server.user),
+        )
+        .expect("write the pooler's users");
+        // PgBouncer refuses to run as root: as the server's user then, as pg-test-cluster.sh
+        // runs the server. setpriv execs it (no process in between to signal).
+        let mut cmd = Command::new("setpriv");
+        if crate::support::netns::is_root() {
+            let chown = Command::new("chown")
+                .arg("-R")
+                .arg("postgres")
+                .arg(dir.path())
+                .status()
+                .expect("run chown");
+            assert!(chown.success(), "chown the pooler's folder to postgres");
+            cmd.args([
+                "--reuid",
+                "postgres",
+                "--regid",
+                "postgres",
+                "--clear-groups",
+            ]);
+        }
+        let child = cmd
+            .args(["--pdeathsig", "KILL"])
+            .arg(&program)
+            .arg(dir.path().join("pgbouncer.ini"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start pgbouncer");
+        let url = format!(
+            "postgresql:///fencepost?host={}&port={POOLER_PORT}&user={}&application_name={}",
+            dir.path().display(),
+            server.user,
+            store.name()
+        );
+        let pooler = Pooler { child, dir, url };
+        pooler.wait_until_up();
+        Some(pooler)
+    }
+
+    /// The URL fencepost is given: the pooler's database, no `options` (PgBouncer refuses
+    /// them).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The pooler's log, for a failing test's message.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
+    }
+
+    #[track_caller]
+    fn wait_until_up(&self) {
+        let socket = self.dir.path().join(format!(".s.PGSQL.{POOLER_PORT}"));
+        for _ in 0..200 {
+            if socket.exists() && Client::connect(&self.url, NoTls).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("pgbouncer did not come up: {}", self.log());
+    }
+}
+
+impl Drop for Pooler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The port in the pooler's socket name (its folder is its own, so any port will do).
+const POOLER_PORT: u16 = 6432;
+
+/// Where a test server listens and as whom, read from a URL of the form the suite uses
+/// (`postgresql://[host[:port]]/db?host=...&port=...&user=...`).
+struct ServerAddress {
+    host: String,
+    port: String,
+    dbname: String,
+    user: String,
+}
+
+impl ServerAddress {
+    #[track_caller]
+    fn of(url: &str) -> ServerAddress {
+        let rest = url
+            .strip_prefix("postgresql://")
+            .or_else(|| url.strip_prefix("postgres://"))
+            .unwrap_or_else(|| panic!("{STORE_VAR} is not a postgresql:// URL: {url}"));
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, dbname) = path.split_once('/').unwrap_or((path, ""));
+        let authority = authority.rsplit('@').next().unwrap_or("");
+        let (mut host, mut port) = match authority.split_once(':') {
+            Some((h, p)) => (h.to_string(), p.to_string()),
+            None => (authority.to_string(), String::new()),
+        };
+        let mut user = String::from("postgres");
+        for pair in query.split('&') {
+            match pair.split_once('=') {
+                Some(("host", v)) => host = v.to_string(),
+                Some(("port", v)) => port = v.to_string(),
+                Some(("user", v)) => user = v.to_string(),
+                _ => {}
+            }
+        }
+        ServerAddress {
+            host: if host.is_empty() { "/tmp".into() } else { host },
+            port: if port.is_empty() { "5432".into() } else { port },
+            dbname: if dbname.is_empty() {
+                user.clone()
+            } else {
+                dbname.to_string()
+            },
+            user,
+        }
+    }
+}
