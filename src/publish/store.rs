@@ -41,7 +41,12 @@ pub(super) fn write(
         // one does.
         Sized::Small(bytes) if bytes.is_empty() && !args.allow_empty => {
             refuse_early(ctx, &*store.snapshot()?, resource, args)?;
-            refuse_empty(Source::Stream(Box::new(std::io::empty())), ctx, resource, args)?;
+            refuse_empty(
+                Source::Stream(Box::new(std::io::empty())),
+                ctx,
+                resource,
+                args,
+            )?;
             return Err(Error::Internal("empty content was not refused"));
         }
         // The bytes go in with the publish: one transaction, which decides as any write
@@ -111,7 +116,9 @@ fn small<'s>(source: Source<'s>, ctx: &Ctx, resource: &Resource) -> Result<Sized
     if head.len() <= SMALL_BLOB {
         return Ok(Sized::Small(head));
     }
-    Ok(Sized::Large(Box::new(std::io::Cursor::new(head).chain(reader))))
+    Ok(Sized::Large(Box::new(
+        std::io::Cursor::new(head).chain(reader),
+    )))
 }
 
 /// The bytes a publish points the resource at.
