@@ -26,6 +26,7 @@ mod powerloss;
 mod readme;
 mod reports;
 mod reproduce;
+mod roles;
 mod roots;
 mod secrets;
 mod shapes;
