@@ -437,3 +437,27 @@ fn store_init_refuses_without_a_store_and_prints_grants_without_one() {
             .is_some_and(|s| s.contains("fencepost_lock"))
     );
 }
+/// The README's grants are what `--print-grants jobs` prints, for a writer and a reader.
+#[test]
+fn the_readme_shows_the_grants_as_printed() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("read README.md");
+    let env = Env::new();
+    for access in ["--writer", "--reader"] {
+        let printed = env
+            .fp(&["store", "init", "--print-grants", "jobs", access])
+            .expect(0)
+            .stdout;
+        let marker = format!("-- fencepost store init --print-grants jobs {access}\n");
+        let shown = readme
+            .split_once(&marker)
+            .map(|(_, rest)| rest.split_once("```").map_or(rest, |(block, _)| block))
+            .unwrap_or_else(|| panic!("README.md has no block after {marker:?}"));
+        let shown: String = shown
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(shown, printed, "README.md's grants for {access}");
+    }
+}
