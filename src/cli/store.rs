@@ -40,10 +40,10 @@ pub(crate) enum StoreCommand {
 ///
 /// --print-grants ROLE prints, and runs nothing, the SQL (for the owner to run) that
 /// lets ROLE, with --writer, claim, renew, complete, release, write, run, recover and
-/// prune the log (and read); with --reader, run cat, mirror, status, verify and log (USAGE on
-/// the schema and SELECT, nothing more). It needs no server: the schema is the URL's as
-/// above, public without --store. A command a role lacks a grant for exits 2 naming the
-/// role and the privilege.
+/// prune the log (and read); with --reader, run cat, mirror, status, verify and log
+/// (USAGE on the schema and SELECT, nothing more). It needs no server: the schema is the
+/// URL's as above, public without --store. A command a role lacks a grant for exits 2
+/// naming the role and the privilege.
 ///
 /// Example:
 ///   export FENCEPOST_STORE='postgresql:///fencepost?host=/run/postgresql&user=postgres'
