@@ -37,6 +37,29 @@ pub enum Outcome {
     Mirrored(Mirrored),
     /// `cat`: the version whose bytes were printed.
     Printed(Printed),
+    /// `store init` made the store's schema.
+    Initialized(StoreSchema),
+    /// `store init` found the store's schema made (and up to date).
+    Ready(StoreSchema),
+    /// `store init --print-grants`: the SQL that gives a role what it needs.
+    Grants(Grants),
+}
+
+/// `store init`: the store, and its schema version.
+#[derive(Debug, Serialize)]
+pub struct StoreSchema {
+    /// The store's URL as shown (no password).
+    pub store: String,
+    /// How many of fencepost's schema versions the store has run.
+    pub schema: usize,
+}
+
+/// `store init --print-grants`: the role, `writer` or `reader`, and the SQL.
+#[derive(Debug, Serialize)]
+pub struct Grants {
+    pub role: String,
+    pub access: &'static str,
+    pub sql: String,
 }
 
 /// A lease as answers show it, its `state` as a person reads it at the time of asking

@@ -377,7 +377,8 @@ impl Ctx {
                 "the store {} has no fencepost state: {what}",
                 remote.url.shown
             ),
-            "a store gets its tables with its first claim; check --store (FENCEPOST_STORE)",
+            "a store gets its tables from `fencepost store init` (or its first claim); check --store \
+             (FENCEPOST_STORE)",
         )
     }
 

@@ -27,6 +27,7 @@ mod powerloss;
 mod readme;
 mod reports;
 mod reproduce;
+mod roles;
 mod roots;
 mod secrets;
 mod shapes;

@@ -18,6 +18,7 @@ pub(crate) mod release;
 pub(crate) mod renew;
 pub(crate) mod run;
 pub(crate) mod status;
+pub(crate) mod store;
 pub(crate) mod verify;
 pub(crate) mod write;
 

@@ -36,6 +36,7 @@ use crate::sink::{Content, SinkRecord};
 
 pub mod conninfo;
 pub mod postgres;
+pub mod roles;
 pub mod sqlite;
 
 /// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).

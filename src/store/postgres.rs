@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 
 pub use super::conninfo::redact;
 use super::conninfo::{self, Form};
+use super::roles;
 use super::{Blob, Blobs, HolderRequest, Published, ReadTxn, Store, Txn, WriteRecord};
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
@@ -235,6 +236,10 @@ pub struct PgStore {
     notices: Notices,
     /// What cancels a COMMIT that waits past `commit_timeout`.
     timer: CommitTimer,
+    /// The session's role, and the privileges of a writer it lacks: a change it cannot
+    /// make is refused before it starts, naming them.
+    role: String,
+    lacking: Vec<String>,
 }
 
 /// The warnings and notices a session received, kept until a statement looks at them:
@@ -529,6 +534,7 @@ impl PgStore {
         }
         let local = set_local(&settings);
         let (id, server_now) = (header.id, header.now);
+        let (role, lacking) = (header.role, header.lacking);
         Ok(Some(PgStore {
             local,
             client,
@@ -541,8 +547,68 @@ impl PgStore {
             commit_timeout,
             notices,
             timer,
+            role,
+            lacking,
         }))
     }
+
+    /// Makes the store's schema if it has none (`fencepost store init`, by a role that
+    /// may create tables, once); an older one is upgraded. Refuses, saying why, when this
+    /// role may not make or upgrade it.
+    pub fn init(url: &StoreUrl, busy: Duration, commit_timeout: Duration) -> Result<Initialized> {
+        let (store, made) = match PgStore::open(url, busy, None, commit_timeout, false)? {
+            Some(store) => (store, false),
+            None => (
+                PgStore::open(url, busy, None, commit_timeout, true)?.ok_or(Error::Internal(
+                    "a store opened to be created had no schema",
+                ))?,
+                true,
+            ),
+        };
+        if store.schema < MIGRATIONS.len() {
+            return Err(Error::usage_hint(
+                format!(
+                    "the store {} has schema version {} and the role {} may not upgrade it to \
+                     version {}",
+                    url.shown,
+                    store.schema,
+                    store.role,
+                    MIGRATIONS.len()
+                ),
+                "run `fencepost store init` as the owner of its tables",
+            ));
+        }
+        Ok(Initialized {
+            made,
+            schema: store.schema,
+        })
+    }
+
+    /// Refuses a change by a role that lacks a privilege of a writer on one of
+    /// `objects` (see [`roles::CHANGE`]).
+    fn may(&self, objects: &[&str]) -> Result<()> {
+        let Some(first) = roles::lacks_on(&self.lacking, objects) else {
+            return Ok(());
+        };
+        Err(Error::usage_hint(
+            format!(
+                "the role {} may not change the store {}: it lacks {}",
+                self.role,
+                self.shown,
+                roles::lacking_words(&self.lacking, first)
+            ),
+            roles::grants_hint(&self.role),
+        ))
+    }
+}
+
+/// What `store init` found or did.
+#[derive(Debug, Clone, Copy)]
+pub struct Initialized {
+    /// It made the schema (else the schema was there).
+    pub made: bool,
+    /// The schema version the store has now.
+    pub schema: usize,
 }
 
 /// Opens a session, and says the settings each of its transactions starts with
@@ -708,6 +774,10 @@ struct Header {
     idle_limit: Option<Duration>,
     /// How many of [`MIGRATIONS`] have run.
     schema: usize,
+    /// The session's role (`current_user`).
+    role: String,
+    /// The privileges of a writer the role lacks (see [`roles::lacking_sql`]).
+    lacking: Vec<String>,
 }
 
 /// The store's identity and the server's clock, or `None` for a database without a
@@ -726,12 +796,17 @@ fn read_header_once(
     busy: Duration,
     again: bool,
 ) -> Result<Option<Header>> {
+    // What the role may do is read in the same round trip (computed once, not per row).
     let rows = client.query_typed(
-        "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-                current_setting('synchronous_commit'),
-                (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
-                    ::interval) * 1000)::bigint
-         FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
+        &format!(
+            "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                    current_setting('synchronous_commit'),
+                    (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
+                        ::interval) * 1000)::bigint,
+                    current_user::text, {}
+             FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
+            roles::lacking_sql()
+        ),
         args![],
     );
     let rows = match rows {
@@ -747,6 +822,11 @@ fn read_header_once(
         }
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_COLUMN) => {
             return Err(foreign(shown, "fencepost_meta"));
+        }
+        // Only reads: what the role lacks on a table here is SELECT.
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            let table = server_words(&e).contains(" for table ");
+            return Err(permission_denied(shown, &e, table.then_some("SELECT")));
         }
         Err(e) => return Err(pg_error(shown, busy, e)),
     };
@@ -777,12 +857,22 @@ fn read_header_once(
     let idle_limit = idle_ms
         .filter(|ms| *ms > 0)
         .map(|ms| Duration::from_millis(ms.unsigned_abs()));
+    let role: String = rows
+        .first()
+        .and_then(|r| r.try_get(5).ok())
+        .unwrap_or_default();
+    let lacking: Vec<String> = rows
+        .first()
+        .and_then(|r| r.try_get(6).ok())
+        .unwrap_or_default();
     Ok(Some(Header {
         id,
         now,
         synchronous_commit,
         idle_limit,
         schema,
+        role,
+        lacking,
     }))
 }
 
@@ -847,13 +937,20 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration, local: &str) 
         return tx.commit().map_err(fail);
     }
     for (i, step) in MIGRATIONS.iter().enumerate() {
-        tx.batch_execute(step).map_err(|e| {
-            if e.code() == Some(&SqlState::DUPLICATE_TABLE) {
-                foreign(shown, "fencepost_*")
-            } else {
-                fail(e)
+        match tx.batch_execute(step) {
+            Ok(()) => {}
+            Err(e) if e.code() == Some(&SqlState::DUPLICATE_TABLE) => {
+                return Err(foreign(shown, "fencepost_*"));
             }
-        })?;
+            Err(e)
+                if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+                    || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+            {
+                drop(tx);
+                return Err(cannot_create(client, shown, &e));
+            }
+            Err(e) => return Err(fail(e)),
+        }
         let version = (i + 1).to_string();
         tx.execute_typed(
             "INSERT INTO fencepost_meta (key, value) VALUES ('schema', $1)
@@ -876,6 +973,95 @@ fn create_schema(client: &mut Client, shown: &str, busy: Duration, local: &str) 
         .map_err(fail)?;
     }
     tx.commit().map_err(fail)
+}
+
+/// The role may not make the schema (`e`: the server's refusal, its transaction rolled
+/// back), or the URL's `search_path` names no schema that exists: said with what to do.
+fn cannot_create(client: &mut Client, shown: &str, e: &postgres::Error) -> Error {
+    let cause = server_words(e);
+    if e.code() == Some(&SqlState::INVALID_SCHEMA_NAME) {
+        return Error::usage_hint(
+            format!(
+                "the store {shown} has no schema to make fencepost's tables in: its \
+                 search_path names none that exists ({cause})"
+            ),
+            "make the schema first (CREATE SCHEMA NAME, as the database's owner), or name an \
+             existing one in the URL's options: options=-c search_path=NAME",
+        );
+    }
+    // The session is still up: it says who it is and where it would make the tables.
+    let asked = client
+        .query_typed_one("SELECT current_user::text, current_schema()::text", args![])
+        .ok();
+    let role = asked
+        .as_ref()
+        .and_then(|r| r.try_get::<_, String>(0).ok())
+        .unwrap_or_else(|| role_in(shown));
+    let schema = asked
+        .as_ref()
+        .and_then(|r| r.try_get::<_, String>(1).ok())
+        .or_else(|| roles::denied_object(&cause).map(|(_, name)| name.to_string()))
+        .unwrap_or_else(|| "public".to_string());
+    Error::usage_hint(
+        format!(
+            "the store {shown} has no fencepost tables yet, and the role {role} may not make \
+             them: it lacks CREATE on schema {schema} ({cause})"
+        ),
+        format!(
+            "run `fencepost store init` once as the database's owner (or a role with CREATE \
+             on schema {schema}), then the grants `fencepost store init --print-grants {role} \
+             --writer` prints"
+        ),
+    )
+}
+
+/// The role a store URL connects as: its user, else `PGUSER`, else the user running this
+/// (as libpq defaults it).
+fn role_in(shown: &str) -> String {
+    let said = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    shown
+        .parse::<postgres::Config>()
+        .ok()
+        .and_then(|c| c.get_user().map(str::to_string))
+        .or_else(|| said("PGUSER"))
+        .or_else(|| said("USER"))
+        .unwrap_or_else(|| "(unknown)".to_string())
+}
+
+/// The server's own words for a failure, without the driver's `ERROR: ` in front.
+fn server_words(e: &postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| root_cause(e), |db| db.message().to_string())
+}
+
+/// The server refused a statement for a privilege the role lacks (`privilege`, when the
+/// statement says which): said with the role, the object and what a writer has on it,
+/// and where the grants are.
+fn permission_denied(shown: &str, e: &postgres::Error, privilege: Option<&str>) -> Error {
+    let role = role_in(shown);
+    let cause = server_words(e);
+    let message = match roles::denied_object(&cause) {
+        Some((kind, name)) => match (privilege, roles::writer_has(kind, name)) {
+            (Some(privilege), _) => {
+                format!("the role {role} lacks {privilege} on {kind} {name} ({cause})")
+            }
+            (None, Some(has)) if kind == "schema" => {
+                format!("the role {role} lacks {has} on schema {name} ({cause})")
+            }
+            (None, Some(has)) => format!(
+                "the role {role} lacks a privilege this needs on {kind} {name} (a writer has \
+                 {has} on it): {cause}"
+            ),
+            (None, None) => {
+                format!("the role {role} lacks a privilege on {kind} {name} ({cause})")
+            }
+        },
+        None => format!("the role {role} lacks a privilege this needs ({cause})"),
+    };
+    Error::usage_hint(
+        format!("store {shown}: {message}"),
+        roles::grants_hint(&role),
+    )
 }
 
 /// Runs the migrations a store made by an older fencepost lacks (each additive), once,
@@ -931,6 +1117,7 @@ fn upgrade(
 
 impl Store for PgStore {
     fn immediate(&mut self) -> Result<Box<dyn Txn + '_>> {
+        self.may(roles::CHANGE)?;
         Ok(Box::new(self.begin("BEGIN")?))
     }
 
@@ -1867,6 +2054,7 @@ impl PgStore {
 
 impl Blobs for PgStore {
     fn upload(&mut self, source: &mut dyn Read) -> Result<Blob> {
+        self.may(roles::UPLOAD)?;
         let (shown, busy) = (self.shown.clone(), self.busy);
         let id: i64 = self
             .unsynced(
@@ -2037,8 +2225,9 @@ fn disk_full(e: &postgres::Error) -> bool {
 }
 
 /// Maps the server's answers to ours: a lock not granted within the busy timeout is
-/// `busy` (exit 7); a full disk, a session the server ended, or any other failure is
-/// exit 1 with the server's words.
+/// `busy` (exit 7); a privilege the role lacks is bad input (exit 2), naming the role and
+/// where the grants are; a full disk, a session the server ended, or any other failure
+/// is exit 1 with the server's words.
 fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
     if disk_full(&e) {
         return Error::Remote {
@@ -2066,6 +2255,7 @@ fn pg_error(shown: &str, busy: Duration, e: postgres::Error) -> Error {
             waited_ms: u64::try_from(busy.as_millis()).unwrap_or(u64::MAX),
         },
         Some(c) if *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => idle_ended(shown),
+        Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => permission_denied(shown, &e, None),
         _ => Error::Remote {
             message: format!("store {shown}: {}", root_cause(&e)),
             hint: None,
