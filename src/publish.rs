@@ -386,7 +386,11 @@ fn decide_locked(
     let lease = issuing_lease(tx, resource, args)?;
     check_issued_owner(resource, args, lease.as_ref())?;
     let record = tx.sink(resource)?;
-    let owner = writer(tx, resource, args)?;
+    // The lease read above names the owner of its own epoch: no second look.
+    let owner = match (args.owner, lease.as_ref()) {
+        (None, Some(l)) if l.epoch == args.epoch => Some(l.owner.clone()),
+        _ => writer(tx, resource, args)?,
+    };
     let decision = decide(
         record.as_ref(),
         issued(lease.as_ref(), args),

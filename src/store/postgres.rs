@@ -2,16 +2,18 @@
 //!
 //! Leases, the sink's records, the audit log and the documents' contents live in tables
 //! named `fencepost_*` of one database. Every change is one transaction; the rules need
-//! the resource locked from the first read to COMMIT, which [`Txn::lock`] does with
-//! `SELECT ... FOR UPDATE` on the resource's row of `fencepost_lock`. Where SQLite's
+//! the resource locked from the first read to COMMIT, which [`Txn::lock`] does with an
+//! upsert of the resource's row of `fencepost_lock` (it waits for the row, and holds
+//! it, as `SELECT ... FOR UPDATE` does). Where SQLite's
 //! write lock is a kernel lock a paused process keeps, a PostgreSQL session can lose its
 //! lock while its process is paused (an idle timeout, a killed backend, a failover); what
 //! keeps a late writer out then is that the place a version becomes current *is* the
 //! COMMIT, which a session that lost its lock can no longer make.
 //!
 //! Contents are immutable blobs (`fencepost_blob`, its bytes in 1 MiB rows of
-//! `fencepost_chunk`), uploaded before the fenced transaction, one short statement per
-//! chunk with no lock on any resource, and committed without waiting for the disk
+//! `fencepost_chunk`); a document of one chunk goes in with the fenced transaction that
+//! publishes it, a larger one is uploaded before it, one short transaction per chunk
+//! with no lock on any resource, each committed without waiting for the disk
 //! (`synchronous_commit = off`): the fenced COMMIT that points a resource at the blob
 //! waits for the WAL up to itself, which holds every chunk written before it. A crash
 //! before that COMMIT leaves at most an orphan blob, which `recover` removes once it is
@@ -1188,6 +1190,7 @@ impl PgStore {
             notices: &self.notices,
             timer: &self.timer,
             xid: RefCell::new(None),
+            clock_read: RefCell::new(None),
             idle_limit: Cell::new(None),
             last_reply: Cell::new(Instant::now()),
         })
@@ -1215,6 +1218,9 @@ pub struct PgTxn<'a> {
     /// The transaction's id (`pg_current_xact_id()`), read with the clock once the lock
     /// was granted: what a new session asks about when this one broke at COMMIT.
     xid: RefCell<Option<String>>,
+    /// The store's clock binding (`fencepost_meta`'s `clock`) as the lock's statement read
+    /// it, once it has (`Some(None)`: not bound then).
+    clock_read: RefCell<Option<Option<Vec<u8>>>>,
     /// The session's `idle_in_transaction_session_timeout`, read with the clock (`None`
     /// when not read, or 0: no limit).
     idle_limit: Cell<Option<Duration>>,
@@ -1540,6 +1546,11 @@ impl ReadTxn for PgTxn<'_> {
     }
 
     fn meta_bytes(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        if key == "clock"
+            && let Some(read) = self.clock_read.borrow().as_ref()
+        {
+            return Ok(read.clone());
+        }
         Ok(self
             .query_opt(
                 "SELECT value FROM fencepost_meta WHERE key = $1",
@@ -1707,33 +1718,34 @@ impl Txn for PgTxn<'_> {
     }
 
     fn lock(&self, resource: &Resource) -> Result<()> {
-        self.execute(
-            "INSERT INTO fencepost_lock (resource) VALUES ($1) ON CONFLICT DO NOTHING",
+        // One statement, one round trip: the resource's row made or, when it exists,
+        // locked (an upsert that meets the row waits for it as `FOR UPDATE` does, then
+        // holds it to COMMIT); then, as the row it returns is made once the lock is
+        // granted, the server's clock, so decisions use the time they are made at. With
+        // it, what tells a broken COMMIT's outcome and cause later: the transaction's id
+        // (the row lock gave it one) and the server's idle limit; and the clock the store
+        // is bound to, which the first change binds once (read in the statement's
+        // snapshot: one bound meanwhile is found by `bind_clock`'s own insert).
+        let row = self.query_opt(
+            "INSERT INTO fencepost_lock (resource) VALUES ($1)
+             ON CONFLICT (resource) DO UPDATE SET resource = excluded.resource
+             RETURNING (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                       pg_current_xact_id()::text,
+                       (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
+                           ::interval) * 1000)::bigint,
+                       (SELECT value FROM fencepost_meta WHERE key = 'clock')",
             args![resource.as_str()],
         )?;
-        self.query(
-            "SELECT 1 FROM fencepost_lock WHERE resource = $1 FOR UPDATE",
-            args![resource.as_str()],
-        )?;
-        // Read after the lock is granted (a statement of its own: the one above may have
-        // waited), so decisions use the time they are made at. With it, what tells a
-        // broken COMMIT's outcome and cause later: the transaction's id (the row lock
-        // gave it one) and the server's idle limit.
-        let now = self.query_opt(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-                    pg_current_xact_id()::text,
-                    (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')
-                        ::interval) * 1000)::bigint",
-            args![],
-        )?;
-        self.now.set(now.as_ref().and_then(|r| r.try_get(0).ok()));
-        *self.xid.borrow_mut() = now.as_ref().and_then(|r| r.try_get(1).ok());
-        let idle_ms: Option<i64> = now.as_ref().and_then(|r| r.try_get(2).ok());
+        self.now.set(row.as_ref().and_then(|r| r.try_get(0).ok()));
+        *self.xid.borrow_mut() = row.as_ref().and_then(|r| r.try_get(1).ok());
+        let idle_ms: Option<i64> = row.as_ref().and_then(|r| r.try_get(2).ok());
         self.idle_limit.set(
             idle_ms
                 .filter(|ms| *ms > 0)
                 .map(|ms| Duration::from_millis(ms.unsigned_abs())),
         );
+        let bound: Option<Vec<u8>> = row.as_ref().and_then(|r| r.try_get(3).ok()).flatten();
+        *self.clock_read.borrow_mut() = Some(bound);
         Ok(())
     }
 
@@ -1751,7 +1763,8 @@ impl Txn for PgTxn<'_> {
                      ON CONFLICT (key) DO NOTHING",
                     args![kind.as_str().as_bytes()],
                 )?;
-                // Another first change may have bound it at the same moment.
+                // Another first change may have bound it at the same moment: read anew.
+                *self.clock_read.borrow_mut() = None;
                 match self.clock()? {
                     Some(bound) if bound != kind => Err(clock_mismatch(self.shown, bound)),
                     _ => Ok(()),
@@ -1761,6 +1774,9 @@ impl Txn for PgTxn<'_> {
     }
 
     fn set_meta_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
+        if key == "clock" {
+            *self.clock_read.borrow_mut() = None;
+        }
         self.execute(
             "INSERT INTO fencepost_meta (key, value) VALUES ($1, $2)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
