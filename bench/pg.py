@@ -11,6 +11,9 @@ cluster on a Unix socket; appends one section to RESULTS.md.
       document renamed on that root, seen by inotify (IN_MOVED_TO), content checked
   P4  a 1 GiB document through the store: `write --from` and `mirror` on a fresh root,
       wall time and peak RSS (`/usr/bin/time`)
+  P5  the publish of P1 against its floor: three processes that each connect with the
+      same client crate and commit one transaction inserting 4 KiB (--floor); and the
+      publish through PgBouncer in transaction mode against the same direct (--pooler)
 
 Each store row uses a database of its own. Ratios within this run are the result; the
 machine is shared.
@@ -113,6 +116,8 @@ class PgBench:
         self.in4k.write_bytes(os.urandom(4096))
         self.rows, self.details = [], []
         self.seq = 0
+        self.pooler, self.pooler_version = a.pooler, a.pooler_version
+        self.floor = a.floor
 
     def log(self, msg):
         print(f"[pg {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -170,13 +175,24 @@ class PgBench:
             "store": (bare, ["--store", url]),
             "store+mirror": (mirror, ["--store", mirror_url, "--root", mirror]),
         }
+        if self.pooler:
+            self.database("bench_cycle_pooled")
+            pooled_url = f"postgresql:///bench_cycle_pooled?host={self.pooler}&port=6432&user=postgres"
+            variants["pooled"] = (self.folder("cycle-pooled"), ["--store", pooled_url])
+        if self.floor:
+            floor_url = self.database("bench_floor")
+            self.psql("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, data bytea)", db="bench_floor")
+            variants["floor"] = (None, [floor_url])
         times = {k: [] for k in variants}
         names = list(variants)
         for i in range(c["rounds"]):
             order = names if i % 2 == 0 else names[::-1]  # a drift in load hits all alike
             for k in order:
                 cwd, pre = variants[k]
-                times[k].append(self.publish_cycle(cwd, pre, "job.md"))
+                if k == "floor":
+                    times[k].append(self.floor_cycle(pre[0]))
+                else:
+                    times[k].append(self.publish_cycle(cwd, pre, "job.md"))
         med = {k: {s: statistics.median(t[s] for t in v) for s in ("claim", "write", "complete", "total")}
                for k, v in times.items()}
         size = len(times["sqlite"]) // c["blocks"]
@@ -198,7 +214,44 @@ class PgBench:
                      f"{ms(med['sqlite']['claim'])}, write {ms(med[k]['write'])} / "
                      f"{ms(med['sqlite']['write'])}, complete {ms(med[k]['complete'])} / "
                      f"{ms(med['sqlite']['complete'])}")
+        if self.floor:
+            a, b = med["store"]["total"], med["floor"]["total"]
+            self.row("P5", "claim + write 4 KiB + complete (3 processes) on the store vs 3 processes that "
+                     "each connect with the same client crate and commit one transaction inserting 4 KiB "
+                     "(`examples/bench_pg_floor.rs`)", ms(a), ms(b), f"{a / b:.2f}", spread("store", "floor"),
+                     "<= 1.3x", ("met" if a / b <= 1.3 else f"**missed** by {a / b / 1.3 - 1:.0%}") +
+                     f"; per process (fencepost / floor): claim {ms(med['store']['claim'])}, write "
+                     f"{ms(med['store']['write'])}, complete {ms(med['store']['complete'])} / "
+                     f"{ms(med['floor']['total'] / 3)}")
+        else:
+            self.row("P5", "claim + write 4 KiB + complete vs its floor", "-", "-", "-", "-", "<= 1.3x",
+                     "skipped: no --floor program given")
+        if self.pooler:
+            a, b = med["pooled"]["total"], med["store"]["total"]
+            self.row("P5b", f"claim + write 4 KiB + complete (3 processes) through PgBouncer in transaction "
+                     f"mode ({self.pooler_version}, its own Unix socket) vs direct to the server", ms(a), ms(b),
+                     f"{a / b:.2f}", spread("pooled", "store"), "report",
+                     f"reported; per command (pooled / direct): claim {ms(med['pooled']['claim'])} / "
+                     f"{ms(med['store']['claim'])}, write {ms(med['pooled']['write'])} / "
+                     f"{ms(med['store']['write'])}, complete {ms(med['pooled']['complete'])} / "
+                     f"{ms(med['store']['complete'])}")
+        else:
+            self.row("P5b", "publish through PgBouncer vs direct", "-", "-", "-", "-", "report",
+                     "skipped: pgbouncer is not installed")
         self.cycle_times = times
+
+    def floor_cycle(self, url):
+        """Three floor processes, timed as the publish's three are."""
+        t = {}
+        for part in ("claim", "write", "complete"):
+            t0 = time.monotonic()
+            res = subprocess.run([self.floor, url, str(self.in4k)], env=self.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            t[part] = time.monotonic() - t0
+            if res.returncode != 0:
+                raise SystemExit(f"bench/pg.py: {self.floor} exited {res.returncode}: {res.stderr.strip()}")
+        t["total"] = t["claim"] + t["write"] + t["complete"]
+        return t
 
     # ------------------------------------------------------------------ P2
 
@@ -399,6 +452,9 @@ def main():
     ap.add_argument("--socket", required=True)
     ap.add_argument("--server-version", required=True)
     ap.add_argument("--server-log", required=True)
+    ap.add_argument("--pooler", help="the socket folder of a PgBouncer in transaction mode in front of the server")
+    ap.add_argument("--pooler-version", default="")
+    ap.add_argument("--floor", help="row P5's floor program (examples/bench_pg_floor.rs)")
     b = PgBench(ap.parse_args())
     t0 = time.monotonic()
     b.cycle()

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # The PostgreSQL rows of the benchmarks: a private cluster, then bench/pg.py.
 #
-#   bench/pg.sh [--smoke] --fp FENCEPOST --work DIR --out RESULTS.md
+#   bench/pg.sh [--smoke] --fp FENCEPOST --work DIR --out RESULTS.md [--floor PROGRAM]
 #
 # Called by bench/run.sh after bench/bench.py has written RESULTS.md; appends one section
 # to it. Starts a PostgreSQL cluster of its own in DIR/pg (initdb as the `postgres` user
 # when run as root, listening on a Unix socket in that folder only, no TCP) with the
 # server binaries of /usr/lib/postgresql/*/bin (the newest), and stops it on exit, whatever
-# happens. Without those binaries the section says the rows were skipped, and why.
+# happens. Without those binaries the section says the rows were skipped, and why. With
+# pgbouncer installed it also starts one in transaction mode in front of the cluster (its
+# own socket in DIR/pgbouncer), for the rows through a pooler. PROGRAM is row P5's floor
+# (examples/bench_pg_floor.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-smoke="" fp="" work="" out=""
+smoke="" fp="" work="" out="" floor=""
 while (($#)); do
   case $1 in
     --smoke) smoke=--smoke; shift ;;
     --fp) fp=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --floor) floor=$2; shift 2 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/pg.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +55,11 @@ if [[ ${#as_pg[@]} != 0 ]]; then
 fi
 "${as_pg[@]}" "$bin/initdb" -D "$cluster/data" -A trust -U postgres --no-sync >"$cluster/initdb.log" 2>&1 ||
   { cat "$cluster/initdb.log" >&2; echo "bench/pg.sh: initdb failed" >&2; exit 1; }
-stop() { "${as_pg[@]}" "$bin/pg_ctl" -D "$cluster/data" -m fast stop >/dev/null 2>&1 || true; }
+pooler_pid=""
+stop() {
+  if [[ -n $pooler_pid ]]; then kill "$pooler_pid" 2>/dev/null || true; fi
+  "${as_pg[@]}" "$bin/pg_ctl" -D "$cluster/data" -m fast stop >/dev/null 2>&1 || true
+}
 trap stop EXIT
 # Default durability (fsync, synchronous_commit on): what a user gets, on the bench's disk.
 "${as_pg[@]}" "$bin/pg_ctl" -D "$cluster/data" -w -l "$cluster/server.log" \
@@ -59,5 +67,31 @@ trap stop EXIT
   { cat "$cluster/server.log" >&2; echo "bench/pg.sh: the server did not start" >&2; exit 1; }
 version=$("$bin/postgres" --version)
 
+# PgBouncer in transaction mode, every database of the cluster behind it, trust on its
+# own socket as on the server's.
+pooler=()
+pgbouncer=$(command -v pgbouncer || { [[ -x /usr/sbin/pgbouncer ]] && echo /usr/sbin/pgbouncer; } || true)
+if [[ -n $pgbouncer ]]; then
+  pool=$(cd "$work" && pwd)/pgbouncer
+  mkdir -p "$pool"
+  printf '%s\n' '[databases]' "* = host=$cluster" '[pgbouncer]' 'listen_addr =' \
+    "unix_socket_dir = $pool" 'listen_port = 6432' 'auth_type = trust' \
+    "auth_file = $pool/users.txt" 'pool_mode = transaction' 'default_pool_size = 20' \
+    'max_client_conn = 200' "logfile = $pool/pgbouncer.log" >"$pool/pgbouncer.ini"
+  echo '"postgres" ""' >"$pool/users.txt"
+  [[ ${#as_pg[@]} != 0 ]] && chown -R postgres "$pool"
+  # setpriv execs it: the pid is pgbouncer's own, for the trap to stop.
+  if [[ ${#as_pg[@]} != 0 ]]; then
+    setpriv --reuid postgres --regid postgres --clear-groups "$pgbouncer" "$pool/pgbouncer.ini" >/dev/null 2>&1 &
+  else
+    "$pgbouncer" "$pool/pgbouncer.ini" >/dev/null 2>&1 &
+  fi
+  pooler_pid=$!
+  for _ in $(seq 100); do [[ -S $pool/.s.PGSQL.6432 ]] && break; sleep 0.05; done
+  [[ -S $pool/.s.PGSQL.6432 ]] || { cat "$pool/pgbouncer.log" >&2; echo "bench/pg.sh: pgbouncer did not start" >&2; exit 1; }
+  pooler=(--pooler "$pool" --pooler-version "$("$pgbouncer" --version | head -n 1)")
+fi
+[[ -n $floor ]] && pooler+=(--floor "$floor")
+
 python3 bench/pg.py $smoke --fp "$fp" --work "$work" --out "$out" --socket "$cluster" \
-  --server-version "$version" --server-log "$cluster/server.log"
+  --server-version "$version" --server-log "$cluster/server.log" "${pooler[@]}"

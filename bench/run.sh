@@ -37,8 +37,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# The binary, and the program rows 8a-8b run (examples/bench_api.rs, using the library).
-cargo build --release --locked --bins --example bench_api
+# The binary, the program rows 8a-8b run (examples/bench_api.rs, using the library) and
+# row P5's floor (examples/bench_pg_floor.rs, one plain PostgreSQL transaction a process).
+cargo build --release --locked --bins --example bench_api --example bench_pg_floor
 target=${CARGO_TARGET_DIR:-target}
 host=$(rustc -vV | sed -n 's/^host: //p')
 # The static build: a process starts about 0.5 ms sooner without the dynamic loader, and
@@ -72,5 +73,6 @@ python3 bench/bench.py $smoke --fp "$target/$host/release/fencepost" \
   --shim "$target/bench/lockhold.so" --work "$work" --out "$out" --link-order "$found/$listed"
 # The PostgreSQL rows, appended as a section of their own: bench/pg.sh starts a private
 # cluster (and stops it), or says "skipped" without the server binaries.
-bash bench/pg.sh $smoke --fp "$target/$host/release/fencepost" --work "$work" --out "$out"
+bash bench/pg.sh $smoke --fp "$target/$host/release/fencepost" --work "$work" --out "$out" \
+  --floor "$target/release/examples/bench_pg_floor"
 echo "bench/run.sh: wrote $out" >&2
