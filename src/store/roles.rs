@@ -172,8 +172,8 @@ pub(super) fn lacking_sql() -> String {
 }
 
 /// What every change does first (its transaction locks the resource's row of
-/// `fencepost_lock`: an INSERT, then a SELECT ... FOR UPDATE), as [`lacking_sql`] names
-/// privileges.
+/// `fencepost_lock` with an upsert, INSERT ... ON CONFLICT DO UPDATE, which reads the row
+/// it meets), as [`lacking_sql`] names privileges.
 pub(super) const CHANGE: &[&str] = &[
     "SELECT on table fencepost_lock",
     "INSERT on table fencepost_lock",
