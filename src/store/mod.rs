@@ -37,6 +37,7 @@ use crate::sink::{Content, SinkRecord};
 pub mod conninfo;
 pub mod postgres;
 pub mod sqlite;
+pub(crate) mod tls;
 
 /// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
 pub const DEFAULT_LOG_KEEP: i64 = 100_000;
