@@ -264,7 +264,8 @@ fn verify_full_refuses_a_certificate_for_another_name() {
 
 /// A certificate from a CA that `sslrootcert` does not hold is refused by `verify-full`,
 /// `verify-ca` and `require` with a root (which checks the chain, as libpq's does), the
-/// message naming the file that does not trust it; `require` without a root takes it.
+/// message naming the file that does not trust it, and by `sslrootcert=system`;
+/// `require` without a root takes it.
 /// (Before: `verify-*` exit 2, and `require` "no TLS implementation configured".)
 #[test]
 fn a_certificate_from_an_untrusted_ca_is_refused() {
@@ -283,6 +284,33 @@ fn a_certificate_from_an_untrusted_ca_is_refused() {
             "{mode}: {}",
             done.stderr
         );
+    }
+    // The system's roots do not hold the test's CA either; a machine without any says so.
+    let url = server.url("localhost", "sslmode=verify-full sslrootcert=system");
+    let env = Env::new();
+    let done = fp(
+        &env,
+        &server.home(),
+        &url,
+        &[],
+        &["claim", "no.md", "-o", "A", "-t", "60"],
+    )
+    .output();
+    match done.code {
+        1 => assert!(
+            done.stderr.contains(
+                "the server's certificate is not trusted by the system's roots \
+                 (sslrootcert=system)"
+            ) && done.stderr.contains("hint: no CA of the system signed"),
+            "{}",
+            done.stderr
+        ),
+        2 => assert!(
+            done.stderr.contains("the system has no root certificates"),
+            "{}",
+            done.stderr
+        ),
+        _ => panic!("sslrootcert=system: {}", done.stderr),
     }
     let url = server.url("localhost", "sslmode=require");
     round_trip(&server, &url, &[], "unchecked.md");

@@ -483,10 +483,16 @@ fn tls_error(tls: &Tls, e: &rustls::Error) -> (String, String) {
         rustls::Error::InvalidCertificate(why) => match why {
             CertificateError::UnknownIssuer => (
                 format!("the server's certificate is not trusted by {roots} (sslmode={mode})"),
-                format!(
-                    "that file must hold the certificate of the CA that signed the server's \
-                     (or of one above it); {unchanged}"
-                ),
+                match roots {
+                    Roots::System => format!(
+                        "no CA of the system signed the server's certificate: name the file \
+                         of the CA that did with sslrootcert=FILE; {unchanged}"
+                    ),
+                    _ => format!(
+                        "that file must hold the certificate of the CA that signed the \
+                         server's (or of one above it); {unchanged}"
+                    ),
+                },
             ),
             CertificateError::NotValidForNameContext {
                 expected,
