@@ -40,5 +40,6 @@ mod stores;
 mod strace;
 mod structure;
 mod sync_commit;
+mod tls;
 mod torture;
 mod walls;

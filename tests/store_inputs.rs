@@ -663,9 +663,10 @@ fn a_malformed_key_value_string_is_bad_usage() {
              option `passwd`",
         ),
         (
-            "host=/tmp/x password=Hush1 sslmode=verify-full",
-            "fencepost: --store host=/tmp/x password=*** sslmode=verify-full: invalid \
-             connection string: invalid value for option `sslmode`",
+            "host=/tmp/x password=Hush1 sslmode=verify-everything",
+            "fencepost: --store host=/tmp/x password=*** sslmode=verify-everything: \
+             sslmode=verify-everything: not an sslmode; take disable, prefer, require, \
+             verify-ca or verify-full",
         ),
         (
             "dbname=x password=Hush1",

@@ -31,6 +31,9 @@
 # FENCEPOST_TEST_PG_NETNS runs the server inside that network namespace, and
 # FENCEPOST_TEST_PG_LISTEN makes it listen on TCP there (its listen_addresses), taking
 # connections from the benchmarking range 198.18.0.0/15 with trust, as on the socket.
+# FENCEPOST_TEST_PG_LISTEN works without the namespace too (the TLS tests listen on
+# 127.0.0.1, which initdb's rules already trust); FENCEPOST_TEST_PG_PORT sets the port
+# (default 5432), which also names the socket (DIR/.s.PGSQL.PORT): the printed URL says it.
 set -euo pipefail
 
 usage() {
@@ -115,19 +118,23 @@ start() {
   if [ -n "$listen" ] && ! grep -q '^host all all 198.18.0.0/15 trust' "$dir/data/pg_hba.conf"; then
     echo 'host all all 198.18.0.0/15 trust' >>"$dir/data/pg_hba.conf"
   fi
+  local port=${FENCEPOST_TEST_PG_PORT:-5432}
   as_owner_in_netns "$bin/pg_ctl" start --pgdata="$dir/data" --log="$dir/log" --wait --silent \
-    -o "-c listen_addresses='$listen' -c unix_socket_directories='$dir'" || {
+    -o "-c listen_addresses='$listen' -c unix_socket_directories='$dir' -c port=$port" || {
     cat "$dir/log" >&2 || true
     echo "$0: the server in $dir/data did not start" >&2
     exit 1
   }
   # pg_ctl --wait returns once the postmaster answers; ask as a client would.
-  "$bin/pg_isready" --quiet --host="$dir" --username=postgres --dbname=postgres --timeout=30 || {
+  "$bin/pg_isready" --quiet --host="$dir" --port="$port" --username=postgres --dbname=postgres \
+    --timeout=30 || {
     cat "$dir/log" >&2 || true
     echo "$0: the server in $dir/data does not accept connections" >&2
     exit 1
   }
-  printf 'export FENCEPOST_TEST_STORE=%q\n' "postgresql:///postgres?host=$dir&user=postgres"
+  local in_url=
+  [ "$port" = 5432 ] || in_url="&port=$port"
+  printf 'export FENCEPOST_TEST_STORE=%q\n' "postgresql:///postgres?host=$dir&user=postgres$in_url"
   printf 'export FENCEPOST_TEST_PGBIN=%q\n' "$bin"
 }
 

@@ -80,6 +80,85 @@ pub fn one_host_each(text: &str) -> std::borrow::Cow<'_, str> {
     format!("{}{joined}", &text[..query]).into()
 }
 
+/// `text` without the parameters named in `names`, and the values they had (the last one
+/// of each name, as the driver and libpq take a repeated one), unquoted and unescaped as
+/// a key=value string holds them, percent-decoded as a URL's query does. For the
+/// parameters fencepost reads itself, that the driver refuses or does not know
+/// (`sslmode=verify-full`, `sslrootcert`). A key=value string that does not follow its
+/// grammar, and any other form, is returned as it is, with nothing taken.
+#[must_use]
+pub fn take_params(text: &str, names: &[&str]) -> (String, Vec<(String, String)>) {
+    let mut taken: Vec<(String, String)> = Vec::new();
+    let mut keep = |name: &str, value: String| {
+        taken.retain(|(n, _)| n != name);
+        taken.push((name.to_string(), value));
+    };
+    match Form::of(text) {
+        Form::Keywords => {
+            let (found, malformed) = pairs(text);
+            if malformed.is_some() {
+                return (text.to_string(), Vec::new());
+            }
+            let mut rest = String::with_capacity(text.len());
+            let mut shown_to = 0;
+            for pair in found {
+                let name = &text[pair.keyword.clone()];
+                if !names.contains(&name) {
+                    continue;
+                }
+                keep(name, unquoted(&text[pair.value.clone()]));
+                rest.push_str(&text[shown_to..pair.keyword.start]);
+                shown_to = pair.value.end;
+            }
+            rest.push_str(&text[shown_to..]);
+            (rest, taken)
+        }
+        Form::Url(scheme) => {
+            let start = scheme.len() + "://".len();
+            // The driver ends the user's part at the first `@`; the query starts after it.
+            let from = text[start..].find('@').map_or(start, |at| start + at);
+            let Some(query) = text[from..].find('?').map(|q| from + q) else {
+                return (text.to_string(), Vec::new());
+            };
+            let mut kept = Vec::new();
+            for piece in text[query + 1..].split('&') {
+                match piece.split_once('=') {
+                    Some((name, value)) if names.contains(&percent_decoded(name).as_str()) => {
+                        keep(&percent_decoded(name), percent_decoded(value));
+                    }
+                    _ => kept.push(piece),
+                }
+            }
+            let mut rest = text[..query].to_string();
+            let kept: Vec<&str> = kept.into_iter().filter(|p| !p.is_empty()).collect();
+            if !kept.is_empty() {
+                rest.push('?');
+                rest.push_str(&kept.join("&"));
+            }
+            (rest, taken)
+        }
+        Form::Other => (text.to_string(), Vec::new()),
+    }
+}
+
+/// A key=value string's value as it means it: without its quotes, each `\` taking the
+/// character after it as it is.
+fn unquoted(value: &str) -> String {
+    let inner = value
+        .strip_prefix('\'')
+        .and_then(|v| v.strip_suffix('\''))
+        .unwrap_or(value);
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The password a libpq password file (`~/.pgpass`, `PGPASSFILE`) gives a connection to
 /// `host`, `port`, `database` as `user`: the fifth field of its first line whose first four
 /// match (each the value itself or `*`). Lines starting with `#` are comments; in every
@@ -238,6 +317,9 @@ const SHOWN: &[&str] = &[
     "application_name",
     "sslmode",
     "sslnegotiation",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
     "host",
     "hostaddr",
     "port",
@@ -374,7 +456,46 @@ fn percent_decoded(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{one_host_each, pgpass_password};
+    use super::{one_host_each, pgpass_password, take_params};
+
+    #[test]
+    fn the_tls_parameters_are_taken_out_of_either_form() {
+        let names = ["sslmode", "sslrootcert"];
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
+        };
+        for (given, rest, taken) in [
+            (
+                "postgresql://u@h/db?sslmode=verify-full&port=5&sslrootcert=%2Fa%20b.crt",
+                "postgresql://u@h/db?port=5",
+                pairs(&[("sslmode", "verify-full"), ("sslrootcert", "/a b.crt")]),
+            ),
+            (
+                "postgresql://h/db?sslmode=require&sslmode=disable",
+                "postgresql://h/db",
+                pairs(&[("sslmode", "disable")]),
+            ),
+            ("postgresql://h/db", "postgresql://h/db", pairs(&[])),
+            (
+                r"host=h sslrootcert='/a b\'c.crt' dbname=x sslmode = verify-ca",
+                "host=h  dbname=x ",
+                pairs(&[("sslrootcert", "/a b'c.crt"), ("sslmode", "verify-ca")]),
+            ),
+            (
+                "host=h sslmode='verify-full",
+                "host=h sslmode='verify-full",
+                pairs(&[]),
+            ),
+        ] {
+            assert_eq!(
+                take_params(given, &names),
+                (rest.to_string(), taken),
+                "{given}"
+            );
+        }
+    }
 
     #[test]
     fn a_password_file_gives_the_first_matching_lines_password() {

@@ -38,6 +38,7 @@ pub mod conninfo;
 pub mod postgres;
 pub mod roles;
 pub mod sqlite;
+pub(crate) mod tls;
 
 /// How many log events are kept by default (`log --prune`, `FENCEPOST_LOG_KEEP`).
 pub const DEFAULT_LOG_KEEP: i64 = 100_000;

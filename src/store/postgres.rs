@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 pub use super::conninfo::redact;
 use super::conninfo::{self, Form};
 use super::roles;
+use super::tls::{self, Tls};
 use super::{Blob, Blobs, HolderRequest, Published, ReadTxn, Store, Txn, WriteRecord};
 use crate::audit::{Event, EventKind};
 use crate::clock::ClockKind;
@@ -280,6 +281,9 @@ impl std::fmt::Debug for PgStore {
 pub struct StoreUrl {
     pub url: String,
     pub shown: String,
+    /// Its TLS (`sslmode` and the files), read once: the driver is handed the string
+    /// without those parameters.
+    pub(crate) tls: Tls,
 }
 
 /// Shows the masked form only: the other holds the password.
@@ -325,7 +329,8 @@ impl StoreUrl {
         // A URL's `?host=a,b`, a list as libpq reads it, is what the driver connects with
         // as `?host=a&host=b`.
         let taken = conninfo::one_host_each(text);
-        let mut config = match taken.parse::<postgres::Config>() {
+        let (for_driver, tls_params) = tls::take(&taken);
+        let mut config = match for_driver.parse::<postgres::Config>() {
             Ok(config) => config,
             // The driver's own text is "invalid connection string"; what is wrong is its
             // cause's (naming the parameter, never its value).
@@ -356,9 +361,24 @@ impl StoreUrl {
                 format!("{STORE_FORMS}; or set PGHOST"),
             ));
         }
+        // A Unix socket never has TLS: a string of sockets alone reads no TLS file.
+        let sockets_only = config.get_hostaddrs().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| matches!(h, postgres::config::Host::Unix(_)));
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let tls = tls::settings(
+            &tls_params,
+            |name| std::env::var_os(name),
+            sockets_only,
+            home.as_deref(),
+        )
+        .map_err(|why| Error::usage(format!("--store {shown}: {why}")))?;
         Ok(StoreUrl {
             url: taken.into_owned(),
             shown,
+            tls,
         })
     }
 }
@@ -498,7 +518,7 @@ impl PgStore {
         } = connect(url, busy, deadline, &notices)?;
         let local = set_local(&settings);
         // Started here, so that its start overlaps the round trips that follow.
-        let timer = CommitTimer::start(client.cancel_token());
+        let timer = CommitTimer::start(client.cancel_token(), url.tls.connector.clone());
         let header = read_header(&mut client, &url.shown, busy)?;
         let header = match header {
             Some(h) => h,
@@ -633,12 +653,20 @@ fn connect(
     deadline: Option<Instant>,
     notices: &Notices,
 ) -> Result<Session> {
-    let mut config: postgres::Config = url
-        .url
+    let mut config: postgres::Config = tls::take(&url.url)
+        .0
         .parse()
         .map_err(|e| Error::usage(format!("--store {}: {e}", url.shown)))?;
     from_environment(&mut config, |name| std::env::var_os(name))
         .map_err(|why| Error::usage(format!("--store {}: {why}", url.shown)))?;
+    config.ssl_mode(url.tls.driver_mode());
+    // The driver has no name to give TLS for a server named by `hostaddr` alone (and then
+    // refuses): the address is that name, which `verify-full` checks the certificate for.
+    if url.tls.connector.is_some() && config.get_hosts().is_empty() {
+        for addr in config.get_hostaddrs().to_vec() {
+            config.host(&addr.to_string());
+        }
+    }
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
     if left.is_some_and(|l| l.is_zero()) {
         return Err(Error::Remote {
@@ -689,14 +717,11 @@ fn connect(
     config.tcp_user_timeout(bounded(user_timeout).max(Duration::from_millis(1)));
     let kept = notices.clone();
     config.notice_callback(move |notice| kept.push(notice));
-    let client = config.connect(NoTls).map_err(|e| Error::Remote {
-        message: format!("cannot reach the store {}: {}", url.shown, root_cause(&e)),
-        hint: Some(
-            "is the server up, and the URL's host, port, database and user right? \
-             nothing was changed"
-                .to_string(),
-        ),
-    })?;
+    let connected = match &url.tls.connector {
+        Some(tls) => config.connect(tls.clone()),
+        None => config.connect(NoTls),
+    };
+    let client = connected.map_err(|e| unreachable(url, &e))?;
     Ok(Session { client, settings })
 }
 
@@ -731,6 +756,33 @@ fn option_names(options: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// A failed connect's error: TLS failures say whose side lacks what; a server that takes
+/// only TLS from here, asked for plain text, says so.
+fn unreachable(url: &StoreUrl, e: &postgres::Error) -> Error {
+    if let Some((what, hint)) = tls::failure(&url.tls, e) {
+        return Error::Remote {
+            message: format!("cannot reach the store {}: {what}", url.shown),
+            hint: Some(hint),
+        };
+    }
+    let cause = root_cause(e);
+    let hint = if cause.contains("no encryption") && url.tls.connector.is_none() {
+        format!(
+            "the server takes only TLS connections from this host, and this one is plain \
+             text (sslmode={}): ask for sslmode=require or verify-full; nothing was changed",
+            url.tls.mode.name()
+        )
+    } else {
+        "is the server up, and the URL's host, port, database and user right? \
+         nothing was changed"
+            .to_string()
+    };
+    Error::Remote {
+        message: format!("cannot reach the store {}: {cause}", url.shown),
+        hint: Some(hint),
+    }
 }
 
 /// How long a connect may take, unless the URL says (`connect_timeout`).
@@ -1480,7 +1532,12 @@ struct CommitTimer {
 }
 
 impl CommitTimer {
-    fn start(token: postgres::CancelToken) -> CommitTimer {
+    /// `tls` is the session's own: a cancel request is a connection of its own, made as
+    /// the session's was.
+    fn start(
+        token: postgres::CancelToken,
+        tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    ) -> CommitTimer {
         use std::sync::atomic::{AtomicBool, Ordering};
         let (arm, armed) = mpsc::channel::<Duration>();
         let (done, answered) = mpsc::channel::<()>();
@@ -1496,7 +1553,10 @@ impl CommitTimer {
                         Ok(()) => {}
                         Err(mpsc::RecvTimeoutError::Timeout) => {
                             flag.store(true, Ordering::SeqCst);
-                            let _ = token.cancel_query(NoTls);
+                            let _ = match &tls {
+                                Some(tls) => token.cancel_query(tls.clone()),
+                                None => token.cancel_query(NoTls),
+                            };
                             // The COMMIT's answer (the server's warning) comes next.
                             if answered.recv().is_err() {
                                 return;

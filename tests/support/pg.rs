@@ -224,6 +224,57 @@ impl PrivateCluster {
         ])
     }
 
+    /// [`Self::start`], the server also listening on TCP at 127.0.0.1 on a free port
+    /// ([`Self::port`]), where initdb's rules trust every user (as on the socket).
+    #[track_caller]
+    pub(crate) fn start_tcp() -> Option<PrivateCluster> {
+        // A port the system had free a moment ago; another program taking it in between
+        // fails the start, which says so.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free TCP port on 127.0.0.1")
+            .port();
+        Self::start_listening(vec![
+            ("FENCEPOST_TEST_PG_LISTEN", "127.0.0.1".to_string()),
+            ("FENCEPOST_TEST_PG_PORT", port.to_string()),
+        ])
+    }
+
+    /// The TCP port of a cluster started with [`Self::start_tcp`] (5432 for any other,
+    /// which listens on its socket only).
+    pub(crate) fn port(&self) -> u16 {
+        self.listen
+            .iter()
+            .find(|(name, _)| *name == "FENCEPOST_TEST_PG_PORT")
+            .and_then(|(_, port)| port.parse().ok())
+            .unwrap_or(5432)
+    }
+
+    /// Writes `contents` to `name` in the cluster's data folder, owned by the server's
+    /// user and readable by it alone (the server refuses a key that others may read).
+    #[track_caller]
+    pub(crate) fn write_data_file(&self, name: &str, contents: &str) {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let data = self.dir().join("data");
+        let owner = std::fs::metadata(&data).expect("the cluster's data folder");
+        let path = data.join(name);
+        std::fs::write(&path, contents).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod 600 a data file");
+        std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))
+            .expect("give a data file to the server's user");
+    }
+
+    /// Replaces the cluster's pg_hba.conf with `rules` and has the server reload it.
+    #[track_caller]
+    pub(crate) fn set_hba(&self, rules: &str) {
+        let hba = self.dir().join("data/pg_hba.conf");
+        std::fs::write(&hba, rules).expect("write pg_hba.conf");
+        connect(&self.url())
+            .batch_execute("SELECT pg_reload_conf()")
+            .expect("reload the server's rules");
+    }
+
     #[track_caller]
     fn start_listening(listen: Vec<(&'static str, String)>) -> Option<PrivateCluster> {
         let pgbin = required_var(PGBIN_VAR)?;
@@ -279,8 +330,12 @@ impl PrivateCluster {
 
     /// The URL of the cluster's `postgres` database, as the superuser `postgres`.
     pub(crate) fn url(&self) -> String {
+        let port = match self.port() {
+            5432 => String::new(),
+            port => format!("&port={port}"),
+        };
         format!(
-            "postgresql:///postgres?host={}&user=postgres",
+            "postgresql:///postgres?host={}&user=postgres{port}",
             self.dir.path().display()
         )
     }
