@@ -471,34 +471,7 @@ impl Pooler {
             .prefix("fencepost-pgbouncer-")
             .tempdir()
             .expect("temp dir for a pooler");
-        let connect_query =
-            format!("SET search_path = {}; {session}", store.name()).replace('\'', "''");
-        let ini = format!(
-            "[databases]\n\
-             fencepost = host={host} port={port} dbname={db} user={user} \
-             connect_query='{connect_query}'\n\
-             [pgbouncer]\n\
-             listen_addr =\n\
-             unix_socket_dir = {dir}\n\
-             listen_port = {POOLER_PORT}\n\
-             auth_type = trust\n\
-             auth_file = {dir}/users.txt\n\
-             pool_mode = transaction\n\
-             default_pool_size = {sessions}\n\
-             max_client_conn = 200\n\
-             logfile = {dir}/pgbouncer.log\n",
-            host = server.host,
-            port = server.port,
-            db = server.dbname,
-            user = server.user,
-            dir = dir.path().display(),
-        );
-        std::fs::write(dir.path().join("pgbouncer.ini"), ini).expect("write pgbouncer.ini");
-        std::fs::write(
-            dir.path().join("users.txt"),
-            format!("\"{}\" \"\"\n", server.user),
-        )
-        .expect("write the pooler's users");
+        write_pooler_config(dir.path(), store, &server, session, sessions);
         // PgBouncer refuses to run as root: as the server's user then, as pg-test-cluster.sh
         // runs the server. setpriv execs it (no process in between to signal).
         let mut cmd = Command::new("setpriv");
@@ -567,6 +540,43 @@ impl Drop for Pooler {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes the pooler's configuration and users into `dir`: one database, `fencepost`,
+/// for `store`'s schema on `server`, at most `sessions` server sessions each starting
+/// with `session`.
+fn write_pooler_config(
+    dir: &Path,
+    store: &TestStore,
+    server: &ServerAddress,
+    session: &str,
+    sessions: u32,
+) {
+    let connect_query =
+        format!("SET search_path = {}; {session}", store.name()).replace('\'', "''");
+    let ini = format!(
+        "[databases]\n\
+             fencepost = host={host} port={port} dbname={db} user={user} \
+             connect_query='{connect_query}'\n\
+             [pgbouncer]\n\
+             listen_addr =\n\
+             unix_socket_dir = {dir}\n\
+             listen_port = {POOLER_PORT}\n\
+             auth_type = trust\n\
+             auth_file = {dir}/users.txt\n\
+             pool_mode = transaction\n\
+             default_pool_size = {sessions}\n\
+             max_client_conn = 200\n\
+             logfile = {dir}/pgbouncer.log\n",
+        host = server.host,
+        port = server.port,
+        db = server.dbname,
+        user = server.user,
+        dir = dir.display(),
+    );
+    std::fs::write(dir.join("pgbouncer.ini"), ini).expect("write pgbouncer.ini");
+    std::fs::write(dir.join("users.txt"), format!("\"{}\" \"\"\n", server.user))
+        .expect("write the pooler's users");
 }
 
 /// The port in the pooler's socket name (its folder is its own, so any port will do).
