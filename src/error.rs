@@ -87,7 +87,8 @@ pub enum Error {
     Diverged {
         message: String,
         report: String,
-        found: Verified,
+        /// Boxed: every `Result` of the crate carries this error's size.
+        found: Box<Verified>,
     },
 
     /// A command that works through every resource (`recover`, `mirror`) could not finish some:
@@ -109,6 +110,11 @@ pub enum Error {
         message: String,
         ran: RunFailed,
     },
+
+    /// `mirror --follow`: another follower holds this mirror root's follower lock
+    /// (`pid`: the process it names, when it could be read).
+    #[error("{} is followed already{}: one `mirror --follow` per mirror root", root.display(), pid.map_or_else(String::new, |p| format!(" by pid {p}")))]
+    Following { root: PathBuf, pid: Option<u32> },
 
     /// A failure injected by a failpoint (builds with the `failpoints` feature only).
     #[cfg(feature = "failpoints")]
@@ -185,6 +191,7 @@ impl Error {
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => 1,
             Error::Usage { .. } => 2,
+            Error::Following { .. } => 3,
             Error::Refused(r) => match r.kind() {
                 RefusalKind::Held => 3,
                 RefusalKind::Lost => 4,
@@ -203,6 +210,7 @@ impl Error {
     pub fn outcome(&self) -> &'static str {
         match self {
             Error::Refused(r) => r.kind().outcome(),
+            Error::Following { .. } => RefusalKind::Held.outcome(),
             Error::Usage { .. } => "usage",
             Error::Busy { .. } | Error::RemoteBusy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
@@ -224,6 +232,10 @@ impl Error {
         use std::borrow::Cow;
         match self {
             Error::Usage { hint, .. } => hint.as_deref().map(Cow::Borrowed),
+            Error::Following { .. } => Some(Cow::Borrowed(
+                "stop that follower first (systemctl stop, or kill its pid); a single \
+                 `fencepost mirror` pass may run beside it",
+            )),
             Error::Busy { .. } => Some(Cow::Borrowed(
                 "raise --busy-timeout (FENCEPOST_BUSY_TIMEOUT) or find the process holding it",
             )),

@@ -16,6 +16,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::atomic::Source;
@@ -37,6 +38,20 @@ pub fn sync(
     only: Option<&str>,
     look: Look,
 ) -> Result<Mirrored> {
+    pass(ctx, store, only, look, None)
+}
+
+/// [`sync`], ending early once `stop` is set: between two applies, never inside one.
+/// A pass cut short lists what it applied and looks no further (it reports nothing
+/// `ahead`: it did not see everything).
+fn pass(
+    ctx: &Ctx,
+    store: &mut dyn SharedStore,
+    only: Option<&str>,
+    look: Look,
+    stop: Option<&AtomicBool>,
+) -> Result<Mirrored> {
+    let stopped = || stop.is_some_and(|s| s.load(Ordering::SeqCst));
     let remote = ctx
         .remote
         .as_ref()
@@ -59,6 +74,9 @@ pub fn sync(
         check_binding(&mirror, store, remote, None)?;
     }
     for published in &wanted {
+        if stopped() {
+            return Ok(done);
+        }
         // One document this host cannot hold (its path is a file here, or a symlink)
         // must not keep the others from being copied.
         let applied = match apply(&mirror, store, remote, published, look) {
@@ -461,16 +479,93 @@ fn temp_in(dir: &Path) -> Result<(std::fs::File, PathBuf)> {
     }
 }
 
-/// `fencepost mirror --follow`: applies, then waits for the store's notifications and
-/// applies what they name; on a broken connection reconnects with back-off and applies
-/// everything again (notifications sent meanwhile are lost). A store without its schema
-/// yet (no claim was ever made) is waited for, polled with back-off. `rescan`: the
-/// longest wait without a full pass. Runs until killed; each pass's report goes to
-/// `report`.
-pub fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirrored)) -> Result<()> {
+/// A mirror root's follower lock: `.fencepost/follow.lock`, `flock`ed for the life of
+/// [`follow`] and naming its pid. Two followers of one root would apply every version
+/// twice and race their retries; a single `mirror` pass beside a follower is safe (each
+/// apply is fenced and takes the root's write lock), so it does not take this lock.
+/// Released when dropped, or by the kernel when the process dies.
+#[derive(Debug)]
+pub struct FollowLock {
+    _file: std::fs::File,
+}
+
+/// Where a root's follower lock lives.
+pub const FOLLOW_LOCK: &str = "follow.lock";
+
+/// Takes the mirror root's follower lock, or refuses (`Error::Following`, exit 3) while
+/// another process holds it, naming that process when its pid can be read.
+pub fn lock_follower(ctx: &Ctx) -> Result<FollowLock> {
+    let dir = ctx.root.join(STATE_DIR);
+    match std::fs::create_dir(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::io("cannot create", dir)(e));
+        }
+        _ => {}
+    }
+    let path = dir.join(FOLLOW_LOCK);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(Error::io("cannot open", path.clone()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let pid = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|text| text.trim().parse().ok());
+            return Err(Error::Following {
+                root: ctx.root.clone(),
+                pid,
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("cannot lock", path)(e)),
+    }
+    // The pid is for the refusal's message only: the lock itself is the flock.
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .map_err(Error::io("cannot write", path))?;
+    Ok(FollowLock { _file: file })
+}
+
+/// How often a wait looks at `stop`: a signal ends the follower within this.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// Sleeps for `total`, or until `stop` is set; returns whether it was.
+fn nap(total: Duration, stop: &AtomicBool) -> bool {
+    let until = std::time::Instant::now() + total;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return true;
+        }
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(STOP_CHECK));
+    }
+}
+
+/// `fencepost mirror --follow`, under the root's follower lock (`_lock`): applies, then
+/// waits for the store's notifications and applies what they name; on a broken
+/// connection reconnects with back-off and applies everything again (notifications sent
+/// meanwhile are lost). A store without its schema yet (no claim was ever made) is
+/// waited for, polled with back-off. `rescan`: the longest wait without a full pass.
+/// Runs until `stop` is set (a signal, for the command line), which it looks at between
+/// two applies and during every wait: an apply under way is finished first, so the root
+/// is left whole. Each pass's report goes to `report`.
+pub fn follow(
+    ctx: &Ctx,
+    _lock: &FollowLock,
+    rescan: Duration,
+    stop: &AtomicBool,
+    mut report: impl FnMut(&Mirrored),
+) -> Result<()> {
     let mut backoff = Duration::from_millis(100);
     let mut said_empty = false;
-    loop {
+    while !stop.load(Ordering::SeqCst) {
         let connected = ctx.remote_store();
         let mut store = match connected {
             Ok(Some(store)) => store,
@@ -483,31 +578,32 @@ pub fn follow(ctx: &Ctx, rescan: Duration, mut report: impl FnMut(&Mirrored)) ->
                          claim"
                     ));
                 }
-                std::thread::sleep(backoff);
+                nap(backoff, stop);
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
             Err(e @ (Error::Usage { .. } | Error::Internal(_))) => return Err(e),
             Err(e) => {
                 warn_retry(ctx, &e, backoff);
-                std::thread::sleep(backoff);
+                nap(backoff, stop);
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
         };
-        let session = run_session(ctx, &mut *store, rescan, &mut report, &mut backoff);
+        let session = run_session(ctx, &mut *store, rescan, stop, &mut report, &mut backoff);
         match session {
             Err(e @ (Error::Usage { .. } | Error::Internal(_) | Error::Io { .. })) => {
                 return Err(e);
             }
             Err(e) => {
                 warn_retry(ctx, &e, backoff);
-                std::thread::sleep(backoff);
+                nap(backoff, stop);
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
             Ok(()) => {}
         }
     }
+    Ok(())
 }
 
 /// Documents whose last apply failed (a damaged blob, a path this host cannot hold), by
@@ -565,26 +661,35 @@ fn run_session(
     ctx: &Ctx,
     store: &mut dyn SharedStore,
     rescan: Duration,
+    stop: &AtomicBool,
     report: &mut impl FnMut(&Mirrored),
     backoff: &mut Duration,
 ) -> Result<()> {
+    let stopped = || stop.load(Ordering::SeqCst);
     store.listen()?;
     let mut retries = Retries::default();
-    let first = sync(ctx, store, None, Look::Identity)?;
+    let first = pass(ctx, store, None, Look::Identity, Some(stop))?;
     retries.note(&first);
     report(&first);
     let mut last_full = std::time::Instant::now();
     *backoff = Duration::from_millis(100);
-    loop {
+    while !stopped() {
         let until_rescan = rescan.saturating_sub(last_full.elapsed());
         let timeout = retries
             .next_in()
             .map_or(until_rescan, |r| r.min(until_rescan));
-        let names = store.wait(timeout)?;
+        // Waited in slices, so that a signal is seen while nothing is published.
+        let names = store.wait(timeout.min(STOP_CHECK))?;
+        if stopped() {
+            break;
+        }
+        if names.is_empty() && timeout > STOP_CHECK {
+            continue;
+        }
         if names.is_empty() && last_full.elapsed() >= rescan {
-            let pass = sync(ctx, store, None, Look::Identity)?;
-            retries.note(&pass);
-            report(&pass);
+            let full = pass(ctx, store, None, Look::Identity, Some(stop))?;
+            retries.note(&full);
+            report(&full);
             last_full = std::time::Instant::now();
             continue;
         }
@@ -592,22 +697,29 @@ fn run_session(
         names.sort();
         names.dedup();
         for name in names {
-            let pass = sync(ctx, store, Some(&name), Look::Identity)?;
-            retries.note(&pass);
-            report(&pass);
+            if stopped() {
+                break;
+            }
+            let one = pass(ctx, store, Some(&name), Look::Identity, Some(stop))?;
+            retries.note(&one);
+            report(&one);
         }
         for name in retries.due() {
-            let pass = sync(ctx, store, Some(&name), Look::Identity)?;
-            retries.note(&pass);
-            // A document that failed again is not news: its first failure was reported.
-            if pass.applied.iter().any(|a| a.outcome != "failed") {
-                report(&pass);
+            if stopped() {
+                break;
             }
-            if pass.applied.is_empty() {
+            let again = pass(ctx, store, Some(&name), Look::Identity, Some(stop))?;
+            retries.note(&again);
+            // A document that failed again is not news: its first failure was reported.
+            if again.applied.iter().any(|a| a.outcome != "failed") {
+                report(&again);
+            }
+            if again.applied.is_empty() {
                 retries.0.remove(&name);
             }
         }
     }
+    Ok(())
 }
 
 fn warn_retry(ctx: &Ctx, e: &Error, backoff: Duration) {

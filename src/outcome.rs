@@ -43,6 +43,8 @@ pub enum Outcome {
     Ready(StoreSchema),
     /// `store init --print-grants`: the SQL that gives a role what it needs.
     Grants(Grants),
+    /// `mirror --follow`: it stopped on a signal, its last apply finished.
+    Stopped(Stopped),
 }
 
 /// `store init`: the store, and its schema version.
@@ -198,6 +200,17 @@ pub struct StatusRow {
     pub sink: Option<SinkView>,
     /// The document on disk.
     pub document: DocumentView,
+    /// On a mirror root, the epochs on both sides (the keys are there only then).
+    #[serde(flatten)]
+    pub mirror: Option<MirrorEpochs>,
+}
+
+/// A mirror root's document in `status`: the epoch the mirror holds and the one the store
+/// publishes (each null when there is none).
+#[derive(Debug, Serialize)]
+pub struct MirrorEpochs {
+    pub mirror_epoch: Option<i64>,
+    pub store_epoch: Option<i64>,
 }
 
 /// A sink record in `status`.
@@ -305,6 +318,19 @@ pub struct Problem {
     /// `drifted`, `missing`, `interrupted`, ... (the list is in `verify --help`).
     pub problem: &'static str,
     pub message: String,
+    /// `behind` only: how far, and since when.
+    #[serde(flatten)]
+    pub behind: Option<Behind>,
+}
+
+/// How far a mirror is behind its store: the epoch it holds (null: none yet), the one the
+/// store publishes, and since when (`since`, on the store's clock: when the store
+/// published the first version the mirror does not hold).
+#[derive(Debug, Clone, Serialize)]
+pub struct Behind {
+    pub mirror_epoch: Option<i64>,
+    pub store_epoch: i64,
+    pub since: i64,
 }
 
 /// `verify`: how many resources were checked and what was found (also the fields of its
@@ -317,6 +343,10 @@ pub struct Verified {
     pub checked: usize,
     /// What was found, one entry per problem (none when all is well).
     pub problems: Vec<Problem>,
+    /// With `--max-lag`, the mirror's `behind` found within it: noted, not problems
+    /// (the key is there only then).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lagging: Vec<Problem>,
 }
 
 /// `man --dir`: where the pages went (completions and a man page on stdout print the
@@ -333,6 +363,16 @@ pub struct Mirrored {
     pub root: String,
     pub store: String,
     pub applied: Vec<Applied>,
+}
+
+/// `mirror --follow` stopped: the root and store it followed, the signal that stopped it
+/// (`SIGTERM`), and when (`time`, wall-clock milliseconds).
+#[derive(Debug, Serialize)]
+pub struct Stopped {
+    pub root: String,
+    pub store: String,
+    pub signal: String,
+    pub time: i64,
 }
 
 /// One resource of a `mirror` pass: `applied` (the mirror now holds this version),

@@ -921,6 +921,20 @@ fn mirror_url(tx: &dyn ReadTxn) -> Result<String> {
         .unwrap_or_default())
 }
 
+/// The store a mirror root is bound to, as a connection string to open (`None`: the
+/// root is no mirror, or has no state file). The root records it as messages show it,
+/// so a password it had is not there: libpq's `PGPASSWORD` or password file gives it.
+pub fn bound_store(ctx: &Ctx) -> Result<Option<String>> {
+    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
+        return Ok(None);
+    };
+    let tx = local.snapshot()?;
+    if tx.meta_bytes(MIRROR_OF)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(store::conninfo::unmasked(&mirror_url(&*tx)?)))
+}
+
 /// The mirror root's own context: its state file, names relative to it, no store, and
 /// the wall clock whatever `--now` says. A mirror's clock only dates its applies (the
 /// store decided everything else), so one mirror root serves a store on logical ticks

@@ -53,25 +53,46 @@ impl Host {
 }
 
 /// `fencepost mirror --follow --json` on `host`, in the background; its stdout's lines
-/// arrive on a channel. Killed when dropped.
+/// arrive on a channel, its start line already read. Killed when dropped.
 pub(crate) struct Follower {
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// The start line: `outcome` `following`, with the store, root, rescan and pid.
+    pub started: Value,
 }
 
 impl Follower {
     pub(crate) fn start(host: &Host) -> Follower {
-        let mut child = Command::new(bin())
-            .env_clear()
+        let mut cmd = Follower::command(host, &["--json", "mirror", "--follow"]);
+        cmd.stderr(Stdio::null());
+        Follower::spawn(cmd)
+    }
+
+    /// The follower's command on `host` (`args` after `--root`), to add to before
+    /// [`Follower::spawn`].
+    pub(crate) fn command(host: &Host, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.env_clear()
             .env("FENCEPOST_STORE", &host.url)
             .current_dir(host.root.root())
             .arg("--root")
             .arg(host.root.root())
-            .args(["--json", "mirror", "--follow"])
+            .args(args);
+        cmd
+    }
+
+    /// Starts `cmd`, a `--json mirror --follow`, and waits for its start line.
+    pub(crate) fn spawn(mut cmd: Command) -> Follower {
+        let child = cmd
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
             .spawn()
             .expect("spawn mirror --follow");
+        Follower::of(child)
+    }
+
+    /// A follower already started, its stdout piped: waits for its start line.
+    pub(crate) fn of(mut child: Child) -> Follower {
         let stdout = child.stdout.take().expect("stdout");
         let (send, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -82,7 +103,16 @@ impl Follower {
                 }
             }
         });
-        Follower { child, lines }
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("mirror --follow printed no start line in time");
+        let started: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(started["outcome"], "following", "{started}");
+        Follower {
+            child,
+            lines,
+            started,
+        }
     }
 
     /// The next pass it reports, within `deadline`.
@@ -94,8 +124,33 @@ impl Follower {
             .expect("mirror --follow reported no pass in time");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
     }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends it SIGTERM and waits for it: see [`Follower::finish`].
+    pub(crate) fn terminate(self) -> (std::process::ExitStatus, Vec<Value>) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        self.finish()
+    }
+
+    /// Waits for it to exit: its exit status and the lines it printed after the last one
+    /// read (its stop line last).
+    pub(crate) fn finish(mut self) -> (std::process::ExitStatus, Vec<Value>) {
+        let status = self.child.wait().expect("wait");
+        let rest = self
+            .lines
+            .iter()
+            .map(|line| serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect();
+        (status, rest)
+    }
 }
 
+/// A follower the test did not stop is killed, so none outlives its test.
 impl Drop for Follower {
     fn drop(&mut self) {
         let _ = self.child.kill();

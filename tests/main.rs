@@ -16,6 +16,7 @@ mod hosts;
 mod inputs;
 mod leases;
 mod mirror_edges;
+mod mirror_service;
 mod mirrors;
 mod model;
 mod operator;

@@ -125,9 +125,54 @@ fn with_store(env: &Env, url: &str, via: Via, args: &[&str]) -> Run {
     }
 }
 
+/// `mirror --follow` in `env`'s root with `url` passed `via`, stopped by SIGTERM once it
+/// printed its start line: what it printed.
+fn following(env: &Env, url: &str, via: Via, json: bool) -> Done {
+    use std::io::{BufRead as _, BufReader, Read as _};
+    let mut args = vec!["mirror", "--follow"];
+    if json {
+        args.insert(0, "--json");
+    }
+    let mut cmd = std::process::Command::new(crate::harness::bin());
+    cmd.env_clear().arg("--root").arg(env.root());
+    match via {
+        Via::Flag => cmd.args(["--store", url]),
+        Via::Variable => cmd.env("FENCEPOST_STORE", url),
+    };
+    let mut child = cmd
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn mirror --follow");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("the start line");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("stdout");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    let status = child.wait().expect("wait");
+    Done {
+        code: status.code().unwrap_or(-1),
+        stdout: first + &rest,
+        stderr,
+    }
+}
+
 /// A claim, a write, `mirror`, `status` (plain and `--json`), `verify` and `log` with each
-/// spelling, through the flag and the variable, in a root that mirrors the store: each
-/// works, and neither its output nor the root's files show the password.
+/// spelling, through the flag and the variable, in a root that mirrors the store, then
+/// `mirror --follow` (its start and stop lines) and `verify` and `status` without the
+/// store (the root's binding): each works, and neither its output nor the root's files
+/// show the password.
 #[test]
 fn a_password_never_shows_in_output_or_files() {
     let Some(store) = pg::store() else { return };
@@ -158,6 +203,20 @@ fn a_password_never_shows_in_output_or_files() {
                 let step = format!("{what}: {}", args.join(" "));
                 let done = with_store(&env, url, via, &args).stdin("x").output();
                 assert_eq!(done.code, code, "{step}: {done:?}");
+                hidden(&done, &step);
+            }
+            // The follower's start and stop lines, plain and --json, and its warnings.
+            for json in [false, true] {
+                let step = format!("{what}: mirror --follow (json {json})");
+                let done = following(&env, url, via, json);
+                assert_eq!(done.code, 0, "{step}: {done:?}");
+                assert!(done.stdout.contains("following"), "{step}: {done:?}");
+                hidden(&done, &step);
+            }
+            // Without the store: the root's binding, whose password is masked.
+            for args in [vec!["verify"], vec!["--json", "status"]] {
+                let step = format!("{what}: {} without --store", args.join(" "));
+                let done = env.fp(&args).output();
                 hidden(&done, &step);
             }
             hidden_on_disk(env.root(), &what);

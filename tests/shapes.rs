@@ -392,11 +392,32 @@ fn mirror_and_recover_with_a_store_keep_their_keys() {
         &mirror.fp(&["--json", "mirror", "doc.md"]).expect(0),
         &mirrored,
     );
-    // Each pass of --follow that applies something prints an object of the same keys.
+    // Each pass of --follow that applies something prints an object of the same keys,
+    // and its time; its start and stop lines have theirs.
     let follows = Host::new(store.url());
     let follower = Follower::start(&follows);
     let pass = follower.next_pass(std::time::Duration::from_secs(30));
-    assert_eq!(keys(&pass), mirrored, "{pass}");
+    let mut passed = mirrored.to_vec();
+    passed.push("time");
+    passed.sort_unstable();
+    assert_eq!(keys(&pass), passed, "{pass}");
+    let started = [
+        "epoch",
+        "outcome",
+        "pid",
+        "rescan_ms",
+        "resource",
+        "root",
+        "store",
+        "time",
+    ];
+    assert_eq!(keys(&follower.started), started, "{}", follower.started);
+    let (_, rest) = follower.terminate();
+    let stopped = [
+        "epoch", "outcome", "resource", "root", "signal", "store", "time",
+    ];
+    let last = rest.last().expect("a stop line");
+    assert_eq!(keys(last), stopped, "{last}");
     // recover says how many orphan blobs it removed; without a root it has no
     // resources of its own to recover, with a mirror root it reports the mirror's.
     let recovered = ["blobs_removed", "epoch", "outcome", "resource", "resources"];

@@ -635,7 +635,7 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             global.log_keep
         )));
     }
-    let mut ctx = Ctx::open(&session::Settings {
+    let settings = session::Settings {
         root: global.root.as_deref(),
         db: global.db.as_deref(),
         store: global.store.as_deref(),
@@ -644,7 +644,19 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
         busy,
         commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),
         log_keep: global.log_keep,
-    })?;
+    };
+    let mut ctx = Ctx::open(&settings)?;
+    // Checking a mirror root is checking it against its store: without --store, the one
+    // it is bound to.
+    if global.store.is_none()
+        && matches!(command, Command::Verify(_) | Command::Status(_))
+        && let Some(bound) = session::bound_store(&ctx)?
+    {
+        ctx = Ctx::open(&session::Settings {
+            store: Some(&bound),
+            ..settings
+        })?;
+    }
     ctx.here = ctx.here.take().filter(|_| typed);
     ctx.warn = session::Warn(std::sync::Arc::new(|message| {
         let _ = writeln!(io::stderr(), "fencepost: warning: {message}");
@@ -682,6 +694,7 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
             Error::Diverged { found, .. } => object(found),
             Error::Child { ran, .. } => object(ran),
             Error::Partial { done, .. } => object(done),
+            Error::Following { root, pid } => object(&json!({"root": root, "holder_pid": pid})),
             _ => serde_json::Map::new(),
         };
         map.insert("outcome".into(), json!(err.outcome()));
@@ -690,9 +703,9 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
             map.entry(key).or_insert(value);
         }
         written = emit(&Value::Object(map).to_string());
-    } else if let Error::Refused(r) = err {
+    } else if matches!(err, Error::Refused(_) | Error::Following { .. }) {
         if !quiet {
-            written = emit(r.kind().outcome());
+            written = emit(err.outcome());
         }
     } else if let Error::Diverged { report, .. } | Error::Partial { report, .. } = err {
         written = emit(report);
@@ -703,7 +716,7 @@ fn report_error(err: &Error, json: bool, quiet: bool, defaults: serde_json::Map<
     {
         let _ = writeln!(stderr, "fencepost: cannot write the answer to stdout: {e}");
     }
-    if quiet && matches!(err, Error::Refused(_)) {
+    if quiet && matches!(err, Error::Refused(_) | Error::Following { .. }) {
         return;
     }
     let _ = writeln!(stderr, "fencepost: {err}");

@@ -9,7 +9,7 @@ use super::Report;
 use crate::cli::durations::{Zero, parse_duration};
 use fencepost::clock::ClockKind;
 use fencepost::error::{Error, Result};
-use fencepost::outcome::{Mirrored, Outcome};
+use fencepost::outcome::{Mirrored, Outcome, Stopped};
 use fencepost::session::Ctx;
 
 /// Copy the documents the shared store (--store) publishes into this host's root.
@@ -21,7 +21,12 @@ use fencepost::session::Ctx;
 /// own. Prints one line per document applied (or `up to date`).
 ///
 /// With --follow it keeps running: it wakes on each publish (the store notifies), checks
-/// everything every --rescan, and reconnects with back-off when the connection drops. Its
+/// everything every --rescan, and reconnects with back-off when the connection drops.
+/// It prints a start line (store, root, rescan, pid), then a line per document applied
+/// and per warning, each after the time in UTC (with --json, an object per line with
+/// `time`, wall-clock milliseconds). SIGTERM or SIGINT stops it after the apply under
+/// way, with a last line and exit 0. One follower per root: a second is refused as
+/// `held` (exit 3), naming the first one's pid; a plain `mirror` may run beside it. Its
 /// passes know a document they hold by inode and size; a plain `mirror` hashes each one
 /// and repairs one edited in place. A document this host cannot hold (its path is a file
 /// here, or reaches through a symlink) is listed as failed, and the others are copied;
@@ -73,9 +78,7 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
                 "--follow mirrors every document: drop RESOURCE",
             ));
         }
-        let rescan = std::time::Duration::from_millis(rescan.unsigned_abs());
-        fencepost::mirror::follow(ctx, rescan, |pass| print_pass(pass, json))?;
-        return Err(Error::Internal("mirror --follow stopped following"));
+        return follow(ctx, rescan, json, &remote.url.shown);
     }
     let mut store = ctx.shared_store("nothing was ever claimed here")?;
     let done = fencepost::mirror::sync(
@@ -139,20 +142,124 @@ fn plain(done: &Mirrored) -> String {
     }
 }
 
-/// With --follow: each pass that applied something, as it happens (a JSON object per
-/// line with --json, with the keys of a single pass's answer, `resource` and `epoch`
-/// null as there).
+/// `mirror --follow`: takes the root's follower lock, prints the start line, follows
+/// until SIGTERM or SIGINT (an apply under way is finished first), and answers with the
+/// line saying it stopped (exit 0). Every line it prints starts with the time (UTC), so
+/// that one run by hand or in a container, without journald's times, still has them.
+fn follow(ctx: &Ctx, rescan_ms: i64, json: bool, shown: &str) -> Result<Report> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let lock = fencepost::mirror::lock_follower(ctx)?;
+    // Watched before the start line, so a supervisor that signals as soon as it reads it
+    // stops the follower the clean way. A second SIGINT (a second ^C) ends it at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let signal = Arc::new(AtomicUsize::new(0));
+    let watch = |sig: i32| -> std::io::Result<()> {
+        if sig == signal_hook::consts::SIGINT {
+            // Registered first, so it sees the flag as the earlier ^C left it.
+            signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))?;
+        }
+        let number = usize::try_from(sig).unwrap_or_default();
+        signal_hook::flag::register_usize(sig, Arc::clone(&signal), number)?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+        Ok(())
+    };
+    watch(signal_hook::consts::SIGTERM).map_err(Error::io("cannot watch", "SIGTERM"))?;
+    watch(signal_hook::consts::SIGINT).map_err(Error::io("cannot watch", "SIGINT"))?;
+    // Warnings too start with the time.
+    let mut ctx = ctx.clone();
+    ctx.warn = fencepost::session::Warn(Arc::new(|message| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{} fencepost: warning: {message}",
+            stamp()
+        );
+    }));
+    let ctx = &ctx;
+    let root = ctx.root.display().to_string();
+    let rescan = std::time::Duration::from_millis(rescan_ms.unsigned_abs());
+    let started = if json {
+        serde_json::json!({"outcome": "following", "resource": null, "epoch": null,
+                           "time": now(), "root": root, "store": shown,
+                           "rescan_ms": rescan_ms, "pid": std::process::id()})
+        .to_string()
+    } else {
+        format!(
+            "{} following {shown} into {root}, rescan {} (pid {})",
+            stamp(),
+            shown_duration(rescan_ms),
+            std::process::id()
+        )
+    };
+    print_line(&started);
+    fencepost::mirror::follow(ctx, &lock, rescan, &stop, |pass| print_pass(pass, json))?;
+    let name = match signal.load(Ordering::SeqCst) {
+        0 => "a stop".to_string(),
+        n => i32::try_from(n)
+            .ok()
+            .and_then(|n| nix::sys::signal::Signal::try_from(n).ok())
+            .map_or_else(|| format!("signal {n}"), |s| s.as_str().to_string()),
+    };
+    let time = now();
+    Ok(Report::new(
+        format!(
+            "{} stopped following {shown} into {root} on {name}",
+            fencepost::clock::show(ClockKind::Wall, time)
+        ),
+        Outcome::Stopped(Stopped {
+            root,
+            store: shown.to_string(),
+            signal: name,
+            time,
+        }),
+    ))
+}
+
+/// Wall-clock milliseconds now, for the `time` of --follow's JSON lines.
+fn now() -> i64 {
+    fencepost::clock::wall_millis()
+}
+
+/// Now as a UTC timestamp, for the start of --follow's plain lines.
+pub(crate) fn stamp() -> String {
+    fencepost::clock::show(ClockKind::Wall, now())
+}
+
+/// A duration as a person reads it: `60s`, `1.5s`, `250ms`.
+fn shown_duration(ms: i64) -> String {
+    match ms {
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms if ms >= 1000 => format!("{}s", ms as f64 / 1000.0),
+        ms => format!("{ms}ms"),
+    }
+}
+
+/// Prints one line on stdout and flushes it, so a reader (journald, a pipe) has it at
+/// once.
+fn print_line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
+/// With --follow: each pass that applied something, as it happens: a JSON object per
+/// line with --json (the keys of a single pass's answer, `resource` and `epoch` null as
+/// there, and `time`, wall-clock milliseconds), else its lines, each after the time.
 fn print_pass(done: &Mirrored, json: bool) {
     if done.applied.iter().all(|a| a.outcome == "current") {
         return;
     }
     let text = if json {
         serde_json::json!({"outcome": "mirrored", "resource": null, "epoch": null,
-                           "root": done.root, "store": done.store, "applied": done.applied})
+                           "time": now(), "root": done.root, "store": done.store,
+                           "applied": done.applied})
         .to_string()
     } else {
+        let at = stamp();
         plain(done)
+            .lines()
+            .map(|line| format!("{at} {line}"))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+    print_line(&text);
 }

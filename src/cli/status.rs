@@ -33,6 +33,9 @@ use fencepost::session::Ctx;
 ///   error        the document could not be checked (why is listed under the table)
 /// With --store, WRITTEN says `unfenced` after the epoch of a version written with
 /// --unfenced (`sink.unfenced` in --json): no fence kept older epochs out of it.
+/// On a mirror root, without --store, it reads the store the root is bound to; --json
+/// then gives each document's `mirror_epoch` (the epoch the mirror holds) and
+/// `store_epoch` (the one the store publishes), null where there is none.
 /// Exit 2 when there is no state file, or the resource named was never claimed or written.
 /// Read-only: it changes nothing. Wall-clock deadlines show in UTC; --json gives them
 /// as milliseconds since the Unix epoch.

@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use crate::document::{self, DocState, Examine, Look};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
-use crate::outcome::{DocumentView, LeaseView, SinkView, Status, StatusRow};
+use crate::outcome::{DocumentView, LeaseView, MirrorEpochs, SinkView, Status, StatusRow};
 use crate::resource::Resource;
 use crate::session::{Ctx, Opened};
 use crate::sink::{Content, SinkRecord};
@@ -20,6 +20,8 @@ struct Row {
     doc: Doc,
     /// The store publishes its content as written with `--unfenced`.
     unfenced: bool,
+    /// On a mirror root: the epoch the mirror holds (`None`: nothing yet).
+    mirrored: Option<Option<i64>>,
 }
 
 /// The document on disk as `status` shows it.
@@ -114,6 +116,9 @@ fn collect(ctx: &Ctx, mut store: Opened<'_>, only: Option<&Resource>) -> Result<
             }
         };
         rows.push(Row {
+            mirrored: held
+                .as_ref()
+                .map(|h| h.iter().find(|(n, _)| *n == name).map(|(_, c)| c.epoch)),
             resource: name,
             lease,
             sink,
@@ -210,7 +215,12 @@ fn row_view(row: Row, now: i64) -> StatusRow {
         .doc
         .hashed
         .map_or((None, None), |(s, n)| (Some(s), Some(n)));
+    let mirror = row.mirrored.map(|mirror_epoch| MirrorEpochs {
+        mirror_epoch,
+        store_epoch: sink.as_ref().and_then(|s| s.content_epoch),
+    });
     StatusRow {
+        mirror,
         lease: LeaseView::at(row.lease.as_ref(), now),
         resource: row.resource,
         sink,

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use crate::document::{self, DocState, Examine, Look};
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseState};
-use crate::outcome::{Problem, Verified};
+use crate::outcome::{Behind, Problem, Verified};
 use crate::recovery::Pending;
 use crate::resource::Resource;
 use crate::session::Ctx;
@@ -42,6 +42,7 @@ pub fn verify(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
                 resource: name.clone(),
                 problem: kind,
                 message,
+                behind: None,
             });
         };
         // A row that cannot be read back, or a document that cannot be checked, is a
@@ -60,6 +61,7 @@ pub fn verify(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
         resource,
         checked: names.len(),
         problems,
+        lagging: Vec::new(),
     })
 }
 
@@ -178,42 +180,34 @@ fn verify_remote(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
     let only = ctx.resource_opt(only)?;
     let resource = only.as_ref().map(ToString::to_string);
     let mut store = ctx.shared_store("nothing to verify")?;
-    let (names, rows) = {
-        let tx = store.snapshot()?;
-        let names = match &only {
-            Some(r) => {
-                ctx.refuse_unseen(&*tx, r, "nothing to verify")?;
-                vec![r.to_string()]
-            }
-            None => tx.resources()?,
-        };
-        let mut rows = Vec::new();
-        for name in &names {
-            let lease = tx.lease_named(name)?;
-            let content = tx.sink_named(name)?.and_then(|s| s.content);
-            rows.push((name.clone(), lease, content, tx.published(name)?));
-        }
-        (names, rows)
-    };
-    let mut problems = Vec::new();
-    let mut ahead = Vec::new();
-    let published_names: Vec<String> = rows
-        .iter()
-        .filter(|(_, _, _, p)| p.is_some())
-        .map(|(n, _, _, _)| n.clone())
-        .collect();
     let mirror = ctx.remote.as_ref().is_some_and(|r| r.mirror) && ctx.db.exists();
     let mirrored = if mirror {
         crate::mirror::records(ctx)?
     } else {
         Vec::new()
     };
-    for (name, lease, content, published) in rows {
+    let (names, rows) = read_rows(ctx, &mut *store, only.as_ref(), mirror, &mirrored)?;
+    let mut problems = Vec::new();
+    let mut ahead = Vec::new();
+    let published_names: Vec<String> = rows
+        .iter()
+        .filter(|r| r.published.is_some())
+        .map(|r| r.name.clone())
+        .collect();
+    for row in rows {
+        let Row {
+            name,
+            lease,
+            content,
+            published,
+            since,
+        } = row;
         let mut found = |kind, message: String| {
             problems.push(Problem {
                 resource: name.clone(),
                 problem: kind,
                 message,
+                behind: None,
             });
         };
         check_lease(lease.as_ref(), content.as_ref(), &mut found);
@@ -226,7 +220,16 @@ fn verify_remote(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
         }
         if mirror {
             let held = mirrored.iter().find(|(n, _)| *n == name).map(|(_, c)| c);
-            if let Some(epoch) = check_behind(held, &published, &mut found) {
+            let clock = ctx.clock.kind();
+            let found = |kind, message, behind| {
+                problems.push(Problem {
+                    resource: name.clone(),
+                    problem: kind,
+                    message,
+                    behind,
+                });
+            };
+            if let Some(epoch) = check_behind(held, &published, since, clock, found) {
                 ahead.push((name.clone(), epoch, problems.len() - 1));
             }
         }
@@ -244,7 +247,52 @@ fn verify_remote(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
         resource,
         checked: names.len(),
         problems,
+        lagging: Vec::new(),
     })
+}
+
+/// The store's resources as `verify` checks them (only `only`, when given), read in one
+/// snapshot; on a mirror root (`mirror`, holding `mirrored`), each with since when the
+/// mirror is behind it.
+fn read_rows(
+    ctx: &Ctx,
+    store: &mut dyn crate::store::SharedStore,
+    only: Option<&Resource>,
+    mirror: bool,
+    mirrored: &[(String, Content)],
+) -> Result<(Vec<String>, Vec<Row>)> {
+    let tx = store.snapshot()?;
+    let names = match only {
+        Some(r) => {
+            ctx.refuse_unseen(&*tx, r, "nothing to verify")?;
+            vec![r.to_string()]
+        }
+        None => tx.resources()?,
+    };
+    let mut rows = Vec::new();
+    for name in &names {
+        let lease = tx.lease_named(name)?;
+        let content = tx.sink_named(name)?.and_then(|s| s.content);
+        let published = tx.published(name)?;
+        let held = mirrored
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.epoch);
+        let since = match (&published, &content) {
+            (Some(p), Some(c)) if mirror && held.is_none_or(|h| h < p.epoch) => {
+                Some(behind_since(ctx, &*tx, name, held, c.written_at)?)
+            }
+            _ => None,
+        };
+        rows.push(Row {
+            name: name.clone(),
+            lease,
+            content,
+            published,
+            since,
+        });
+    }
+    Ok((names, rows))
 }
 
 /// A version the store publishes that `write --unfenced` wrote: no fence kept an older
@@ -292,6 +340,7 @@ fn check_lost(
                 "{} (see \"Several hosts\" in the README to bring the store forward)",
                 crate::mirror::ahead_message(content, None)
             ),
+            behind: None,
         });
         ahead.push((name.clone(), content.epoch, problems.len() - 1));
     }
@@ -315,17 +364,62 @@ fn tell_store(
     }
 }
 
-/// A mirror that does not hold the version the store publishes (`held`: what it holds):
-/// `behind`, or `ahead` when it holds a version the store does not know (then returns
-/// the epoch it holds, to tell the store).
+/// One resource of the store as `verify` reads it: its lease, its sink's content, the
+/// version it publishes, and (a mirror root behind it) since when the mirror is behind.
+struct Row {
+    name: String,
+    lease: Option<crate::lease::Lease>,
+    content: Option<Content>,
+    published: Option<crate::store::Published>,
+    since: Option<i64>,
+}
+
+/// Since when a mirror that holds `held` of `name` (`None`: nothing) is behind: when the
+/// store's log says the first later epoch was written, else (the log pruned past it)
+/// `current`, when the version the store publishes now was.
+fn behind_since(
+    ctx: &Ctx,
+    tx: &dyn crate::store::ReadTxn,
+    name: &str,
+    held: Option<i64>,
+    current: i64,
+) -> Result<i64> {
+    let Ok(resource) = ctx.stored(name) else {
+        return Ok(current);
+    };
+    let first = tx
+        .events(Some(&resource), None)?
+        .into_iter()
+        .filter(|e| e.kind == crate::audit::EventKind::Write)
+        .filter(|e| e.epoch.is_some_and(|epoch| held.is_none_or(|h| epoch > h)))
+        .map(|e| e.at)
+        .min();
+    Ok(first.map_or(current, |at| at.min(current)))
+}
+
+/// A mirror that does not hold the version the store publishes (`held`: what it holds;
+/// `since`: since when, on the store's `clock`): `behind`, or `ahead` when it holds a
+/// version the store does not know (then returns the epoch it holds, to tell the store).
 fn check_behind(
     held: Option<&Content>,
     published: &crate::store::Published,
-    found: &mut impl FnMut(&'static str, String),
+    since: Option<i64>,
+    clock: crate::clock::ClockKind,
+    mut found: impl FnMut(&'static str, String, Option<Behind>),
 ) -> Option<i64> {
     use crate::mirror::{Standing, standing};
     let epoch = published.epoch;
     let pair = (epoch, published.sha256.as_str());
+    let behind = |mirror_epoch| {
+        since.map(|since| Behind {
+            mirror_epoch,
+            store_epoch: epoch,
+            since,
+        })
+    };
+    let when = since.map_or_else(String::new, |t| {
+        format!(" since {}", crate::clock::show(clock, t))
+    });
     match (
         held,
         standing(
@@ -342,6 +436,7 @@ fn check_behind(
                     "{} (see \"Several hosts\" in the README to bring the store forward)",
                     crate::mirror::ahead_message(c, Some(pair))
                 ),
+                None,
             );
             Some(c.epoch)
         }
@@ -349,16 +444,20 @@ fn check_behind(
             found(
                 "behind",
                 format!(
-                    "the mirror holds epoch {}, the store publishes epoch {epoch} (run `fencepost mirror`)",
+                    "the mirror holds epoch {}, the store publishes epoch {epoch}{when} (run `fencepost mirror`)",
                     c.epoch
                 ),
+                behind(Some(c.epoch)),
             );
             None
         }
         (None, _) => {
             found(
                 "behind",
-                format!("the mirror does not hold epoch {epoch} yet (run `fencepost mirror`)"),
+                format!(
+                    "the mirror does not hold epoch {epoch} yet, published{when} (run `fencepost mirror`)"
+                ),
+                behind(None),
             );
             None
         }
@@ -393,6 +492,7 @@ fn verify_mirror_root(
                 resource: name.clone(),
                 problem: kind,
                 message,
+                behind: None,
             });
         };
         check_document(&local, &resource, None, &mut found);

@@ -366,6 +366,37 @@ pub fn redact(text: &str) -> String {
     masked(text, hidden)
 }
 
+/// A connection string as [`redact`] showed it, made usable again: each masked value
+/// dropped (a URL's password, a masked parameter of its query or of a key=value string),
+/// so that the password comes from where libpq would look for one (`PGPASSWORD`, the
+/// password file). What was not masked is kept as it is.
+#[must_use]
+pub fn unmasked(shown: &str) -> String {
+    let masked = |piece: &str| piece.split_once('=').is_some_and(|(_, v)| v == MASK);
+    match Form::of(shown) {
+        Form::Keywords => shown
+            .split_whitespace()
+            .filter(|pair| !masked(pair))
+            .collect::<Vec<_>>()
+            .join(" "),
+        Form::Url(_) | Form::Other => {
+            let user_part = format!(":{MASK}@");
+            let text = shown.replacen(&user_part, "@", 1);
+            match text.split_once('?') {
+                None => text,
+                Some((base, query)) => {
+                    let kept: Vec<&str> = query.split('&').filter(|p| !masked(p)).collect();
+                    if kept.is_empty() {
+                        base.to_string()
+                    } else {
+                        format!("{base}?{}", kept.join("&"))
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The ranges of a URL (whose authority starts at `rest`) that may hold a password. The
 /// driver ends the user's part at the first `@`; a password with an `@` of its own ends
 /// at a later one, so all up to the last is hidden. Where the query starts depends on
@@ -456,7 +487,7 @@ fn percent_decoded(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{one_host_each, pgpass_password, take_params};
+    use super::{one_host_each, pgpass_password, take_params, unmasked};
 
     #[test]
     fn the_tls_parameters_are_taken_out_of_either_form() {
@@ -494,6 +525,31 @@ mod tests {
                 (rest.to_string(), taken),
                 "{given}"
             );
+        }
+    }
+
+    #[test]
+    fn a_shown_string_loses_its_masked_values_and_keeps_the_rest() {
+        let cases = [
+            (
+                "postgresql://app:s3cret@db1/jobs?sslmode=require&password=x",
+                "postgresql://app@db1/jobs?sslmode=require",
+            ),
+            (
+                "postgresql:///jobs?host=/run/postgresql&user=app",
+                "postgresql:///jobs?host=/run/postgresql&user=app",
+            ),
+            (
+                "postgresql://app:pw@db1/jobs?password=x",
+                "postgresql://app@db1/jobs",
+            ),
+            (
+                "host=db1 user=app password=pw dbname=jobs",
+                "host=db1 user=app dbname=jobs",
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(unmasked(&redact(url)), want, "{url}");
         }
     }
 
