@@ -111,6 +111,16 @@ pub enum Error {
         ran: RunFailed,
     },
 
+    /// `status` or `verify` of a mirror root without a store: a mirror is read against the
+    /// store it copies (`store`, a connection string to open; `shown`, as messages show
+    /// it). The command line opens it and reads again.
+    #[error("{} is a mirror of the store {shown}: read it with that store", root.display())]
+    MirrorRoot {
+        root: PathBuf,
+        store: String,
+        shown: String,
+    },
+
     /// `mirror --follow`: another follower holds this mirror root's follower lock
     /// (`pid`: the process it names, when it could be read).
     #[error("{} is followed already{}: one `mirror --follow` per mirror root", root.display(), pid.map_or_else(String::new, |p| format!(" by pid {p}")))]
@@ -190,7 +200,7 @@ impl Error {
             | Error::Internal(_) => 1,
             #[cfg(feature = "failpoints")]
             Error::Injected(_) => 1,
-            Error::Usage { .. } => 2,
+            Error::Usage { .. } | Error::MirrorRoot { .. } => 2,
             Error::Following { .. } => 3,
             Error::Refused(r) => match r.kind() {
                 RefusalKind::Held => 3,
@@ -211,7 +221,7 @@ impl Error {
         match self {
             Error::Refused(r) => r.kind().outcome(),
             Error::Following { .. } => RefusalKind::Held.outcome(),
-            Error::Usage { .. } => "usage",
+            Error::Usage { .. } | Error::MirrorRoot { .. } => "usage",
             Error::Busy { .. } | Error::RemoteBusy { .. } => "busy",
             Error::Diverged { .. } => "diverged",
             Error::Child { .. } => "failed",

@@ -921,18 +921,21 @@ fn mirror_url(tx: &dyn ReadTxn) -> Result<String> {
         .unwrap_or_default())
 }
 
-/// The store a mirror root is bound to, as a connection string to open (`None`: the
-/// root is no mirror, or has no state file). The root records it as messages show it,
-/// so a password it had is not there: libpq's `PGPASSWORD` or password file gives it.
-pub fn bound_store(ctx: &Ctx) -> Result<Option<String>> {
-    let Some(mut local) = crate::store::open_read_only(&ctx.db, ctx.busy)? else {
-        return Ok(None);
-    };
-    let tx = local.snapshot()?;
-    if tx.meta_bytes(MIRROR_OF)?.is_none() {
-        return Ok(None);
+/// Refuses to read a mirror root (`tx`: its state file) as a root of its own when this
+/// session has no store: a mirror is checked against the store it copies, which
+/// [`Error::MirrorRoot`] names as a connection string to open. The root records the
+/// store as messages show it, so a password it had is not there: libpq's `PGPASSWORD`
+/// or password file gives it. The mirror's own context ([`local`]) reads it as a root.
+pub fn refuse_unbound_read(ctx: &Ctx, tx: &dyn ReadTxn) -> Result<()> {
+    if ctx.remote.is_some() || ctx.applying || tx.meta_bytes(MIRROR_OF)?.is_none() {
+        return Ok(());
     }
-    Ok(Some(store::conninfo::unmasked(&mirror_url(&*tx)?)))
+    let shown = mirror_url(tx)?;
+    Err(Error::MirrorRoot {
+        root: ctx.root.clone(),
+        store: store::conninfo::unmasked(&shown),
+        shown,
+    })
 }
 
 /// The mirror root's own context: its state file, names relative to it, no store, and

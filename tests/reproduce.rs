@@ -254,15 +254,20 @@ fn the_reproduction_against_a_store_gives_the_state_files_rows() {
         );
     }
     // Nothing beyond the crash's fields, the count of orphan uploads its `recover`
-    // reports, each scenario's store marker, and the store's mark on the `unfenced`
-    // scenario's unfenced version set aside.
+    // reports, each scenario's store marker, the store's mark on the `unfenced`
+    // scenario's unfenced version, and the epochs `status` gives on a mirror root (the
+    // store's runs publish into one) set aside.
     let lines = stdout
         .lines()
         .skip_while(|l| !l.starts_with("--check: this run (on a store)"))
         .skip(1)
         .take_while(|l| l.starts_with("  "));
-    let (marks, aside): (Vec<&str>, Vec<&str>) = lines
+    let (epochs, lines): (Vec<&str>, Vec<&str>) = lines
         .filter(|l| !l.trim_end().ends_with(".settings.store"))
+        .partition(|l| l.contains(".mirror_epoch, store_epoch (a mirror's)"));
+    assert!(!epochs.is_empty(), "no mirror epochs set aside:\n{stdout}");
+    let (marks, aside): (Vec<&str>, Vec<&str>) = lines
+        .into_iter()
         .partition(|l| l.contains(".sink.unfenced"));
     assert!(
         !marks.is_empty() && marks.iter().all(|l| l.contains("scenarios.unfenced.")),

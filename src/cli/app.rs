@@ -223,15 +223,23 @@ where
         Ok(parsed) => parsed,
         Err(code) => return code,
     };
-    let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
-        dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
-            if let Error::Refused(refusal) = err
-                && !refusal.logged
-            {
-                session::log_refusal(&ctx, refusal);
-            }
+    let run = |store: Option<&str>| {
+        context(&cli.global, store, &cli.command, typed).and_then(|ctx| {
+            dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
+                if let Error::Refused(refusal) = err
+                    && !refusal.logged
+                {
+                    session::log_refusal(&ctx, refusal);
+                }
+            })
         })
-    });
+    };
+    let result = match run(cli.global.store.as_deref()) {
+        // Checking a mirror root is checking it against its store: without --store, the
+        // one it is bound to.
+        Err(Error::MirrorRoot { store, .. }) if cli.global.store.is_none() => run(Some(&store)),
+        other => other,
+    };
     match result {
         Ok(report) => answer(&cli, report),
         Err(err) => answer_error(&cli, &err),
@@ -605,7 +613,7 @@ fn busy_timeout(global: &Global) -> Result<Duration> {
 /// Resolves the global options. `typed`: the resource was typed on the command line
 /// (not read from `FENCEPOST_RESOURCE`), so under a found root it starts in the current
 /// folder.
-fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
+fn context(global: &Global, store: Option<&str>, command: &Command, typed: bool) -> Result<Ctx> {
     let clock = match global.now {
         Some(n) if n < 0 => {
             return Err(Error::usage(format!(
@@ -635,28 +643,16 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             global.log_keep
         )));
     }
-    let settings = session::Settings {
+    let mut ctx = Ctx::open(&session::Settings {
         root: global.root.as_deref(),
         db: global.db.as_deref(),
-        store: global.store.as_deref(),
+        store,
         mirror: session::MirrorRoot::IfGivenOrFound,
         clock,
         busy,
         commit_timeout: Duration::from_millis(commit_ms.unsigned_abs()),
         log_keep: global.log_keep,
-    };
-    let mut ctx = Ctx::open(&settings)?;
-    // Checking a mirror root is checking it against its store: without --store, the one
-    // it is bound to.
-    if global.store.is_none()
-        && matches!(command, Command::Verify(_) | Command::Status(_))
-        && let Some(bound) = session::bound_store(&ctx)?
-    {
-        ctx = Ctx::open(&session::Settings {
-            store: Some(&bound),
-            ..settings
-        })?;
-    }
+    })?;
     ctx.here = ctx.here.take().filter(|_| typed);
     ctx.warn = session::Warn(std::sync::Arc::new(|message| {
         let _ = writeln!(io::stderr(), "fencepost: warning: {message}");

@@ -89,6 +89,7 @@ pub fn status(ctx: &Ctx, only: Option<&OsStr>) -> Result<Status> {
 /// it never hides the others.
 fn collect(ctx: &Ctx, mut store: Opened<'_>, only: Option<&Resource>) -> Result<Vec<Row>> {
     let tx = store.snapshot()?;
+    crate::session::refuse_unbound_read(ctx, &*tx)?;
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(&*tx)?;
     let names = match only {

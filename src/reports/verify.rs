@@ -25,6 +25,7 @@ pub fn verify(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
     // No state file is not "all is well": `verify || alert` must alert.
     let mut store = ctx.read_store("nothing to verify")?;
     let tx = store.snapshot()?;
+    crate::session::refuse_unbound_read(ctx, &*tx)?;
     ctx.check_root(&*tx)?;
     let names = match only {
         Some(r) => {
