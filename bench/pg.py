@@ -13,7 +13,8 @@ cluster on a Unix socket; appends one section to RESULTS.md.
       wall time and peak RSS (`/usr/bin/time`)
   P5  the publish of P1 against its floor: three processes that each connect with the
       same client crate and commit one transaction inserting 4 KiB (--floor); and the
-      publish through PgBouncer in transaction mode against the same direct (--pooler)
+      publish through PgBouncer in transaction mode against the same direct (--pooler),
+      and over TCP with TLS (sslmode=verify-full) against plain TCP (--tcp-port, --ca)
 
 Each store row uses a database of its own. Ratios within this run are the result; the
 machine is shared.
@@ -118,6 +119,7 @@ class PgBench:
         self.seq = 0
         self.pooler, self.pooler_version = a.pooler, a.pooler_version
         self.floor = a.floor
+        self.tcp_port, self.ca = a.tcp_port, a.ca
 
     def log(self, msg):
         print(f"[pg {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -179,6 +181,15 @@ class PgBench:
             self.database("bench_cycle_pooled")
             pooled_url = f"postgresql:///bench_cycle_pooled?host={self.pooler}&port=6432&user=postgres"
             variants["pooled"] = (self.folder("cycle-pooled"), ["--store", pooled_url])
+        if self.tcp_port:
+            # The same server over TCP on 127.0.0.1, plain and with TLS checked in full.
+            self.database("bench_cycle_tcp")
+            self.database("bench_cycle_tls")
+            tcp = f"postgresql://postgres@127.0.0.1:{self.tcp_port}/bench_cycle_tcp?sslmode=disable"
+            tls = (f"postgresql://postgres@localhost:{self.tcp_port}/bench_cycle_tls?sslmode=verify-full"
+                   f"&sslrootcert={self.ca}")
+            variants["tcp"] = (self.folder("cycle-tcp"), ["--store", tcp])
+            variants["tls"] = (self.folder("cycle-tls"), ["--store", tls])
         if self.floor:
             floor_url = self.database("bench_floor")
             self.psql("CREATE TABLE bench_floor (id bigserial PRIMARY KEY, data bytea)", db="bench_floor")
@@ -238,6 +249,18 @@ class PgBench:
         else:
             self.row("P5b", "publish through PgBouncer vs direct", "-", "-", "-", "-", "report",
                      "skipped: pgbouncer is not installed")
+        if self.tcp_port:
+            a, b = med["tls"]["total"], med["tcp"]["total"]
+            self.row("P5c", "claim + write 4 KiB + complete (3 processes) over TCP on 127.0.0.1 with TLS "
+                     "(`sslmode=verify-full`, a CA of the run's own) vs plain TCP, the same server", ms(a), ms(b),
+                     f"{a / b:.2f}", spread("tls", "tcp"), "report",
+                     f"reported; per command (TLS / plain): claim {ms(med['tls']['claim'])} / "
+                     f"{ms(med['tcp']['claim'])}, write {ms(med['tls']['write'])} / "
+                     f"{ms(med['tcp']['write'])}, complete {ms(med['tls']['complete'])} / "
+                     f"{ms(med['tcp']['complete'])}; the Unix socket: {ms(med['store']['total'])}")
+        else:
+            self.row("P5c", "publish with TLS vs plain TCP", "-", "-", "-", "-", "report",
+                     "skipped: no openssl to make the certificates")
         self.cycle_times = times
 
     def floor_cycle(self, url):
@@ -455,6 +478,8 @@ def main():
     ap.add_argument("--pooler", help="the socket folder of a PgBouncer in transaction mode in front of the server")
     ap.add_argument("--pooler-version", default="")
     ap.add_argument("--floor", help="row P5's floor program (examples/bench_pg_floor.rs)")
+    ap.add_argument("--tcp-port", help="the server's TCP port on 127.0.0.1, where it offers TLS (row P5c)")
+    ap.add_argument("--ca", help="the CA file that signed the server's certificate for localhost")
     b = PgBench(ap.parse_args())
     t0 = time.monotonic()
     b.cycle()

@@ -10,7 +10,8 @@
 # happens. Without those binaries the section says the rows were skipped, and why. With
 # pgbouncer installed it also starts one in transaction mode in front of the cluster (its
 # own socket in DIR/pgbouncer), for the rows through a pooler. PROGRAM is row P5's floor
-# (examples/bench_pg_floor.rs).
+# (examples/bench_pg_floor.rs). With openssl it also listens on TCP at 127.0.0.1 with TLS
+# (a CA and certificate of its own), for the row TLS vs plain TCP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,9 +62,29 @@ stop() {
   "${as_pg[@]}" "$bin/pg_ctl" -D "$cluster/data" -m fast stop >/dev/null 2>&1 || true
 }
 trap stop EXIT
+# For the TLS row: a CA of the run's own and a certificate it signs for localhost, and the
+# server on a free TCP port of 127.0.0.1 too (initdb's rules trust it as the socket), TLS
+# offered there. Without openssl the server keeps to its socket and the row says why.
+listen="listen_addresses=''" tls=()
+if command -v openssl >/dev/null; then
+  certs=$cluster/certs
+  mkdir -p "$certs"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-ca -keyout "$certs/ca.key" \
+    -out "$certs/ca.crt" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$certs/server.key" \
+    -out "$certs/server.csr" >/dev/null 2>&1
+  printf 'subjectAltName=DNS:localhost\n' >"$certs/san.ext"
+  openssl x509 -req -in "$certs/server.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
+    -CAcreateserial -days 2 -extfile "$certs/san.ext" -out "$certs/server.crt" >/dev/null 2>&1
+  chmod 600 "$certs/server.key"
+  [[ ${#as_pg[@]} != 0 ]] && chown -R postgres "$certs"
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  listen="listen_addresses=127.0.0.1 -c port=$port -c ssl=on -c ssl_cert_file=$certs/server.crt -c ssl_key_file=$certs/server.key"
+  tls=(--tcp-port "$port" --ca "$certs/ca.crt")
+fi
 # Default durability (fsync, synchronous_commit on): what a user gets, on the bench's disk.
 "${as_pg[@]}" "$bin/pg_ctl" -D "$cluster/data" -w -l "$cluster/server.log" \
-  -o "-c listen_addresses='' -c unix_socket_directories=$cluster" start >/dev/null ||
+  -o "-c $listen -c unix_socket_directories=$cluster" start >/dev/null ||
   { cat "$cluster/server.log" >&2; echo "bench/pg.sh: the server did not start" >&2; exit 1; }
 version=$("$bin/postgres" --version)
 
@@ -94,4 +115,4 @@ fi
 [[ -n $floor ]] && pooler+=(--floor "$floor")
 
 python3 bench/pg.py $smoke --fp "$fp" --work "$work" --out "$out" --socket "$cluster" \
-  --server-version "$version" --server-log "$cluster/server.log" "${pooler[@]}"
+  --server-version "$version" --server-log "$cluster/server.log" "${pooler[@]}" "${tls[@]}"

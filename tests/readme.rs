@@ -412,3 +412,120 @@ fn the_rust_example_is_the_crate_doctest_that_cargo_test_runs() {
         "the README's Rust example is run as the doctest opening src/lib.rs: keep the two alike"
     );
 }
+
+/// "From an empty server to two hosts and a mirror", run as written on a server of the
+/// test's own: its socket folder for `/run/postgresql`, a temp folder for `/srv/reports`,
+/// stand-ins for `hostname` and `render`. Step 3's `useradd`, `install`, `cp` and
+/// `systemctl` are what cannot run here: its environment file's line and the unit's
+/// `ExecStart` (from `dist/systemd/`) are run as systemd would, then its check as written.
+#[test]
+fn the_several_hosts_walkthrough_runs_from_an_empty_server_to_a_mirror_service() {
+    let Some(cluster) = crate::support::pg::PrivateCluster::start() else {
+        return;
+    };
+    let socket = cluster.dir().display().to_string();
+    let on_this_server = |text: &str| text.replace("/run/postgresql", &socket);
+    let scratch = tempfile::tempdir().expect("temp dir");
+    // 1. The server.
+    let tools = Tools::new();
+    let server = on_this_server(&block("sh", "# 1. The server"));
+    let out = tools.bash(
+        &format!("set -euo pipefail\n{server}"),
+        scratch.path(),
+        scratch.path(),
+    );
+    succeeded(&out);
+    // 2. Two worker hosts in turn, each in a folder of its own.
+    let worker = on_this_server(&block("sh", "# 2. A worker host"));
+    for (host, epoch) in [("host-a", "1"), ("host-b", "2")] {
+        let tools = Tools::new();
+        tools.script("hostname", &format!("#!/bin/sh\necho {host}\n"));
+        tools.script("render", &format!("#!/bin/sh\necho 'report from {host}'\n"));
+        let home = tempfile::tempdir().expect("temp dir");
+        let script = format!("set -euo pipefail\n{worker}echo \"epoch=$epoch\"\n");
+        let (stdout, _) = succeeded(&tools.bash(&script, home.path(), home.path()));
+        assert_eq!(
+            stdout,
+            format!("written\ncompleted\nepoch={epoch}\n"),
+            "{host}"
+        );
+    }
+    serving_host(&tools, &on_this_server, scratch.path());
+}
+
+/// The walkthrough's step 3 (see above), run by `tools` in `scratch`; `on_this_server`
+/// puts the test's server in a text.
+fn serving_host(tools: &Tools, on_this_server: &dyn Fn(&str) -> String, scratch: &Path) {
+    use std::io::{BufRead as _, BufReader};
+    let serving = block("sh", "# 3. A serving host");
+    let env_line = serving
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("echo '")?
+                .split_once("' > /etc/fencepost/mirror.env")
+        })
+        .map(|(line, _)| on_this_server(line))
+        .expect("step 3 writes /etc/fencepost/mirror.env");
+    let (key, url) = env_line.split_once('=').expect("KEY=value");
+    assert!(
+        serving.contains("cp dist/systemd/fencepost-mirror@.service /etc/systemd/system/")
+            && serving.contains("systemctl enable --now \"fencepost-mirror@"),
+        "{serving}"
+    );
+    let unit_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/systemd/fencepost-mirror@.service");
+    let unit = std::fs::read_to_string(unit_path).expect("the unit the README copies");
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("the unit's ExecStart");
+    let mirror = tempfile::tempdir().expect("temp dir");
+    let root = mirror.path().display().to_string();
+    let mut words = exec.split_whitespace().map(|w| w.replace("%f", &root));
+    let program = words.next().expect("a program");
+    assert_eq!(program, "/usr/bin/fencepost", "{exec}");
+    let mut follower = Command::new(harness::bin())
+        .args(words)
+        .env_clear()
+        .env(key, url)
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the unit's command");
+    let mut lines = BufReader::new(follower.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().expect("a line").expect("utf-8");
+    let started = next();
+    assert!(
+        started.contains(" following ") && started.contains(&root),
+        "{started}"
+    );
+    let applied = next();
+    assert!(
+        applied.ends_with(" applied reports/daily.md (epoch 2)"),
+        "{applied}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mirror.path().join("reports/daily.md")).expect("the mirror's copy"),
+        "report from host-b\n"
+    );
+    // Its check for monitoring, as written: the store the root is bound to, no lag.
+    let check = serving
+        .lines()
+        .last()
+        .expect("the check")
+        .replace("/srv/reports", &root);
+    let (stdout, _) = succeeded(&tools.bash(&check, scratch, scratch));
+    assert_eq!(stdout, "ok: 1 resource(s) consistent\n");
+    // systemctl stop: SIGTERM, exit 0, a last line.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(follower.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let stopped = next();
+    assert!(
+        stopped.contains(" stopped following ") && stopped.ends_with("on SIGTERM"),
+        "{stopped}"
+    );
+    let status = follower.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
