@@ -358,6 +358,35 @@ fn run_success_writes_through_the_child_and_completes() {
 }
 
 #[test]
+fn run_takes_the_command_without_a_double_dash() {
+    // As flock(1): the first word that is not one of run's options starts the command,
+    // and every word after it is the command's, options of run's own name included.
+    let env = Env::new();
+    let script = r#"printf '%s' "$1" | fencepost write "$FENCEPOST_RESOURCE""#;
+    env.fp(&[
+        "run", "doc.md", "-o", "O", "-t", "5s", "sh", "-c", script, "sh", "--ttl",
+    ])
+    .env("PATH", &path_env())
+    .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "--ttl");
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
+    // `--` still works, and is how a command whose first word starts with `-` is given.
+    env.fp(&[
+        "run", "doc.md", "-o", "O", "-t", "5s", "--", "sh", "-c", script, "sh", "two",
+    ])
+    .env("PATH", &path_env())
+    .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "two");
+    // The help shows both forms.
+    let help = env.fp(&["run", "--help"]).expect(0).stdout;
+    assert!(
+        help.contains("fencepost run r.md -o a -t 5s echo hi")
+            && help.contains("fencepost run r.md -o a -t 5s -- echo hi"),
+        "run --help: {help}"
+    );
+}
+
+#[test]
 fn run_result_option_sets_the_recorded_result() {
     let env = Env::new();
     let j = run_sh_with(

@@ -66,9 +66,15 @@ mod job;
 /// stdout (CMD's stdout then passes through run, which ends it with a newline if CMD
 /// did not).
 ///
-/// Example:
-///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
+/// CMD is the first word after RESOURCE that is not one of run's options, as with
+/// flock(1): `fencepost run r.md -o a -t 5s echo hi`; everything after it is CMD's, its
+/// options included. Or put it after `--`, needed when CMD's first word starts with `-`:
+/// `fencepost run r.md -o a -t 5s -- echo hi`.
+///
+/// Examples:
+///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s \
 ///     sh -c 'render-report > out.tmp && fencepost write "$FENCEPOST_RESOURCE" --from out.tmp'
+///   fencepost run reports/daily.md -o "$(hostname)-$$" -t 30s -- ./render-and-write
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct RunArgs {
@@ -99,8 +105,14 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
     pub lost_exit_code: Option<u8>,
 
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments: the first word that is not one of run's options
+    /// starts it (everything after it is the command's), or after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        num_args = 1..,
+        value_name = "CMD"
+    )]
     pub command: Vec<OsString>,
 }
 
