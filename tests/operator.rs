@@ -1821,8 +1821,9 @@ fn fencepost_quiet_variable_works_like_q() {
 }
 
 #[test]
-fn quiet_run_passes_quiet_to_nothing_but_itself() {
-    // run with -q prints nothing of its own; the child's output is the child's.
+fn quiet_run_passes_quiet_on_to_its_command() {
+    // run -q prints nothing of its own, and its command gets FENCEPOST_QUIET=1: the
+    // README's cron line, whose command's own `fencepost write` says nothing either.
     let env = Env::new();
     run_sh_with(
         &env,
@@ -1831,10 +1832,21 @@ fn quiet_run_passes_quiet_to_nothing_but_itself() {
         "O",
         "2s",
         &[],
-        r#"printf v | fencepost write "$FENCEPOST_RESOURCE" >/dev/null; echo child-says-hi"#,
+        r#"printf v | fencepost write "$FENCEPOST_RESOURCE"; echo "quiet=$FENCEPOST_QUIET""#,
     )
-    .expect_stdout(0, "child-says-hi");
+    .expect_stdout(0, "quiet=1");
     assert_eq!(env.text("doc.md"), "v");
+    // Without -q the command's write confirms as usual.
+    run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "2s",
+        &[],
+        r#"printf w | fencepost write "$FENCEPOST_RESOURCE"; echo "quiet=$FENCEPOST_QUIET""#,
+    )
+    .expect_stdout(0, "written\nquiet=");
+    assert_eq!(env.text("doc.md"), "w");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -224,7 +224,7 @@ where
         Err(code) => return code,
     };
     let result = context(&cli.global, &cli.command, typed).and_then(|ctx| {
-        dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
+        dispatch(&ctx, &cli.command, &cli.global).inspect_err(|err| {
             if let Error::Refused(refusal) = err
                 && !refusal.logged
             {
@@ -562,7 +562,8 @@ impl Command {
     }
 }
 
-fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
+fn dispatch(ctx: &Ctx, command: &Command, global: &Global) -> Result<Report> {
+    let json = global.json;
     match command {
         Command::Claim(a) => cmd::claim::run(ctx, a),
         Command::Renew(a) => cmd::renew::run(ctx, a),
@@ -571,7 +572,14 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
         Command::Write(a) => cmd::write::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
-        Command::Run(a) => cmd::run::run(ctx, a, json),
+        Command::Run(a) => cmd::run::run(
+            ctx,
+            a,
+            cmd::run::Shown {
+                json,
+                quiet: global.quiet,
+            },
+        ),
         Command::Log(a) => cmd::log::run(ctx, a),
         Command::Verify(a) => cmd::verify::run(ctx, a),
         Command::Mirror(a) => cmd::mirror::run(ctx, a, json),

@@ -36,7 +36,8 @@ mod job;
 /// CMD runs in its own process group with FENCEPOST_RESOURCE, FENCEPOST_EPOCH,
 /// FENCEPOST_OWNER, FENCEPOST_ROOT and FENCEPOST_DB (with --store: FENCEPOST_STORE, and
 /// FENCEPOST_ROOT for a mirror root) set, so inside it a plain
-/// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch. The lease is
+/// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch; with -q it
+/// also gets FENCEPOST_QUIET=1, so that write is as quiet as run. The lease is
 /// renewed every TTL/3. If a renewal is refused (taken over) or cannot be made before
 /// the deadline, CMD's group gets SIGTERM (and SIGCONT), then SIGKILL after --grace, and
 /// run exits 4. The deadline is counted from before the last renewal was sent, and no
@@ -129,7 +130,15 @@ impl RunArgs {
     }
 }
 
-pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
+/// The global options that shape what run's command gets: `--json` (its stdout is
+/// relayed) and `-q` (passed on as `FENCEPOST_QUIET=1`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shown {
+    pub json: bool,
+    pub quiet: bool,
+}
+
+pub(crate) fn run(ctx: &Ctx, args: &RunArgs, shown: Shown) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
     fencepost::session::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
@@ -161,7 +170,7 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         grace,
         asked,
     };
-    let running = start(ctx, &lease, program, rest, json)?;
+    let running = start(ctx, &lease, program, rest, shown)?;
     let ended = supervise(ctx, &lease, &running);
     running.wind_down();
     match ended? {
@@ -213,7 +222,7 @@ fn start(
     lease: &Held,
     program: &OsString,
     rest: &[OsString],
-    json: bool,
+    shown: Shown,
 ) -> Result<Running> {
     // Watch signals before the child exists: one arriving in between is held and then
     // forwarded, instead of killing run and orphaning an unwatched child.
@@ -222,7 +231,7 @@ fn start(
     let handle = signals.handle();
     // Started before the command, so that run dying at any later moment stops it.
     let guard = Guard::start(lease.grace);
-    let mut child = match spawn(ctx, lease, program, rest, json) {
+    let mut child = match spawn(ctx, lease, program, rest, shown) {
         Ok(child) => child,
         Err(e) => {
             drop(guard);
@@ -324,13 +333,14 @@ impl Held {
 }
 
 /// Starts the command in a process group of its own, with the lease in its environment.
-/// With `--json` its stdout is a pipe that [`Relay`] passes on.
+/// With `--json` its stdout is a pipe that [`Relay`] passes on; with `-q` it gets
+/// `FENCEPOST_QUIET=1`, so a `fencepost write` inside it is as quiet as run.
 fn spawn(
     ctx: &Ctx,
     lease: &Held,
     program: &OsString,
     rest: &[OsString],
-    json: bool,
+    shown: Shown,
 ) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let mut command = Command::new(program);
@@ -361,7 +371,10 @@ fn spawn(
                 );
         }
     }
-    if json {
+    if shown.quiet {
+        command.env("FENCEPOST_QUIET", "1");
+    }
+    if shown.json {
         command.stdout(Stdio::piped());
     }
     command.spawn()
