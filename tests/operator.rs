@@ -832,10 +832,13 @@ fn a_stopped_childs_last_write_is_refused_by_the_fence() {
 // ---------------------------------------------------------------------------------------
 // run: signals
 
+/// run passes `signal` on to a command that acts on it and exits 0: the command was
+/// stopped, so the lease is released, not completed, and run dies by the signal it got
+/// (as timeout(1) does), once its line is printed.
 fn forwards(signal: Signal, name: &str) {
     let env = Env::new();
     let script = format!(
-        "trap 'kill $! 2>/dev/null; echo got-{name} > \"$FENCEPOST_ROOT/marker\"; exit 3' {name}; \
+        "trap 'kill $! 2>/dev/null; echo got-{name} > \"$FENCEPOST_ROOT/marker\"; exit 0' {name}; \
          echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
          sleep 30 & wait"
     );
@@ -846,11 +849,19 @@ fn forwards(signal: Signal, name: &str) {
     kill(run_pid, signal).expect("signal run");
     let (done, took) = handle.join().expect("run thread");
     assert_eq!(
-        done.code, 3,
+        (done.code, done.signal),
+        (-1, Some(signal as i32)),
         "run exit after {took:?}\nstderr: {}",
         done.stderr
     );
     assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert_one_error_line(&done);
+    assert!(
+        done.stderr
+            .contains(&format!("run got SIG{name}: sh exited with code 0;")),
+        "stderr: {}",
+        done.stderr
+    );
     assert_eq!(env.text("marker").trim(), format!("got-{name}"));
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
     assert!(group_gone(group, Duration::from_secs(5)));
@@ -864,6 +875,51 @@ fn run_forwards_sigterm_to_the_child() {
 #[test]
 fn run_forwards_sigint_to_the_child() {
     forwards(Signal::SIGINT, "INT");
+}
+
+#[test]
+fn run_sigkills_a_command_that_ignores_a_forwarded_sigterm_after_the_grace_period() {
+    let env = Env::new();
+    // The command and its sleep ignore SIGTERM; were it not killed, the sleep would end
+    // with exit 0 and the lease be completed.
+    let script = "trap '' TERM; echo $PPID > \"$FENCEPOST_ROOT/runpid\"; \
+                  echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 60";
+    let run = run_sh_with(
+        &env,
+        &["--json"],
+        "doc.md",
+        "O",
+        "60s",
+        &["--grace", "500ms"],
+        script,
+    );
+    let handle = background(run);
+    let run_pid = pid_in(&env.path("runpid"));
+    let group = pid_in(&env.path("pid"));
+    kill(run_pid, Signal::SIGTERM).expect("signal run");
+    let done = join_within(handle, Duration::from_secs(20), group);
+    assert_eq!(
+        (done.code, done.signal),
+        (-1, Some(Signal::SIGTERM as i32)),
+        "stderr: {}",
+        done.stderr
+    );
+    let j = done.json_contract();
+    assert_eq!(
+        (&j["outcome"], &j["exit_code"], &j["exit_from"]),
+        (&"failed".into(), &143.into(), &"signal".into())
+    );
+    assert!(group_gone(group, Duration::from_secs(5)));
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+    let log = events(&env, &["doc.md"]);
+    let release = log
+        .iter()
+        .find(|e| e["event"] == "release")
+        .expect("a release event");
+    assert!(
+        release.to_string().contains("killed by SIGKILL"),
+        "release: {release}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -884,7 +940,12 @@ fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
     wait_until_stopped(group);
     kill(run_pid, Signal::SIGTERM).expect("signal run");
     let done = join_within(handle, Duration::from_secs(15), group);
-    assert_eq!(done.code, 3, "stderr: {}", done.stderr);
+    assert_eq!(
+        done.signal,
+        Some(Signal::SIGTERM as i32),
+        "stderr: {}",
+        done.stderr
+    );
     assert_one_error_line(&done);
     assert_eq!(env.text("marker"), "term\n");
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
@@ -1130,7 +1191,8 @@ echo "after:$y""#;
     let (code, shown) = driver.join().expect("driver thread");
     kill_group_in(&env.path("pid"));
     assert_eq!(code, 0, "terminal showed: {shown:?}");
-    assert!(shown.contains("run-exit:3"), "terminal showed: {shown:?}");
+    // run dies by the SIGTERM it got (the shell's 143), whatever its command's exit.
+    assert!(shown.contains("run-exit:143"), "terminal showed: {shown:?}");
     assert!(shown.contains("after:world"), "terminal showed: {shown:?}");
     assert_eq!(env.text("marker"), "term\n");
     assert_eq!(env.read("got"), None);

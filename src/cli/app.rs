@@ -392,10 +392,9 @@ fn answer_error(cli: &Cli, err: &Error) -> i32 {
     let (code, mut extra) = match &cli.command {
         Command::Run(args) => {
             let code = args.exit_code(err);
-            let from = if matches!(err, Error::Child { .. }) {
-                "command"
-            } else {
-                "fencepost"
+            let from = match err {
+                Error::Child { ran, .. } => ran.exit.exit_from,
+                _ => "fencepost",
             };
             let extra = outcome::Exit {
                 exit_code: code,
@@ -408,7 +407,14 @@ fn answer_error(cli: &Cli, err: &Error) -> i32 {
     let (resource, epoch) = cli.command.named();
     extra.insert("resource".into(), resource);
     extra.insert("epoch".into(), epoch);
+    let by_signal = extra
+        .get("exit_from")
+        .is_some_and(|f| f == cmd::run::EXIT_FROM_SIGNAL);
     report_error(err, cli.global.json, cli.global.quiet, extra);
+    if by_signal {
+        // After the answer: run was stopped by a signal, and dies by it.
+        return cmd::run::die_by(code);
+    }
     code
 }
 
