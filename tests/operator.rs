@@ -829,6 +829,69 @@ fn a_stopped_childs_last_write_is_refused_by_the_fence() {
     );
 }
 
+/// Waits until the process is a zombie: it has exited, and its parent has not reaped it.
+fn wait_until_zombie(pid: Pid) {
+    let start = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{pid} did not exit"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_run_stopped_while_its_command_exits_says_the_command_had_exited() {
+    let env = Env::new();
+    let go = env.path("go");
+    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let script = "echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
+                  read x < \"$FENCEPOST_ROOT/go\"; exit 0";
+    let handle = background(run_sh(&env, "doc.md", "O", "1s", &[], script));
+    let run_pid = pid_in(&env.path("runpid"));
+    let command = pid_in(&env.path("pid"));
+    // run stops; its command then exits (unreaped: run cannot see it), and the lease's
+    // deadline passes, as the store reads it (run's own deadline is no later).
+    stop_outside_transaction(run_pid, &db(&env));
+    std::fs::write(&go, "go\n").expect("let the command go");
+    wait_until_zombie(command);
+    loop {
+        let j = env.fp(&["--json", "status", "doc.md"]).expect(0).json();
+        if j["now"].as_i64() >= j["resources"][0]["lease"]["deadline"].as_i64() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    kill(run_pid, Signal::SIGCONT).expect("resume run");
+    let done = join_within(handle, Duration::from_secs(15), command);
+    assert_eq!(done.code, 4, "stderr: {}", done.stderr);
+    assert_one_error_line(&done);
+    assert!(
+        done.stderr
+            .contains("the command had exited with code 0 before the loss was seen"),
+        "stderr: {}",
+        done.stderr
+    );
+    assert!(
+        !done.stderr.contains("is stopped"),
+        "stderr: {}",
+        done.stderr
+    );
+    let log = events(&env, &["doc.md"]);
+    assert!(
+        log.iter().any(|e| e["event"] == "lost" && e["epoch"] == 1),
+        "no lost event: {log:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // run: signals
 

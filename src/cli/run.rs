@@ -446,6 +446,13 @@ fn supervise(ctx: &Ctx, lease: &Held, job: &Running) -> Result<Ended> {
         {
             Ok(Event::Exited(status)) => {
                 let status = status.map_err(Error::io("cannot wait for", "the command"))?;
+                // Seen only once the lease had run out (run was stopped, say): too late
+                // to complete it, and the same story as when the deadline is seen first.
+                if stopping.is_none()
+                    && let Some(why) = beat.ran_out()
+                {
+                    return Ok(lost_after_exit(ctx, lease, &why, status));
+                }
                 return Ok(Ended::Exited { status, stopping });
             }
             Ok(Event::Renewed { sent, result }) => {
@@ -626,6 +633,9 @@ const LOSS_LOG_WAIT: Duration = Duration::from_secs(2);
 /// then log the loss (best effort, waiting at most [`LOSS_LOG_WAIT`]), and return the
 /// `lost` refusal.
 fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ended {
+    if let Some(status) = exited_already(job) {
+        return lost_after_exit(ctx, lease, why, status);
+    }
     let refusal = || {
         Refusal::new(
             format!(
@@ -643,6 +653,52 @@ fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ende
     log_loss(ctx, refusal());
     let mut refusal = refusal();
     // Logged here or never: not tried again on the way out.
+    refusal.logged = true;
+    Ended::Lost(Error::refused(refusal))
+}
+
+/// The command's exit status if it has exited already, unseen (run was stopped while it
+/// exited, say): the thread that waits for it has reaped it or is about to, and its
+/// event is then waited for. None while it runs.
+fn exited_already(job: &Running) -> Option<ExitStatus> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    match waitid(Id::Pid(job.group), flags) {
+        Ok(WaitStatus::StillAlive) => return None,
+        // Exited and not yet reaped, or reaped (ECHILD) by the waiting thread.
+        Ok(_) | Err(nix::errno::Errno::ECHILD) => {}
+        Err(_) => return None,
+    }
+    loop {
+        match job.events.recv().ok()? {
+            Event::Exited(status) => return status.ok(),
+            Event::Renewed { .. } | Event::Signalled(_) => {}
+        }
+    }
+}
+
+/// The lease was lost (`why`) but the command had exited before run saw the loss: it is
+/// not stopped (nothing is left to stop), and the loss says how the command ended.
+fn lost_after_exit(ctx: &Ctx, lease: &Held, why: &str, status: ExitStatus) -> Ended {
+    let how = match killed_by(status) {
+        Some(signal) => format!("been killed by {signal}"),
+        None => format!("exited with code {}", exit_code(status)),
+    };
+    let refusal = || {
+        Refusal::new(
+            format!(
+                "the lease on {} (epoch {}) was lost ({why}); the command had {how} \
+                 before the loss was seen",
+                lease.resource, lease.holder.epoch
+            ),
+            &lease.resource,
+            Some(lease.holder.epoch),
+            Some(&lease.holder.owner),
+            RefusalDetail::LostWhileRunning {},
+        )
+    };
+    log_loss(ctx, refusal());
+    let mut refusal = refusal();
     refusal.logged = true;
     Ended::Lost(Error::refused(refusal))
 }
