@@ -1401,6 +1401,26 @@ fn log_timeline_puts_each_owner_in_a_lane_and_the_stale_write_in_a() {
 }
 
 #[test]
+fn log_timeline_marks_an_unfenced_write_after_a_takeover() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(20)
+        .expect(0);
+    // A's late write, let through without the fence's check.
+    env.fp(&["write", "doc.md", "--epoch", "1", "--unfenced"])
+        .now(21)
+        .stdin("late")
+        .expect(0);
+    let text = env.fp(&["log", "--timeline"]).expect(0).stdout;
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("write e1 unfenced (fence 2)"),
+        "the unfenced write is not marked:\n{text}"
+    );
+}
+
+#[test]
 fn log_filters_by_resource_and_since() {
     let env = Env::new();
     seed_scenario(&env);
