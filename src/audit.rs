@@ -175,6 +175,14 @@ impl Event {
             (EventKind::Refused(RefusalKind::Held | RefusalKind::Lost), Some(o), Some(e)) => {
                 format!(" (holder {o} e{e})")
             }
+            // `write --unfenced`: accepted without the fence's check, over a newer epoch
+            // when the fence was past its own.
+            (EventKind::Write, _, fence) if self.detail.as_deref() == Some("unfenced") => {
+                match (fence, self.epoch) {
+                    (Some(f), Some(e)) if f > e => format!(" unfenced (fence {f})"),
+                    _ => " unfenced".to_string(),
+                }
+            }
             _ => String::new(),
         };
         format!("{kind}{epoch}{extra}")

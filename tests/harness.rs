@@ -143,7 +143,9 @@ pub(crate) struct Run {
 /// A finished process.
 #[derive(Debug)]
 pub(crate) struct Done {
+    /// The exit code, or -1 when a signal ended the process (`signal` says which).
     pub code: i32,
+    pub signal: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -243,6 +245,7 @@ impl Run {
         let out: Output = cmd.write_stdin(self.stdin).output().expect("run fencepost");
         Done {
             code: out.status.code().unwrap_or(-1),
+            signal: std::os::unix::process::ExitStatusExt::signal(&out.status),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }

@@ -768,6 +768,7 @@ fn missing_root_is_refused_and_not_created() {
                 .expect("run");
             let done = Done {
                 code: out.status.code().unwrap_or(-1),
+                signal: None,
                 stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
                 stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
             };

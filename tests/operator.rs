@@ -358,6 +358,35 @@ fn run_success_writes_through_the_child_and_completes() {
 }
 
 #[test]
+fn run_takes_the_command_without_a_double_dash() {
+    // As flock(1): the first word that is not one of run's options starts the command,
+    // and every word after it is the command's, options of run's own name included.
+    let env = Env::new();
+    let script = r#"printf '%s' "$1" | fencepost write "$FENCEPOST_RESOURCE""#;
+    env.fp(&[
+        "run", "doc.md", "-o", "O", "-t", "5s", "sh", "-c", script, "sh", "--ttl",
+    ])
+    .env("PATH", &path_env())
+    .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "--ttl");
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "completed");
+    // `--` still works, and is how a command whose first word starts with `-` is given.
+    env.fp(&[
+        "run", "doc.md", "-o", "O", "-t", "5s", "--", "sh", "-c", script, "sh", "two",
+    ])
+    .env("PATH", &path_env())
+    .expect_stdout(0, "written");
+    assert_eq!(env.text("doc.md"), "two");
+    // The help shows both forms.
+    let help = env.fp(&["run", "--help"]).expect(0).stdout;
+    assert!(
+        help.contains("fencepost run r.md -o a -t 5s echo hi")
+            && help.contains("fencepost run r.md -o a -t 5s -- echo hi"),
+        "run --help: {help}"
+    );
+}
+
+#[test]
 fn run_result_option_sets_the_recorded_result() {
     let env = Env::new();
     let j = run_sh_with(
@@ -800,13 +829,79 @@ fn a_stopped_childs_last_write_is_refused_by_the_fence() {
     );
 }
 
+/// Waits until the process is a zombie: it has exited, and its parent has not reaped it.
+fn wait_until_zombie(pid: Pid) {
+    let start = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{pid} did not exit"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_run_stopped_while_its_command_exits_says_the_command_had_exited() {
+    let env = Env::new();
+    let go = env.path("go");
+    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let script = "echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
+                  read x < \"$FENCEPOST_ROOT/go\"; exit 0";
+    let handle = background(run_sh(&env, "doc.md", "O", "1s", &[], script));
+    let run_pid = pid_in(&env.path("runpid"));
+    let command = pid_in(&env.path("pid"));
+    // run stops; its command then exits (unreaped: run cannot see it), and the lease's
+    // deadline passes, as the store reads it (run's own deadline is no later).
+    stop_outside_transaction(run_pid, &db(&env));
+    std::fs::write(&go, "go\n").expect("let the command go");
+    wait_until_zombie(command);
+    loop {
+        let j = env.fp(&["--json", "status", "doc.md"]).expect(0).json();
+        if j["now"].as_i64() >= j["resources"][0]["lease"]["deadline"].as_i64() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    kill(run_pid, Signal::SIGCONT).expect("resume run");
+    let done = join_within(handle, Duration::from_secs(15), command);
+    assert_eq!(done.code, 4, "stderr: {}", done.stderr);
+    assert_one_error_line(&done);
+    assert!(
+        done.stderr
+            .contains("the command had exited with code 0 before the loss was seen"),
+        "stderr: {}",
+        done.stderr
+    );
+    assert!(
+        !done.stderr.contains("is stopped"),
+        "stderr: {}",
+        done.stderr
+    );
+    let log = events(&env, &["doc.md"]);
+    assert!(
+        log.iter().any(|e| e["event"] == "lost" && e["epoch"] == 1),
+        "no lost event: {log:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // run: signals
 
+/// run passes `signal` on to a command that acts on it and exits 0: the command was
+/// stopped, so the lease is released, not completed, and run dies by the signal it got
+/// (as timeout(1) does), once its line is printed.
 fn forwards(signal: Signal, name: &str) {
     let env = Env::new();
     let script = format!(
-        "trap 'kill $! 2>/dev/null; echo got-{name} > \"$FENCEPOST_ROOT/marker\"; exit 3' {name}; \
+        "trap 'kill $! 2>/dev/null; echo got-{name} > \"$FENCEPOST_ROOT/marker\"; exit 0' {name}; \
          echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
          sleep 30 & wait"
     );
@@ -817,11 +912,19 @@ fn forwards(signal: Signal, name: &str) {
     kill(run_pid, signal).expect("signal run");
     let (done, took) = handle.join().expect("run thread");
     assert_eq!(
-        done.code, 3,
+        (done.code, done.signal),
+        (-1, Some(signal as i32)),
         "run exit after {took:?}\nstderr: {}",
         done.stderr
     );
     assert!(took < Duration::from_secs(15), "run took {took:?}");
+    assert_one_error_line(&done);
+    assert!(
+        done.stderr
+            .contains(&format!("run got SIG{name}: sh exited with code 0;")),
+        "stderr: {}",
+        done.stderr
+    );
     assert_eq!(env.text("marker").trim(), format!("got-{name}"));
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
     assert!(group_gone(group, Duration::from_secs(5)));
@@ -835,6 +938,51 @@ fn run_forwards_sigterm_to_the_child() {
 #[test]
 fn run_forwards_sigint_to_the_child() {
     forwards(Signal::SIGINT, "INT");
+}
+
+#[test]
+fn run_sigkills_a_command_that_ignores_a_forwarded_sigterm_after_the_grace_period() {
+    let env = Env::new();
+    // The command and its sleep ignore SIGTERM; were it not killed, the sleep would end
+    // with exit 0 and the lease be completed.
+    let script = "trap '' TERM; echo $PPID > \"$FENCEPOST_ROOT/runpid\"; \
+                  echo $$ > \"$FENCEPOST_ROOT/pid\"; sleep 60";
+    let run = run_sh_with(
+        &env,
+        &["--json"],
+        "doc.md",
+        "O",
+        "60s",
+        &["--grace", "500ms"],
+        script,
+    );
+    let handle = background(run);
+    let run_pid = pid_in(&env.path("runpid"));
+    let group = pid_in(&env.path("pid"));
+    kill(run_pid, Signal::SIGTERM).expect("signal run");
+    let done = join_within(handle, Duration::from_secs(20), group);
+    assert_eq!(
+        (done.code, done.signal),
+        (-1, Some(Signal::SIGTERM as i32)),
+        "stderr: {}",
+        done.stderr
+    );
+    let j = done.json_contract();
+    assert_eq!(
+        (&j["outcome"], &j["exit_code"], &j["exit_from"]),
+        (&"failed".into(), &143.into(), &"signal".into())
+    );
+    assert!(group_gone(group, Duration::from_secs(5)));
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+    let log = events(&env, &["doc.md"]);
+    let release = log
+        .iter()
+        .find(|e| e["event"] == "release")
+        .expect("a release event");
+    assert!(
+        release.to_string().contains("killed by SIGKILL"),
+        "release: {release}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -855,7 +1003,12 @@ fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
     wait_until_stopped(group);
     kill(run_pid, Signal::SIGTERM).expect("signal run");
     let done = join_within(handle, Duration::from_secs(15), group);
-    assert_eq!(done.code, 3, "stderr: {}", done.stderr);
+    assert_eq!(
+        done.signal,
+        Some(Signal::SIGTERM as i32),
+        "stderr: {}",
+        done.stderr
+    );
     assert_one_error_line(&done);
     assert_eq!(env.text("marker"), "term\n");
     assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
@@ -1101,7 +1254,8 @@ echo "after:$y""#;
     let (code, shown) = driver.join().expect("driver thread");
     kill_group_in(&env.path("pid"));
     assert_eq!(code, 0, "terminal showed: {shown:?}");
-    assert!(shown.contains("run-exit:3"), "terminal showed: {shown:?}");
+    // run dies by the SIGTERM it got (the shell's 143), whatever its command's exit.
+    assert!(shown.contains("run-exit:143"), "terminal showed: {shown:?}");
     assert!(shown.contains("after:world"), "terminal showed: {shown:?}");
     assert_eq!(env.text("marker"), "term\n");
     assert_eq!(env.read("got"), None);
@@ -1244,6 +1398,26 @@ fn log_timeline_puts_each_owner_in_a_lane_and_the_stale_write_in_a() {
     assert_eq!(cell(lines[5], "STALE e1 (fence 2)"), col_a);
     assert!(lines[5].starts_with("11"));
     assert_eq!(cell(lines[6], "LOST e1 (holder B e2)"), col_a);
+}
+
+#[test]
+fn log_timeline_marks_an_unfenced_write_after_a_takeover() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&["claim", "doc.md", "--owner", "B", "--ttl", "10"])
+        .now(20)
+        .expect(0);
+    // A's late write, let through without the fence's check.
+    env.fp(&["write", "doc.md", "--epoch", "1", "--unfenced"])
+        .now(21)
+        .stdin("late")
+        .expect(0);
+    let text = env.fp(&["log", "--timeline"]).expect(0).stdout;
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("write e1 unfenced (fence 2)"),
+        "the unfenced write is not marked:\n{text}"
+    );
 }
 
 #[test]
@@ -1792,8 +1966,9 @@ fn fencepost_quiet_variable_works_like_q() {
 }
 
 #[test]
-fn quiet_run_passes_quiet_to_nothing_but_itself() {
-    // run with -q prints nothing of its own; the child's output is the child's.
+fn quiet_run_passes_quiet_on_to_its_command() {
+    // run -q prints nothing of its own, and its command gets FENCEPOST_QUIET=1: the
+    // README's cron line, whose command's own `fencepost write` says nothing either.
     let env = Env::new();
     run_sh_with(
         &env,
@@ -1802,10 +1977,21 @@ fn quiet_run_passes_quiet_to_nothing_but_itself() {
         "O",
         "2s",
         &[],
-        r#"printf v | fencepost write "$FENCEPOST_RESOURCE" >/dev/null; echo child-says-hi"#,
+        r#"printf v | fencepost write "$FENCEPOST_RESOURCE"; echo "quiet=$FENCEPOST_QUIET""#,
     )
-    .expect_stdout(0, "child-says-hi");
+    .expect_stdout(0, "quiet=1");
     assert_eq!(env.text("doc.md"), "v");
+    // Without -q the command's write confirms as usual.
+    run_sh(
+        &env,
+        "doc.md",
+        "O",
+        "2s",
+        &[],
+        r#"printf w | fencepost write "$FENCEPOST_RESOURCE"; echo "quiet=$FENCEPOST_QUIET""#,
+    )
+    .expect_stdout(0, "written\nquiet=");
+    assert_eq!(env.text("doc.md"), "w");
 }
 
 // ---------------------------------------------------------------------------------------

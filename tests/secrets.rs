@@ -163,6 +163,7 @@ fn following(env: &Env, url: &str, via: Via, json: bool) -> Done {
     let status = child.wait().expect("wait");
     Done {
         code: status.code().unwrap_or(-1),
+        signal: None,
         stdout: first + &rest,
         stderr,
     }

@@ -225,7 +225,7 @@ where
     };
     let run = |store: Option<&str>| {
         context(&cli.global, store, &cli.command, typed).and_then(|ctx| {
-            dispatch(&ctx, &cli.command, cli.global.json).inspect_err(|err| {
+            dispatch(&ctx, &cli.command, &cli.global).inspect_err(|err| {
                 if let Error::Refused(refusal) = err
                     && !refusal.logged
                 {
@@ -400,10 +400,9 @@ fn answer_error(cli: &Cli, err: &Error) -> i32 {
     let (code, mut extra) = match &cli.command {
         Command::Run(args) => {
             let code = args.exit_code(err);
-            let from = if matches!(err, Error::Child { .. }) {
-                "command"
-            } else {
-                "fencepost"
+            let from = match err {
+                Error::Child { ran, .. } => ran.exit.exit_from,
+                _ => "fencepost",
             };
             let extra = outcome::Exit {
                 exit_code: code,
@@ -416,7 +415,14 @@ fn answer_error(cli: &Cli, err: &Error) -> i32 {
     let (resource, epoch) = cli.command.named();
     extra.insert("resource".into(), resource);
     extra.insert("epoch".into(), epoch);
+    let by_signal = extra
+        .get("exit_from")
+        .is_some_and(|f| f == cmd::run::EXIT_FROM_SIGNAL);
     report_error(err, cli.global.json, cli.global.quiet, extra);
+    if by_signal {
+        // After the answer: run was stopped by a signal, and dies by it.
+        return cmd::run::die_by(code);
+    }
     code
 }
 
@@ -570,7 +576,8 @@ impl Command {
     }
 }
 
-fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
+fn dispatch(ctx: &Ctx, command: &Command, global: &Global) -> Result<Report> {
+    let json = global.json;
     match command {
         Command::Claim(a) => cmd::claim::run(ctx, a),
         Command::Renew(a) => cmd::renew::run(ctx, a),
@@ -579,7 +586,14 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
         Command::Write(a) => cmd::write::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
-        Command::Run(a) => cmd::run::run(ctx, a, json),
+        Command::Run(a) => cmd::run::run(
+            ctx,
+            a,
+            cmd::run::Shown {
+                json,
+                quiet: global.quiet,
+            },
+        ),
         Command::Log(a) => cmd::log::run(ctx, a),
         Command::Verify(a) => cmd::verify::run(ctx, a),
         Command::Mirror(a) => cmd::mirror::run(ctx, a, json),

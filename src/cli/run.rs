@@ -36,7 +36,8 @@ mod job;
 /// CMD runs in its own process group with FENCEPOST_RESOURCE, FENCEPOST_EPOCH,
 /// FENCEPOST_OWNER, FENCEPOST_ROOT and FENCEPOST_DB (with --store: FENCEPOST_STORE, and
 /// FENCEPOST_ROOT for a mirror root) set, so inside it a plain
-/// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch. The lease is
+/// `fencepost write "$FENCEPOST_RESOURCE" < file` carries the right epoch; with -q it
+/// also gets FENCEPOST_QUIET=1, so that write is as quiet as run. The lease is
 /// renewed every TTL/3. If a renewal is refused (taken over) or cannot be made before
 /// the deadline, CMD's group gets SIGTERM (and SIGCONT), then SIGKILL after --grace, and
 /// run exits 4. The deadline is counted from before the last renewal was sent, and no
@@ -47,12 +48,18 @@ mod job;
 /// fails the lease is released (the log records CMD's exit code or signal) and run
 /// exits with CMD's code (128+N for signal N). Held and lost exit 3 and 4, or the
 /// codes given with --held-exit-code and --lost-exit-code, so that they cannot be
-/// mistaken for CMD's own; --json says which side an exit came from (`exit_from`).
+/// mistaken for CMD's own; --json says which side an exit came from (`exit_from`:
+/// "command", "fencepost", or "signal" for a signal run got).
 /// CMD does not outlive run: should run itself be killed (SIGKILL), a small guard
 /// process stops CMD's group as a lost lease would.
 /// SIGINT, SIGTERM and SIGHUP sent to run are forwarded to CMD's group, followed by
-/// SIGCONT so a stopped CMD still acts on them. Needs the wall clock: with --now, time
-/// would not pass, so run refuses it.
+/// SIGCONT so a stopped CMD still acts on them, and SIGKILL after --grace if CMD has
+/// not exited by then. CMD was stopped, whatever its exit: the lease is released (never
+/// completed), the log notes how CMD ended, and run then dies by the signal it got, as
+/// timeout(1) does (a shell sees 128+N; --json gives that code with `exit_from`
+/// "signal"). Under systemd a main process ended by SIGTERM is a clean stop, but for
+/// Type=oneshot only with SuccessExitStatus=SIGTERM. Needs the wall clock: with --now,
+/// time would not pass, so run refuses it.
 ///
 /// When run is in the foreground of the terminal on its stdin, CMD's group is made the
 /// foreground while it runs (so CMD can read the terminal and Ctrl-C reaches it), and run
@@ -66,17 +73,23 @@ mod job;
 /// stdout (CMD's stdout then passes through run, which ends it with a newline if CMD
 /// did not).
 ///
-/// Example:
-///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s -- \
+/// CMD is the first word after RESOURCE that is not one of run's options, as with
+/// flock(1): `fencepost run r.md -o a -t 5s echo hi`; everything after it is CMD's, its
+/// options included. Or put it after `--`, needed when CMD's first word starts with `-`:
+/// `fencepost run r.md -o a -t 5s -- echo hi`.
+///
+/// Examples:
+///   fencepost run reports/daily.md --owner "$(hostname)-$$" --ttl 30s \
 ///     sh -c 'render-report > out.tmp && fencepost write "$FENCEPOST_RESOURCE" --from out.tmp'
+///   fencepost run reports/daily.md -o "$(hostname)-$$" -t 30s -- ./render-and-write
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub request: LeaseRequest,
 
-    /// After SIGTERM on a lost lease, how long CMD gets before SIGKILL: seconds or with
-    /// units, 0 for at once.
+    /// After SIGTERM on a lost lease (or a signal run got and passed on), how long CMD
+    /// gets before SIGKILL: seconds or with units, 0 for at once.
     #[arg(
         long,
         env = "FENCEPOST_GRACE",
@@ -99,8 +112,14 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
     pub lost_exit_code: Option<u8>,
 
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments: the first word that is not one of run's options
+    /// starts it (everything after it is the command's), or after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        num_args = 1..,
+        value_name = "CMD"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -117,7 +136,15 @@ impl RunArgs {
     }
 }
 
-pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
+/// The global options that shape what run's command gets: `--json` (its stdout is
+/// relayed) and `-q` (passed on as `FENCEPOST_QUIET=1`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shown {
+    pub json: bool,
+    pub quiet: bool,
+}
+
+pub(crate) fn run(ctx: &Ctx, args: &RunArgs, shown: Shown) -> Result<Report> {
     // Checked now, not when the command has done its work and the lease is completed.
     fencepost::session::check_result(args.result.as_deref())?;
     if matches!(ctx.clock, Clock::Logical(_)) {
@@ -149,11 +176,13 @@ pub(crate) fn run(ctx: &Ctx, args: &RunArgs, json: bool) -> Result<Report> {
         grace,
         asked,
     };
-    let running = start(ctx, &lease, program, rest, json)?;
+    let running = start(ctx, &lease, program, rest, shown)?;
     let ended = supervise(ctx, &lease, &running);
     running.wind_down();
     match ended? {
-        Ended::Exited(status) => finish(ctx, args, &lease, program, status),
+        Ended::Exited { status, stopping } => {
+            finish(ctx, args, &lease, program, status, stopping.as_ref())
+        }
         Ended::Lost(lost) => Err(lost),
     }
 }
@@ -180,13 +209,19 @@ enum Event {
     Exited(std::io::Result<ExitStatus>),
     /// A renewal sent at `sent` was answered.
     Renewed { sent: Instant, result: Result<()> },
+    /// run got this signal, and passed it on to the command's group.
+    Signalled(Signal),
 }
 
 /// How the command's run under the lease ended.
 #[derive(Debug)]
 enum Ended {
-    /// The command exited (or was killed) on its own.
-    Exited(ExitStatus),
+    /// The command exited (or was killed), on its own or after run passed on a signal
+    /// it got (`stopping`).
+    Exited {
+        status: ExitStatus,
+        stopping: Option<Stopping>,
+    },
     /// The lease was lost: the loss is logged and the command's group stopped; this is
     /// the `lost` refusal.
     Lost(Error),
@@ -201,7 +236,7 @@ fn start(
     lease: &Held,
     program: &OsString,
     rest: &[OsString],
-    json: bool,
+    shown: Shown,
 ) -> Result<Running> {
     // Watch signals before the child exists: one arriving in between is held and then
     // forwarded, instead of killing run and orphaning an unwatched child.
@@ -210,7 +245,7 @@ fn start(
     let handle = signals.handle();
     // Started before the command, so that run dying at any later moment stops it.
     let guard = Guard::start(lease.grace);
-    let mut child = match spawn(ctx, lease, program, rest, json) {
+    let mut child = match spawn(ctx, lease, program, rest, shown) {
         Ok(child) => child,
         Err(e) => {
             drop(guard);
@@ -231,16 +266,19 @@ fn start(
     let terminal = Foreground::hand_to(group);
 
     // Forward the signals a user or supervisor sends us to the child's group, and wake
-    // it in case it is stopped, so it can act on them.
+    // it in case it is stopped, so it can act on them; the supervisor hears of each, to
+    // escalate to SIGKILL after the grace period.
+    let (send, events) = mpsc::channel::<Event>();
+    let signalled = send.clone();
     std::thread::spawn(move || {
         for sig in signals.forever() {
             if let Ok(sig) = Signal::try_from(sig) {
                 let _ = killpg(group, sig);
                 let _ = killpg(group, Signal::SIGCONT);
+                let _ = signalled.send(Event::Signalled(sig));
             }
         }
     });
-    let (send, events) = mpsc::channel::<Event>();
     let exited = send.clone();
     std::thread::spawn(move || {
         let _ = exited.send(Event::Exited(child.wait()));
@@ -293,6 +331,25 @@ impl Held {
         )
     }
 
+    /// run got `signal` and passed it on: the lease was released, and run dies by the
+    /// signal (128 + N for a shell).
+    fn stopped_by(&self, signal: Signal, message: String) -> Error {
+        let code = 128 + signal as i32;
+        Error::Child {
+            code,
+            message,
+            ran: RunFailed {
+                resource: self.resource.clone(),
+                epoch: self.holder.epoch,
+                owner: self.holder.owner.clone(),
+                exit: Exit {
+                    exit_code: code,
+                    exit_from: EXIT_FROM_SIGNAL,
+                },
+            },
+        }
+    }
+
     /// The command failed with `code`: run exits with it.
     fn child_failed(&self, code: i32, message: String) -> Error {
         Error::Child {
@@ -312,13 +369,14 @@ impl Held {
 }
 
 /// Starts the command in a process group of its own, with the lease in its environment.
-/// With `--json` its stdout is a pipe that [`Relay`] passes on.
+/// With `--json` its stdout is a pipe that [`Relay`] passes on; with `-q` it gets
+/// `FENCEPOST_QUIET=1`, so a `fencepost write` inside it is as quiet as run.
 fn spawn(
     ctx: &Ctx,
     lease: &Held,
     program: &OsString,
     rest: &[OsString],
-    json: bool,
+    shown: Shown,
 ) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let mut command = Command::new(program);
@@ -349,7 +407,10 @@ fn spawn(
                 );
         }
     }
-    if json {
+    if shown.quiet {
+        command.env("FENCEPOST_QUIET", "1");
+    }
+    if shown.json {
         command.stdout(Stdio::piped());
     }
     command.spawn()
@@ -367,73 +428,164 @@ fn spawn(
 /// that never comes) cannot hold the command past the deadline.
 fn supervise(ctx: &Ctx, lease: &Held, job: &Running) -> Result<Ended> {
     let (group, terminal) = (job.group, job.terminal.as_ref());
-    let mut deadline = lease.asked + lease.ttl;
-    let interval = (lease.ttl / 3).max(Duration::from_millis(1));
-    let mut next_renew = lease.asked + interval;
-    // A renewal on its way (sent at this instant), whose answer comes on `job.events`.
-    let mut in_flight: Option<Instant> = None;
+    let mut beat = Heartbeat::new(lease);
+    // Once run has passed on a signal it got: which, and when SIGKILL follows.
+    let mut stopping: Option<Stopping> = None;
     loop {
-        let mut wake = deadline;
-        if in_flight.is_none() {
-            wake = wake.min(next_renew);
-        }
+        let mut wake = beat.wake();
         // With the terminal lent, look in often enough to notice a Ctrl-Z.
         if terminal.is_some() {
             wake = wake.min(Instant::now() + JOB_CONTROL_POLL);
+        }
+        if let Some(at) = stopping.as_ref().and_then(|s| s.kill_at) {
+            wake = wake.min(at);
         }
         match job
             .events
             .recv_timeout(wake.saturating_duration_since(Instant::now()))
         {
             Ok(Event::Exited(status)) => {
-                return status
-                    .map(Ended::Exited)
-                    .map_err(Error::io("cannot wait for", "the command"));
+                let status = status.map_err(Error::io("cannot wait for", "the command"))?;
+                // Seen only once the lease had run out (run was stopped, say): too late
+                // to complete it, and the same story as when the deadline is seen first.
+                if stopping.is_none()
+                    && let Some(why) = beat.ran_out()
+                {
+                    return Ok(lost_after_exit(ctx, lease, &why, status));
+                }
+                return Ok(Ended::Exited { status, stopping });
             }
             Ok(Event::Renewed { sent, result }) => {
-                in_flight = None;
-                match result {
-                    Ok(()) => {
-                        deadline = deadline.max(sent + lease.ttl);
-                        next_renew = sent + interval;
-                    }
-                    Err(Error::Refused(r)) => {
-                        return Ok(lost_while_running(ctx, lease, &lost_reason(&r), job));
-                    }
-                    // A transient failure (busy, I/O): try again soon, while the lease
-                    // still runs; the deadline below decides when it is too late.
-                    Err(e) => {
-                        next_renew = Instant::now() + (interval / 4).max(Duration::from_millis(1));
-                        if Instant::now() >= deadline {
-                            let why = format!("{OUT_OF_TIME}: {e}");
-                            return Ok(lost_while_running(ctx, lease, &why, job));
-                        }
-                    }
+                if let Some(why) = beat.answered(lease, sent, result) {
+                    return Ok(lost_while_running(ctx, lease, &why, job));
                 }
+            }
+            Ok(Event::Signalled(signal)) => {
+                stopping.get_or_insert_with(|| Stopping::new(signal, lease.grace));
             }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::Internal("lost track of the command"));
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
+        if let Some(stopping) = &mut stopping {
+            stopping.escalate(group);
+        }
         if let Some(lent) = terminal
             && stopped(group)
         {
             lent.suspend();
         }
-        let now = Instant::now();
-        if now >= deadline {
-            let why = match in_flight {
-                Some(sent) => format!(
-                    "{OUT_OF_TIME}: the renewal sent {:.1}s before had no answer",
-                    now.saturating_duration_since(sent).as_secs_f64()
-                ),
-                None => format!("{OUT_OF_TIME}: deadline passed"),
-            };
+        if let Some(why) = beat.ran_out() {
             return Ok(lost_while_running(ctx, lease, &why, job));
         }
-        if in_flight.is_none() && now >= next_renew {
-            in_flight = Some(renew(ctx, lease, deadline, job.send.clone()));
+        beat.renew_if_due(ctx, lease, &job.send);
+    }
+}
+
+/// The lease's renewals as the supervisor keeps them: when it runs out here, when the
+/// next renewal is due, and the one on its way.
+struct Heartbeat {
+    /// Counted from before the last renewal that succeeded was sent.
+    deadline: Instant,
+    interval: Duration,
+    next_renew: Instant,
+    /// A renewal on its way (sent at this instant), whose answer comes as an event.
+    in_flight: Option<Instant>,
+}
+
+impl Heartbeat {
+    fn new(lease: &Held) -> Heartbeat {
+        let interval = (lease.ttl / 3).max(Duration::from_millis(1));
+        Heartbeat {
+            deadline: lease.asked + lease.ttl,
+            interval,
+            next_renew: lease.asked + interval,
+            in_flight: None,
+        }
+    }
+
+    /// When the supervisor must look next: the deadline, or the next renewal.
+    fn wake(&self) -> Instant {
+        match self.in_flight {
+            Some(_) => self.deadline,
+            None => self.deadline.min(self.next_renew),
+        }
+    }
+
+    /// A renewal sent at `sent` was answered: returns why the lease is lost, if it is.
+    fn answered(&mut self, lease: &Held, sent: Instant, result: Result<()>) -> Option<String> {
+        self.in_flight = None;
+        match result {
+            Ok(()) => {
+                self.deadline = self.deadline.max(sent + lease.ttl);
+                self.next_renew = sent + self.interval;
+                None
+            }
+            Err(Error::Refused(r)) => Some(lost_reason(&r)),
+            // A transient failure (busy, I/O): try again soon, while the lease still
+            // runs; the deadline decides when it is too late.
+            Err(e) => {
+                self.next_renew =
+                    Instant::now() + (self.interval / 4).max(Duration::from_millis(1));
+                (Instant::now() >= self.deadline).then(|| format!("{OUT_OF_TIME}: {e}"))
+            }
+        }
+    }
+
+    /// Why the lease is lost, if its deadline has passed unrenewed.
+    fn ran_out(&self) -> Option<String> {
+        let now = Instant::now();
+        if now < self.deadline {
+            return None;
+        }
+        Some(match self.in_flight {
+            Some(sent) => format!(
+                "{OUT_OF_TIME}: the renewal sent {:.1}s before had no answer",
+                now.saturating_duration_since(sent).as_secs_f64()
+            ),
+            None => format!("{OUT_OF_TIME}: deadline passed"),
+        })
+    }
+
+    /// Sends the next renewal if it is due and none is on its way.
+    fn renew_if_due(&mut self, ctx: &Ctx, lease: &Held, send: &mpsc::Sender<Event>) {
+        if self.in_flight.is_none() && Instant::now() >= self.next_renew {
+            self.in_flight = Some(renew(ctx, lease, self.deadline, send.clone()));
+        }
+    }
+}
+
+/// run got a signal (SIGINT, SIGTERM, SIGHUP) and passed it on to the command's group:
+/// the command gets `--grace` to act on it, then SIGKILL, as on a lost lease. However the
+/// command then ends, the lease is released, never completed, and run dies by the
+/// signal it got.
+#[derive(Debug)]
+struct Stopping {
+    signal: Signal,
+    /// When SIGKILL follows, until it is sent.
+    kill_at: Option<Instant>,
+    /// The grace period, and whether it ran out (SIGKILL was sent).
+    grace: Duration,
+    killed: bool,
+}
+
+impl Stopping {
+    fn new(signal: Signal, grace: Duration) -> Stopping {
+        Stopping {
+            signal,
+            kill_at: Some(Instant::now() + grace),
+            grace,
+            killed: false,
+        }
+    }
+
+    /// SIGKILL to the group once the grace period is over.
+    fn escalate(&mut self, group: Pid) {
+        if self.kill_at.is_some_and(|at| Instant::now() >= at) {
+            self.kill_at = None;
+            self.killed = true;
+            let _ = killpg(group, Signal::SIGKILL);
         }
     }
 }
@@ -481,6 +633,9 @@ const LOSS_LOG_WAIT: Duration = Duration::from_secs(2);
 /// then log the loss (best effort, waiting at most [`LOSS_LOG_WAIT`]), and return the
 /// `lost` refusal.
 fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ended {
+    if let Some(status) = exited_already(job) {
+        return lost_after_exit(ctx, lease, why, status);
+    }
     let refusal = || {
         Refusal::new(
             format!(
@@ -498,6 +653,52 @@ fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ende
     log_loss(ctx, refusal());
     let mut refusal = refusal();
     // Logged here or never: not tried again on the way out.
+    refusal.logged = true;
+    Ended::Lost(Error::refused(refusal))
+}
+
+/// The command's exit status if it has exited already, unseen (run was stopped while it
+/// exited, say): the thread that waits for it has reaped it or is about to, and its
+/// event is then waited for. None while it runs.
+fn exited_already(job: &Running) -> Option<ExitStatus> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    match waitid(Id::Pid(job.group), flags) {
+        Ok(WaitStatus::StillAlive) => return None,
+        // Exited and not yet reaped, or reaped (ECHILD) by the waiting thread.
+        Ok(_) | Err(nix::errno::Errno::ECHILD) => {}
+        Err(_) => return None,
+    }
+    loop {
+        match job.events.recv().ok()? {
+            Event::Exited(status) => return status.ok(),
+            Event::Renewed { .. } | Event::Signalled(_) => {}
+        }
+    }
+}
+
+/// The lease was lost (`why`) but the command had exited before run saw the loss: it is
+/// not stopped (nothing is left to stop), and the loss says how the command ended.
+fn lost_after_exit(ctx: &Ctx, lease: &Held, why: &str, status: ExitStatus) -> Ended {
+    let how = match killed_by(status) {
+        Some(signal) => format!("been killed by {signal}"),
+        None => format!("exited with code {}", exit_code(status)),
+    };
+    let refusal = || {
+        Refusal::new(
+            format!(
+                "the lease on {} (epoch {}) was lost ({why}); the command had {how} \
+                 before the loss was seen",
+                lease.resource, lease.holder.epoch
+            ),
+            &lease.resource,
+            Some(lease.holder.epoch),
+            Some(&lease.holder.owner),
+            RefusalDetail::LostWhileRunning {},
+        )
+    };
+    log_loss(ctx, refusal());
+    let mut refusal = refusal();
     refusal.logged = true;
     Ended::Lost(Error::refused(refusal))
 }
@@ -545,17 +746,20 @@ fn lost_reason(refusal: &Refusal) -> String {
 }
 
 /// The command has exited: complete the lease on exit 0, else release it and record
-/// how the command ended, in the log and in run's own exit.
+/// how the command ended, in the log and in run's own exit. A command that run passed a
+/// signal on to (`stopping`) was stopped, whatever its exit: the lease is released, and
+/// run's answer is the signal, by which it then dies.
 fn finish(
     ctx: &Ctx,
     args: &RunArgs,
     lease: &Held,
     program: &OsString,
     status: ExitStatus,
+    stopping: Option<&Stopping>,
 ) -> Result<Report> {
     let code = exit_code(status);
     let (resource, epoch) = (&lease.resource, lease.holder.epoch);
-    if code == 0 {
+    if code == 0 && stopping.is_none() {
         let result = args.result.clone().unwrap_or_else(|| "exit 0".into());
         fencepost::leases::change_held(
             ctx,
@@ -582,17 +786,46 @@ fn finish(
         );
     }
     let program = program.to_string_lossy();
-    let how = match killed_by(status) {
+    let mut how = match killed_by(status) {
         Some(signal) => format!("{program} was killed by {signal} (exit {code})"),
         None => format!("{program} exited with code {code}"),
     };
+    if let Some(stopping) = stopping {
+        how = format!("run got {}: {how}", stopping.signal.as_str());
+        if stopping.killed {
+            how.push_str(&format!(
+                " after ignoring it for --grace {:.1}s",
+                stopping.grace.as_secs_f64()
+            ));
+        }
+    }
     let _ = fencepost::leases::change_held_noting(
         ctx,
         &lease.holder.holder(),
         HolderChange::Release,
         Some(&how),
     );
-    Err(lease.child_failed(code, format!("{how}; {}", lease.released())))
+    let message = format!("{how}; {}", lease.released());
+    Err(match stopping {
+        Some(stopping) => lease.stopped_by(stopping.signal, message),
+        None => lease.child_failed(code, message),
+    })
+}
+
+/// How run's answer says it was stopped by a signal it got (`exit_from` in `--json`):
+/// once the answer is printed, run dies by that signal ([`die_by`]).
+pub(crate) const EXIT_FROM_SIGNAL: &str = "signal";
+
+/// Dies by signal `code - 128`, as run does when a signal it got stopped its command:
+/// so a supervisor sees the signal it sent (systemd counts a main process ended by
+/// SIGTERM, SIGINT or SIGHUP as a clean stop), as timeout(1) does. Returns `code` if the
+/// signal did not end the process.
+pub(crate) fn die_by(code: i32) -> i32 {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    let _ = signal_hook::low_level::emulate_default_handler(code - 128);
+    code
 }
 
 /// A process that outlives run to stop the command's group if run dies without
@@ -742,7 +975,7 @@ fn stop_group(group: Pid, grace: Duration, events: &mpsc::Receiver<Event>) {
     let exited = |wait: &dyn Fn() -> Option<Event>| loop {
         match wait() {
             Some(Event::Exited(_)) => return true,
-            Some(Event::Renewed { .. }) => {}
+            Some(Event::Renewed { .. } | Event::Signalled(_)) => {}
             None => return false,
         }
     };
