@@ -14,7 +14,7 @@ cluster on a Unix socket; appends one section to RESULTS.md.
   P5  the publish of P1 against its floor: three processes that each connect with the
       same client crate and commit one transaction inserting 4 KiB (--floor); and the
       publish through PgBouncer in transaction mode against the same direct (--pooler),
-      and over TCP with TLS (sslmode=verify-full) against plain TCP (--tcp-port, --ca)
+      and over TCP with TLS (sslmode=verify-full) against plain TCP (--tcp, --ca)
 
 Each store row uses a database of its own. Ratios within this run are the result; the
 machine is shared.
@@ -107,7 +107,7 @@ class PgBench:
         self.work = Path(a.work).resolve() / "pgbench"
         self.work.mkdir(parents=True, exist_ok=True)
         self.out = Path(a.out)
-        self.socket = a.socket
+        self.socket, self.port = a.socket, a.port
         self.version = a.server_version
         self.server_log = Path(a.server_log)
         self.here = Path(__file__).resolve().parent
@@ -119,19 +119,19 @@ class PgBench:
         self.seq = 0
         self.pooler, self.pooler_version = a.pooler, a.pooler_version
         self.floor = a.floor
-        self.tcp_port, self.ca = a.tcp_port, a.ca
+        self.tcp_port, self.ca = (a.port if a.tcp else None), a.ca
 
     def log(self, msg):
         print(f"[pg {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     def psql(self, sql, db="postgres"):
-        return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", self.socket,
+        return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", self.socket, "-p", self.port,
                                "-U", "postgres", "-d", db, "-c", sql], check=True,
                               stdout=subprocess.PIPE, text=True, env=self.env).stdout.strip()
 
     def database(self, name):
         self.psql(f"CREATE DATABASE {name}")
-        return f"postgresql:///{name}?host={self.socket}&user=postgres"
+        return f"postgresql:///{name}?host={self.socket}&port={self.port}&user=postgres"
 
     def folder(self, name):
         self.seq += 1
@@ -478,7 +478,8 @@ def main():
     ap.add_argument("--pooler", help="the socket folder of a PgBouncer in transaction mode in front of the server")
     ap.add_argument("--pooler-version", default="")
     ap.add_argument("--floor", help="row P5's floor program (examples/bench_pg_floor.rs)")
-    ap.add_argument("--tcp-port", help="the server's TCP port on 127.0.0.1, where it offers TLS (row P5c)")
+    ap.add_argument("--port", default="5432", help="the server's port (its socket's name, and TCP's with --tcp)")
+    ap.add_argument("--tcp", action="store_true", help="the server listens on 127.0.0.1 too, offering TLS (row P5c)")
     ap.add_argument("--ca", help="the CA file that signed the server's certificate for localhost")
     b = PgBench(ap.parse_args())
     t0 = time.monotonic()

@@ -64,8 +64,9 @@ stop() {
 trap stop EXIT
 # For the TLS row: a CA of the run's own and a certificate it signs for localhost, and the
 # server on a free TCP port of 127.0.0.1 too (initdb's rules trust it as the socket), TLS
-# offered there. Without openssl the server keeps to its socket and the row says why.
-listen="listen_addresses=''" tls=()
+# offered there (the port names the socket too). Without openssl the server keeps to its
+# socket and the row says why.
+listen="listen_addresses=''" tls=() port=5432
 if command -v openssl >/dev/null; then
   certs=$cluster/certs
   mkdir -p "$certs"
@@ -80,7 +81,7 @@ if command -v openssl >/dev/null; then
   [[ ${#as_pg[@]} != 0 ]] && chown -R postgres "$certs"
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   listen="listen_addresses=127.0.0.1 -c port=$port -c ssl=on -c ssl_cert_file=$certs/server.crt -c ssl_key_file=$certs/server.key"
-  tls=(--tcp-port "$port" --ca "$certs/ca.crt")
+  tls=(--tcp --ca "$certs/ca.crt")
 fi
 # Default durability (fsync, synchronous_commit on): what a user gets, on the bench's disk.
 "${as_pg[@]}" "$bin/pg_ctl" -D "$cluster/data" -w -l "$cluster/server.log" \
@@ -95,7 +96,7 @@ pgbouncer=$(command -v pgbouncer || { [[ -x /usr/sbin/pgbouncer ]] && echo /usr/
 if [[ -n $pgbouncer ]]; then
   pool=$(cd "$work" && pwd)/pgbouncer
   mkdir -p "$pool"
-  printf '%s\n' '[databases]' "* = host=$cluster" '[pgbouncer]' 'listen_addr =' \
+  printf '%s\n' '[databases]' "* = host=$cluster port=$port" '[pgbouncer]' 'listen_addr =' \
     "unix_socket_dir = $pool" 'listen_port = 6432' 'auth_type = trust' \
     "auth_file = $pool/users.txt" 'pool_mode = transaction' 'default_pool_size = 20' \
     'max_client_conn = 200' "logfile = $pool/pgbouncer.log" >"$pool/pgbouncer.ini"
@@ -114,5 +115,5 @@ if [[ -n $pgbouncer ]]; then
 fi
 [[ -n $floor ]] && pooler+=(--floor "$floor")
 
-python3 bench/pg.py $smoke --fp "$fp" --work "$work" --out "$out" --socket "$cluster" \
+python3 bench/pg.py $smoke --fp "$fp" --work "$work" --out "$out" --socket "$cluster" --port "$port" \
   --server-version "$version" --server-log "$cluster/server.log" "${pooler[@]}" "${tls[@]}"
