@@ -177,9 +177,11 @@ fn run(cmd: &mut Command) {
     assert!(out.status.success(), "{cmd:?}: {out:?}");
 }
 
-/// True where loop devices can be set up (root, `losetup`, `mkfs.ext4`); otherwise
-/// says the test is skipped. Under CI (where they are there), never skips.
-fn loop_devices_or_skipped() -> bool {
+/// Fails the test unless loop devices can be set up (root, `losetup`, `mkfs.ext4`). A
+/// test that calls it carries `#[cfg_attr(fp_missing = "loop", ignore = ...)]`.
+#[track_caller]
+fn needs_loop_devices() {
+    crate::support::needs::loop_devices();
     let root =
         std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc/self"))
             == 0;
@@ -189,25 +191,19 @@ fn loop_devices_or_skipped() -> bool {
             .output()
             .is_ok_and(|o| o.status.success())
     });
-    if root && tools && Path::new("/dev/loop-control").exists() {
-        return true;
-    }
     assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run the remount test: root {root}, tools {tools}"
+        root && tools && Path::new("/dev/loop-control").exists(),
+        "the remount test needs root, loop devices, losetup and mkfs.ext4: root {root}, tools {tools}"
     );
-    eprintln!("skipped: needs root, loop devices, losetup and mkfs.ext4");
-    false
 }
 
 /// A write killed right after its COMMIT leaves its links; the filesystem is then
 /// mounted through another loop device (another device number). Recovery must see the
 /// write as committed and keep it.
 #[test]
+#[cfg_attr(fp_missing = "loop", ignore = "needs root, losetup and mkfs.ext4")]
 fn a_committed_write_survives_a_remount_through_another_device() {
-    if !loop_devices_or_skipped() {
-        return;
-    }
+    needs_loop_devices();
     let scratch = tempfile::Builder::new()
         .prefix("fencepost-remount-")
         .tempdir()

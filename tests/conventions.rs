@@ -654,11 +654,12 @@ fn a_wait_that_ran_out_says_how_long_it_waited() {
 }
 
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_full_disk_under_the_state_file_is_said_in_plain_words() {
     let env = Env::new();
     // SQLite sizes its shared-memory file with ftruncate: ENOSPC there is what a full
     // filesystem gives when the state file is first opened.
-    let out = Command::new("strace")
+    let out = Command::new(crate::strace::strace())
         .args([
             "-f",
             "-qq",
@@ -686,12 +687,9 @@ fn a_full_disk_under_the_state_file_is_said_in_plain_words() {
 }
 
 #[test]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_state_file_this_user_may_not_change_is_said_in_plain_words() {
-    let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
-    if me.ok() != Some(0) {
-        eprintln!("skipped: needs root to run a command as another user");
-        return;
-    }
+    crate::documents::needs_root();
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     env.claim("doc.md", "A", 10, 0);

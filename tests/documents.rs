@@ -357,28 +357,28 @@ fn equivalent_spellings_name_the_same_resource() {
     assert_eq!(env.text("reports/daily.md"), "same");
 }
 
-/// True when the tests run as root, as CI does, and so may run commands as `nobody`;
-/// otherwise says the test is skipped.
-pub(crate) fn root_or_skipped() -> bool {
+/// Fails the test unless it runs as root, as CI does, and so may run commands as
+/// `nobody`. A test that calls it carries `#[cfg_attr(fp_missing = "root", ignore = ...)]`.
+#[track_caller]
+pub(crate) fn needs_root() {
+    crate::support::needs::root();
     let me = std::fs::metadata("/proc/self").expect("/proc/self").uid();
-    if me != 0 {
-        eprintln!("skipped: needs root to run a command as another user (uid {me})");
-    }
-    me == 0
+    assert_eq!(
+        me, 0,
+        "this test runs commands as another user: it needs root"
+    );
 }
 
 /// A folder `rw` in the env that belongs to `nobody` (the env's root opened to all), for
-/// tests that run fencepost as another user. `None`, with a note, unless run as root (CI
-/// runs as root).
-pub(crate) fn nobodys_folder(env: &Env) -> Option<std::path::PathBuf> {
-    if !root_or_skipped() {
-        return None;
-    }
+/// tests that run fencepost as another user (see [`needs_root`]).
+#[track_caller]
+pub(crate) fn nobodys_folder(env: &Env) -> std::path::PathBuf {
+    needs_root();
     std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let dir = env.path("rw");
     std::fs::create_dir(&dir).expect("mkdir");
     std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
-    Some(dir)
+    dir
 }
 
 /// The command line that runs the rest of it as `nobody`, with no groups.
@@ -433,18 +433,19 @@ fn as_nobody_under(
 }
 
 #[test]
+#[cfg_attr(fp_missing = "hardlinks", ignore = "needs fs.protected_hardlinks=1")]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
     // The kernel's rule this test is about.
     let protected =
         std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").is_ok_and(|v| v.trim() == "1");
-    if !protected {
-        eprintln!("skipped: needs fs.protected_hardlinks=1");
-        return;
-    }
+    crate::support::needs::protected_hardlinks();
+    assert!(
+        protected,
+        "this test is about fs.protected_hardlinks=1, which is off"
+    );
     let env = Env::new();
-    let Some(dir) = nobodys_folder(&env) else {
-        return;
-    };
+    let dir = nobodys_folder(&env);
     let out = as_nobody(
         &dir,
         1,
@@ -475,10 +476,9 @@ fn a_document_the_kernel_will_not_let_the_writer_link_fails_with_a_hint() {
 }
 
 #[test]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
-    if !root_or_skipped() {
-        return;
-    }
+    needs_root();
     let env = Env::new();
     std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     env.claim("doc.md", "A", 10, 1);
@@ -531,10 +531,9 @@ fn a_user_who_may_only_read_the_state_file_can_run_status_verify_and_log() {
 }
 
 #[test]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_document_the_reader_may_not_read_is_unreadable_and_the_others_still_reported() {
-    if !root_or_skipped() {
-        return;
-    }
+    needs_root();
     let env = Env::new();
     std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     env.claim("doc.md", "A", 10, 1);
@@ -583,10 +582,9 @@ fn a_document_the_reader_may_not_read_is_unreadable_and_the_others_still_reporte
 }
 
 #[test]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_frozen_read_keeps_writers_from_checkpointing_under_it() {
-    if !root_or_skipped() {
-        return;
-    }
+    needs_root();
     let env = Env::new();
     std::fs::set_permissions(env.root(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     env.claim("doc.md", "A", 10, 1);
@@ -655,11 +653,10 @@ fn a_frozen_read_keeps_writers_from_checkpointing_under_it() {
 }
 
 #[test]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
     let env = Env::new();
-    let Some(dir) = nobodys_claim(&env, "b.bin") else {
-        return;
-    };
+    let dir = nobodys_claim(&env, "b.bin");
     let content: String = (0..300_000)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
@@ -681,11 +678,10 @@ fn a_write_that_cannot_start_a_thread_still_hashes_in_series() {
 /// state file opens: with no thread to be had, the writer syncs it itself (it panicked,
 /// exit 101 and no JSON, before).
 #[test]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn a_small_from_write_that_cannot_start_a_thread_syncs_on_its_own() {
     let env = Env::new();
-    let Some(dir) = nobodys_claim(&env, "s.txt") else {
-        return;
-    };
+    let dir = nobodys_claim(&env, "s.txt");
     let from = dir.join("content.txt");
     std::fs::write(&from, "small and durable\n").expect("content");
     let from = from.to_str().expect("utf-8 path");
@@ -710,9 +706,9 @@ fn a_small_from_write_that_cannot_start_a_thread_syncs_on_its_own() {
 }
 
 /// [`nobodys_folder`], with `res` claimed there by nobody at tick 1 (epoch 1).
-fn nobodys_claim(env: &Env, res: &str) -> Option<std::path::PathBuf> {
-    let dir = nobodys_folder(env)?;
+fn nobodys_claim(env: &Env, res: &str) -> std::path::PathBuf {
+    let dir = nobodys_folder(env);
     let out = as_nobody(&dir, 1, &["claim", res, "--owner", "n", "--ttl", "10"], "");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    Some(dir)
+    dir
 }

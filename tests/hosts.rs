@@ -189,8 +189,12 @@ fn logged_writes(host: &Host, res: &str) -> Vec<(Value, Value, Value)> {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_worker_paused_inside_its_commit_past_lease_and_idle_timeout_publishes_nothing() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     // The server ends a session idle inside its transaction after 1 s: A's, paused.
     let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
     let (a, b, c) = (Host::new(&url), Host::new(&url), Host::new(&url));
@@ -303,8 +307,12 @@ fn only_b_published(a: &Host, url: &str, res: &str, b_bytes: &[u8]) {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_claim_that_waited_for_the_lock_judges_the_lease_at_the_time_it_got_it() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     // On the wall clock: A's lease lasts 3 s; A's write then holds the resource's row,
     // paused inside its transaction, until the server ends its session after 5 s idle.
     let url = store.url_with(&["idle_in_transaction_session_timeout=5s"]);
@@ -326,8 +334,12 @@ fn a_claim_that_waited_for_the_lock_judges_the_lease_at_the_time_it_got_it() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn claim_wait_waits_through_a_row_locked_past_the_busy_timeout() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let b = Host::new(store.url());
     b.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1ms"])
         .expect_stdout(0, "1");
@@ -400,8 +412,12 @@ fn claim_wait_waits_through_a_row_locked_past_the_busy_timeout() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_wait_that_ran_out_on_a_locked_row_says_how_long_it_waited() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let b = Host::new(store.url());
     b.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "1ms"])
         .expect_stdout(0, "1");

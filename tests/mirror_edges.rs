@@ -88,8 +88,12 @@ fn lose_history(client: &mut Client, res: &str, back: i64, bytes: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirror_ahead_of_a_store_that_lost_history_says_so_and_the_next_claim_starts_above_it() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     let res = "doc.md";
     publish(url, res, "A", "A's version, epoch 1");
@@ -156,8 +160,12 @@ fn a_mirror_ahead_of_a_store_that_lost_history_says_so_and_the_next_claim_starts
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_store_made_by_the_version_before_gets_the_table_of_what_mirrors_hold() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let mut client = store.client();
@@ -184,8 +192,12 @@ fn a_store_made_by_the_version_before_gets_the_table_of_what_mirrors_hold() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirror_that_holds_a_resource_the_store_lost_altogether_is_ahead() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "kept.md", "A", "kept");
     publish(url, "lost.md", "A", "only on the lost primary");
@@ -222,8 +234,12 @@ fn a_mirror_that_holds_a_resource_the_store_lost_altogether_is_ahead() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirror_that_holds_other_bytes_under_the_stores_epoch_is_ahead() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     let res = "doc.md";
     publish(url, res, "A", "A's version, epoch 1");
@@ -257,8 +273,12 @@ fn a_mirror_that_holds_other_bytes_under_the_stores_epoch_is_ahead() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirror_without_the_privilege_to_report_still_says_ahead() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     let res = "doc.md";
     publish(url, res, "A", "A's version, epoch 1");
@@ -298,8 +318,12 @@ fn a_mirror_without_the_privilege_to_report_still_says_ahead() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirrors_crashed_apply_of_a_committed_version_is_rolled_forward_never_back() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     let res = "doc.md";
     publish(url, res, "A", "v5");
@@ -343,8 +367,12 @@ fn a_mirrors_crashed_apply_of_a_committed_version_is_rolled_forward_never_back()
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirrors_own_recovery_without_the_store_keeps_a_crashed_apply() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v5");
     let m = Host::new(url);
@@ -370,8 +398,12 @@ fn a_mirrors_own_recovery_without_the_store_keeps_a_crashed_apply() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_crashed_first_apply_is_interrupted_and_rolled_forward() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "first");
     let m = Host::new(url);
@@ -407,8 +439,12 @@ fn damage(client: &mut Client, res: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn one_damaged_blob_is_that_documents_failure_and_the_others_are_applied() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     for res in ["a.md", "b.md", "c.md"] {
         publish(url, res, "A", &format!("{res} v1"));
@@ -438,8 +474,12 @@ fn one_damaged_blob_is_that_documents_failure_and_the_others_are_applied() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_follower_applies_the_others_past_a_damaged_blob_and_retries_it() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "a.md", "A", "a.md v1");
     publish(url, "b.md", "A", "b.md v1");
@@ -465,8 +505,12 @@ fn a_follower_applies_the_others_past_a_damaged_blob_and_retries_it() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_follower_started_before_the_stores_first_claim_waits_for_it() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     let m = Host::new(url);
     // Plain `mirror` keeps its answer: there is nothing to mirror yet.

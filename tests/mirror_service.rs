@@ -49,8 +49,12 @@ fn starts_with_a_utc_time(line: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_follower_prints_a_dated_start_line_and_a_dated_line_per_apply() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let m = Host::new(url);
@@ -115,8 +119,12 @@ fn out_pid(pid: nix::unistd::Pid) -> i32 {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn sigterm_stops_a_follower_with_exit_0_and_the_root_consistent() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let m = Host::new(url);
@@ -143,8 +151,12 @@ fn sigterm_stops_a_follower_with_exit_0_and_the_root_consistent() {
 
 #[cfg(feature = "failpoints")]
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn sigterm_during_an_apply_finishes_it_then_exits_0() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let m = Host::new(url);
@@ -174,8 +186,12 @@ fn sigterm_during_an_apply_finishes_it_then_exits_0() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_second_follower_on_one_root_is_refused_as_held() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let m = Host::new(url);
@@ -227,8 +243,12 @@ fn one_epoch_behind(url: &str) -> Host {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn verify_on_a_mirror_root_without_store_reads_its_store_and_says_it_is_behind() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let m = one_epoch_behind(store.url());
     // No --store: the root's own binding. Before: `ok: 1 resource(s) consistent`.
     let done = m.root.fp(&["--json", "verify"]).now(100).expect(9);
@@ -275,8 +295,12 @@ fn verify_on_a_mirror_root_without_store_reads_its_store_and_says_it_is_behind()
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn verify_on_a_mirror_root_whose_store_is_out_of_reach_exits_1() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     // The store reached through a link to its socket folder, removed once the root is
     // bound: the store the root names is then out of reach.
     let url = store.url();
@@ -305,8 +329,12 @@ fn verify_on_a_mirror_root_whose_store_is_out_of_reach_exits_1() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn status_on_a_mirror_root_gives_each_documents_epoch_on_the_mirror_and_in_the_store() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let m = one_epoch_behind(store.url());
     // Before: no such keys, and without --store only the mirror's own view.
     for run in [

@@ -28,8 +28,12 @@ fn publish(url: &str, res: &str, bytes: &str) -> i64 {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_document_this_host_cannot_hold_does_not_keep_the_others_from_it() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     publish(store.url(), "x", "a file named x");
     publish(store.url(), "x/y", "a file under a folder named x");
     publish(store.url(), "zz.md", "the last one");
@@ -60,8 +64,12 @@ fn a_document_this_host_cannot_hold_does_not_keep_the_others_from_it() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_name_is_the_stores_on_every_host_never_resolved_through_a_symlink() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let host = Host::new(store.url());
     std::fs::create_dir(host.root.path("cur")).expect("mkdir");
     std::os::unix::fs::symlink("cur", host.root.path("link")).expect("symlink");
@@ -103,9 +111,13 @@ fn a_name_is_the_stores_on_every_host_never_resolved_through_a_symlink() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_root_that_is_not_this_stores_mirror_is_refused_before_anything_is_done() {
-    let Some(first) = pg::store() else { return };
-    let second = pg::store().expect("a second store");
+    let first = pg::store();
+    let second = pg::store();
     publish(first.url(), "doc.md", "first");
     let host = Host::new(first.url());
     host.fp(&["mirror"]).expect(0);
@@ -152,8 +164,12 @@ fn second_rows(client: &mut Client) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirrors_clock_is_its_own_and_now_never_binds_it() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     publish(store.url(), "doc.md", "v1");
     let host = Host::new(store.url());
     // A pass with --now (as a script on logical ticks would run it), then one without:
@@ -167,8 +183,12 @@ fn a_mirrors_clock_is_its_own_and_now_never_binds_it() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_replaced_version_is_kept_for_the_grace_period_from_its_replacement() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     publish(store.url(), "doc.md", "the old version");
     let mut client = store.client();
     // The old version was uploaded long ago.
@@ -201,8 +221,12 @@ fn a_replaced_version_is_kept_for_the_grace_period_from_its_replacement() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn cat_into_a_reader_that_stopped_is_no_error() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let big = "line\n".repeat(400_000);
     publish(store.url(), "big.txt", &big);
     let dir = Env::new();

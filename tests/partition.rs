@@ -42,19 +42,17 @@ struct Partition {
 }
 
 impl Partition {
-    /// `None` when the test is skipped.
-    fn start() -> Option<Partition> {
-        if !netns::available() {
-            return None;
-        }
+    /// The namespaces and the server in one of them.
+    fn start() -> Partition {
+        netns::available();
         let net = Net::new();
         let listen = format!("{},{}", net.server_addr, net.server_addr_for_client);
-        let cluster = PrivateCluster::start_in(&net.server, &listen)?;
-        Some(Partition {
+        let cluster = PrivateCluster::start_in(&net.server, &listen);
+        Partition {
             _cluster: cluster,
             net,
             work: Env::new(),
-        })
+        }
     }
 
     /// The store as host A (in the client's namespace) reaches it.
@@ -219,6 +217,11 @@ fn assert_stopped_in_time(beats: &Path, deadline: i64, out: &Output, killed: boo
 /// sent. (Fails on the old code: each renewal waited for its connect timeout, 10 s,
 /// then the loss was logged through another connect before the command was stopped.)
 #[test]
+#[cfg_attr(fp_missing = "netns", ignore = "needs root and ip (Debian: iproute2)")]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn run_stops_its_command_at_the_deadline_when_the_replies_are_cut() {
     cut_between_renewals(Net::drop_replies_to_client);
 }
@@ -228,6 +231,11 @@ fn run_stops_its_command_at_the_deadline_when_the_replies_are_cut() {
 /// deadline. (The old code passed this one too; the hang comes only on a connection
 /// already open, as inside a renewal's transaction, below.)
 #[test]
+#[cfg_attr(fp_missing = "netns", ignore = "needs root and ip (Debian: iproute2)")]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn run_stops_its_command_at_the_deadline_when_the_requests_are_cut() {
     cut_between_renewals(Net::drop_requests_from_client);
 }
@@ -235,6 +243,11 @@ fn run_stops_its_command_at_the_deadline_when_the_requests_are_cut() {
 /// A's link is down between renewals: its renewals fail at once (no route), and it
 /// stops at the deadline as well. (The old code passed this one too.)
 #[test]
+#[cfg_attr(fp_missing = "netns", ignore = "needs root and ip (Debian: iproute2)")]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn run_stops_its_command_at_the_deadline_when_its_link_is_down() {
     cut_between_renewals(Net::link_down);
 }
@@ -242,9 +255,7 @@ fn run_stops_its_command_at_the_deadline_when_its_link_is_down() {
 /// Runs A's command, cuts A off with `cut` once a renewal has been committed, and checks
 /// the command stopped in time and B can take the lease over.
 fn cut_between_renewals(cut: fn(&Net)) {
-    let Some(p) = Partition::start() else {
-        return;
-    };
+    let p = Partition::start();
     let beats = p.work.path("beats");
     let child = p
         .run_a("doc.md", &beats)
@@ -289,6 +300,11 @@ fn cut_between_renewals(cut: fn(&Net)) {
 /// expired lease. (Fails on the old code: run waited on the hung renewal, its command
 /// running on until the test gave up, and B gave up with `busy` after its busy timeout.)
 #[test]
+#[cfg_attr(fp_missing = "netns", ignore = "needs root and ip (Debian: iproute2)")]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn run_stops_its_command_when_cut_inside_a_renewal_and_b_takes_over() {
     cut_inside_a_renewal(|net| {
         net.drop_requests_from_client();
@@ -301,6 +317,11 @@ fn run_stops_its_command_when_cut_inside_a_renewal_and_b_takes_over() {
 /// reply stays unacknowledged past `tcp_user_timeout`, and B takes over. (The old code:
 /// the command ran until the test gave up, as above.)
 #[test]
+#[cfg_attr(fp_missing = "netns", ignore = "needs root and ip (Debian: iproute2)")]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn run_stops_its_command_when_the_replies_are_cut_inside_a_renewal() {
     cut_inside_a_renewal(Net::drop_replies_to_client);
 }
@@ -309,9 +330,7 @@ fn run_stops_its_command_when_the_replies_are_cut_inside_a_renewal() {
 /// `cut`, lets it go on, and checks the command stopped in time and that B's
 /// `claim --wait` started then gets the lease.
 fn cut_inside_a_renewal(cut: fn(&Net)) {
-    let Some(p) = Partition::start() else {
-        return;
-    };
+    let p = Partition::start();
     if !cfg!(feature = "failpoints") {
         panic!("the partition test needs the failpoints feature (cargo test --all-features)");
     }

@@ -19,9 +19,13 @@ fn schema_exists(admin: &str, name: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_store_schema_is_the_tests_own_and_is_dropped_after_it() {
-    let Some(store) = pg::store() else { return };
-    let other = pg::store().expect("a second store schema");
+    let store = pg::store();
+    let other = pg::store();
     assert_ne!(store.name(), other.name());
 
     let mut client = store.client();
@@ -63,8 +67,12 @@ fn a_store_schema_is_the_tests_own_and_is_dropped_after_it() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_store_url_takes_more_server_settings() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
     let mut client = pg::connect(&url);
     let (path, idle): (String, String) = {
@@ -81,10 +89,12 @@ fn a_store_url_takes_more_server_settings() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_private_cluster_keeps_a_committed_row_across_an_immediate_stop() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     let mut client = pg::connect(&cluster.url());
     client
         .batch_execute("CREATE TABLE t (v int); INSERT INTO t VALUES (42)")
@@ -127,10 +137,12 @@ fn a_store_url_names_another_database_on_the_same_server() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_standby_streams_from_its_primary_and_takes_writes_once_promoted() {
-    let Some(primary) = PrivateCluster::start() else {
-        return;
-    };
+    let primary = PrivateCluster::start();
     let standby = PrivateCluster::standby_of(&primary);
     let mut p = pg::connect(&primary.url());
     p.batch_execute("CREATE TABLE t (v int); INSERT INTO t VALUES (7)")

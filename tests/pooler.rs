@@ -10,14 +10,20 @@ use crate::support::pg::{self, Pooler};
 use crate::support::{sha256_hex, spawn_paused};
 
 #[test]
+#[cfg_attr(
+    fp_missing = "pgbouncer",
+    ignore = "needs PgBouncer (Debian: pgbouncer)"
+)]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_writer_paused_inside_its_transaction_behind_the_pooler_cannot_publish_after_a_takeover() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     // The pooler's server sessions end a transaction left idle for 1 s (an operator's
     // connect_query): fencepost keeps that shorter limit.
     let session = "SET idle_in_transaction_session_timeout = '1s'";
-    let Some(pooler) = Pooler::in_front_of(&store, session, 4) else {
-        return;
-    };
+    let pooler = Pooler::in_front_of(&store, session, 4);
     let url = pooler.url();
     let (a, b) = (Host::new(url), Host::new(url));
     let res = "doc.md";
@@ -81,12 +87,18 @@ fn a_writer_paused_inside_its_transaction_behind_the_pooler_cannot_publish_after
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "pgbouncer",
+    ignore = "needs PgBouncer (Debian: pgbouncer)"
+)]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn fencepost_leaves_no_setting_on_the_poolers_server_session() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     // One server session: every client's transactions run on it, one after another.
-    let Some(pooler) = Pooler::in_front_of(&store, "", 1) else {
-        return;
-    };
+    let pooler = Pooler::in_front_of(&store, "", 1);
     let host = Host::new(pooler.url());
     host.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
         .now(0)

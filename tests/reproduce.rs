@@ -201,30 +201,17 @@ fn a_build_without_failpoints_is_refused_clearly() {
     assert_eq!(stdout, "", "nothing runs without failpoints");
 }
 
-/// The PostgreSQL server the store tests may use (`FENCEPOST_TEST_STORE`), or `None` after
-/// saying the test is skipped.
-fn test_store_or_skipped() -> Option<String> {
-    match std::env::var("FENCEPOST_TEST_STORE") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!(
-                "skipped: needs FENCEPOST_TEST_STORE (a PostgreSQL server URL whose user may \
-                 CREATE DATABASE)"
-            );
-            None
-        }
-    }
-}
-
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 #[cfg_attr(
     not(feature = "failpoints"),
     ignore = "needs a binary built with --features failpoints"
 )]
 fn the_reproduction_against_a_store_gives_the_state_files_rows() {
-    let Some(server) = test_store_or_skipped() else {
-        return;
-    };
+    let server = crate::support::pg::server_url();
     // A fresh run on a state file, then the same scenarios on the store, compared with it
     // field by field (only the documented crash fields of rollback-crash set aside).
     let dir = tempfile::tempdir().expect("temp dir");

@@ -90,10 +90,12 @@ fn as_admin(admin: &str, sql: &str) {
 /// the owner's `store init` and the printed grants, the README's commands work as that
 /// role.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_role_made_as_the_readme_says_works_after_store_init_and_its_grants() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     as_admin(&cluster.url(), "CREATE ROLE jobs LOGIN");
     as_admin(&cluster.url(), "CREATE DATABASE fencepost");
     let socket = cluster.dir().display().to_string();
@@ -252,8 +254,12 @@ fn single_revokes(grants: &str) -> Vec<(String, String)> {
 /// command of a role uses.) A reader's change is refused naming the role, what it
 /// lacks and where the grants are, exit 2.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn the_printed_grants_are_what_a_writer_and_a_reader_need_and_no_more() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let dir = Env::new();
     on(&dir, store.url(), &["store", "init"]).expect_stdout(0, "initialized");
     let writer = Role::new(store.admin(), &format!("{}_w", store.name()));
@@ -333,8 +339,12 @@ fn the_printed_grants_are_what_a_writer_and_a_reader_need_and_no_more() {
 /// options: `store init` makes each one's tables in its schema, a claim in one is not
 /// seen in the other, and the grants printed for each name its schema.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn environments_in_one_database_are_apart_by_schema() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let staging = format!("{}_staging", store.name());
     as_admin(store.admin(), &format!("CREATE SCHEMA {staging}"));
     let _dropped = Dropped(store.admin().to_string(), staging.clone());

@@ -175,8 +175,12 @@ fn following(env: &Env, url: &str, via: Via, json: bool) -> Done {
 /// store (the root's binding): each works, and neither its output nor the root's files
 /// show the password.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_password_never_shows_in_output_or_files() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let (extra, extra_kv) = store_settings(&store);
     let spellings = spellings("postgres", &socket(&store), &extra, &extra_kv);
     let mut n = 0;
@@ -300,10 +304,12 @@ fn a_password_never_shows_in_errors() {
 /// A server that checks passwords refuses a wrong one (exit 1, one message), and the
 /// message names the store without the password.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_wrong_password_is_refused_without_showing_it() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     cluster.with_password_role(
         "CREATE ROLE guarded LOGIN PASSWORD 'the-right-one'",
         "guarded",
@@ -334,11 +340,13 @@ fn a_wrong_password_is_refused_without_showing_it() {
 /// A file its group or others may read is not read (the server then refuses), and the
 /// password shows nowhere either way.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_password_file_gives_a_password_the_string_does_not() {
     use std::os::unix::fs::PermissionsExt;
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     cluster.with_password_role(
         "CREATE ROLE filed LOGIN PASSWORD 'Hush:filed'; \
              GRANT CREATE ON SCHEMA public TO filed",

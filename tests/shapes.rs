@@ -370,8 +370,12 @@ fn verify_recover_and_man_keep_their_keys() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn mirror_and_recover_with_a_store_keep_their_keys() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let writer = Host::new(store.url());
     writer.claim_and_write("doc.md", "v1");
     let mirrored = [

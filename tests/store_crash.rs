@@ -113,10 +113,12 @@ fn wait_for(
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_server_crash_under_writers_loses_no_acknowledged_write() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     let url = cluster.url();
     let cwd = Env::new();
     let stop = AtomicBool::new(false);

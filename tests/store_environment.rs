@@ -67,8 +67,12 @@ fn published(store: &TestStore) -> String {
 /// A URL with no host reaches the server `PGHOST` names (a list, the first of which has
 /// no server: the next is tried), as the user `PGUSER` names.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_url_without_a_host_takes_pghost_and_pguser() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let (query, _) = settings(&store);
     let url = format!("postgresql:///postgres?{query}");
     let hosts = format!("/nonexistent-fencepost-socket,{}", socket(&store));
@@ -86,8 +90,12 @@ fn a_url_without_a_host_takes_pghost_and_pguser() {
 
 /// A key=value string with a host and database but no user connects as `PGUSER`.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_key_value_string_without_a_user_takes_pguser() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let (_, kv) = settings(&store);
     let url = format!("host={} dbname=postgres {kv}", socket(&store));
     claim_and_write(&url, &[("PGUSER", "postgres")], "through PGUSER");
@@ -98,8 +106,12 @@ fn a_key_value_string_without_a_user_takes_pguser() {
 /// over `PGDATABASE`, its port over `PGPORT`, its `application_name` over `PGAPPNAME`
 /// (none of the variables' values would connect, or land in the test's schema).
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn the_strings_own_settings_win_over_the_variables() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let (query, kv) = settings(&store);
     let socket = socket(&store);
     let vars = [
@@ -131,10 +143,12 @@ fn has_store(cluster: &PrivateCluster, db: &str) -> bool {
 /// A string that names no database uses the one `PGDATABASE` names: the claim is there,
 /// seen through a URL naming it, and not in the database named after the user.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn pgdatabase_picks_the_database_the_string_leaves_out() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     pg::connect(&cluster.url())
         .batch_execute("CREATE DATABASE fp_other")
         .expect("create a second database");
@@ -178,10 +192,12 @@ fn hidden(done: &Done, what: &str) {
 /// none, refuses a wrong one (exit 1), and neither shows in any output; a string's own
 /// password wins over it. A `run`'s child, inheriting the variable, reaches the store.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn pgpassword_is_used_refused_when_wrong_and_never_shown() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     cluster.with_password_role(
         "CREATE ROLE guarded LOGIN SUPERUSER PASSWORD 'Hush-right'",
         "guarded",

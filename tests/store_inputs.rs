@@ -147,8 +147,12 @@ fn options_that_contradict_the_store_are_bad_usage() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_database_with_a_foreign_fencepost_table_is_refused_and_left_alone() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let mut client = store.client();
     client
         .batch_execute(
@@ -183,8 +187,12 @@ fn a_database_with_a_foreign_fencepost_table_is_refused_and_left_alone() {
 /// committed meanwhile, does not take them for someone else's (it refused them, exit 2,
 /// before): paused at that moment, it resumes after the other's claim and gets its epoch.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_claim_that_saw_no_schema_accepts_the_one_made_meanwhile() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let cwd = Env::new();
     let mut cmd = std::process::Command::new(crate::harness::bin());
     cmd.env_clear()
@@ -205,9 +213,13 @@ fn a_claim_that_saw_no_schema_accepts_the_one_made_meanwhile() {
 /// `fencepost_meta`, then saw the tables the first had committed meanwhile, and refused
 /// them (exit 2, in one round of eight to one of thirty before the fix).
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn first_claims_racing_on_a_fresh_store_never_call_its_tables_foreign() {
     for round in 0..30 {
-        let Some(store) = pg::store() else { return };
+        let store = pg::store();
         let cwd = Env::new();
         let results: Vec<(i32, String)> = std::thread::scope(|scope| {
             let claims: Vec<_> = (0..8)
@@ -234,9 +246,13 @@ fn first_claims_racing_on_a_fresh_store_never_call_its_tables_foreign() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_mirror_root_takes_one_store_and_no_claim_or_write_of_its_own() {
-    let Some(first) = pg::store() else { return };
-    let second = pg::store().expect("a second store");
+    let first = pg::store();
+    let second = pg::store();
     publish(&first, "doc.md", "first store's");
     publish(&second, "doc.md", "second store's");
     let host = Host::new(first.url());
@@ -312,8 +328,12 @@ fn a_mirror_root_takes_one_store_and_no_claim_or_write_of_its_own() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_row_locked_past_the_busy_timeout_is_busy_and_changes_nothing() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     publish(&store, "doc.md", "v1");
     let cwd = Env::new();
     let mut holder = store.client();
@@ -369,8 +389,12 @@ fn a_row_locked_past_the_busy_timeout_is_busy_and_changes_nothing() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn recover_removes_the_blob_of_a_writer_killed_after_its_upload() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     publish(&store, "doc.md", "published");
     let cwd = Env::new();
     in_folder(
@@ -425,8 +449,12 @@ fn recover_removes_the_blob_of_a_writer_killed_after_its_upload() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_foreign_meta_table_with_other_column_types_is_refused_not_a_panic() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let mut client = store.client();
     client
         .batch_execute(
@@ -453,8 +481,12 @@ fn a_foreign_meta_table_with_other_column_types_is_refused_not_a_panic() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn log_prune_with_a_store_prunes_the_stores_log() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     publish(&store, "doc.md", "v1");
     let count = |client: &mut Client| -> i64 {
         client
@@ -475,8 +507,12 @@ fn log_prune_with_a_store_prunes_the_stores_log() {
 /// is touched: every store takes names up to 1,024 bytes, and the longest works in every
 /// table, the log's index included.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn names_the_store_could_not_index_are_bad_input() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let cwd = Env::new();
     let named = |len: usize| {
         let mut name = format!("{}/", "f".repeat(200)).repeat(len / 201);
@@ -575,8 +611,12 @@ fn key_value(store: &TestStore, sslmode: &str) -> String {
 /// URL is written and completed through key=value strings, and `status` through either
 /// reads it.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_key_value_connection_string_reaches_the_store() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let cwd = Env::new();
     let (plain, preferred) = (key_value(&store, "disable"), key_value(&store, "prefer"));
     in_folder(&cwd, store.url(), &["claim", "d.md", "-o", "A", "-t", "60"]).expect_stdout(0, "1");
@@ -616,8 +656,12 @@ fn a_key_value_connection_string_reaches_the_store() {
 /// A URL whose query names a list of hosts (`?host=/nowhere,/the/socket`, as libpq takes
 /// it) tries each in turn: the first has no server, the second does.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_host_list_in_a_urls_query_tries_each_host() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let cwd = Env::new();
     let listed = store
         .url()

@@ -567,10 +567,12 @@ fn seed() -> u64 {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn store_torture_kill_stop_terminate_and_crash_under_workers_and_followers() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     let seed = seed();
     let secs: u64 = std::env::var("FENCEPOST_TORTURE_SECS")
         .ok()

@@ -286,10 +286,12 @@ fn end_sessions(env: &Backend) {
 /// hint that says what running it again will answer, each command its own; run again, it
 /// is decided afresh (here the COMMIT never reached the server).
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_commit_whose_answer_is_lost_says_what_the_retry_tells() {
-    let Some(env) = Backend::postgres() else {
-        return;
-    };
+    let env = Backend::postgres();
     env.claim("other.md", "Z", 10, 0);
     let claim = ["claim", "doc.md", "--owner", "A", "--ttl", "10"];
     let complete = [
@@ -355,10 +357,12 @@ const UNRESOLVED: &str = "txn.resolving=return(unreachable)";
 /// its hint says what running it again will answer instead (a store of its own: `run`
 /// needs the wall clock).
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_run_whose_claim_answer_is_lost_says_it_will_be_held() {
-    let Some(env) = Backend::postgres() else {
-        return;
-    };
+    let env = Backend::postgres();
     let mut cmd = std::process::Command::new(crate::harness::bin());
     cmd.env_clear()
         .env("FENCEPOST_STORE", env.url())
@@ -383,10 +387,12 @@ fn a_run_whose_claim_answer_is_lost_says_it_will_be_held() {
 /// never-claimed resources, even with the reproduction's variable set once the store
 /// exists; only a store made for the reproduction takes it.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn an_unfenced_write_is_refused_by_a_store_not_made_for_the_reproduction() {
-    let Some(env) = Backend::postgres() else {
-        return;
-    };
+    let env = Backend::postgres();
     assert_eq!(env.claim("doc.md", "A", 10, 0), 1);
     env.write("doc.md", 1, "A's old bytes", 1, 0);
     assert_eq!(env.claim("doc.md", "B", 10, 10), 2);
@@ -426,10 +432,12 @@ fn an_unfenced_write_is_refused_by_a_store_not_made_for_the_reproduction() {
 /// unfenced version it publishes (exit 9, naming the resource and epoch), and `status`
 /// marks it.
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn the_reproductions_store_takes_an_unfenced_write_and_verify_reports_it() {
-    let Some(env) = Backend::postgres() else {
-        return;
-    };
+    let env = Backend::postgres();
     env.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
         .now(0)
         .env("FENCEPOST_REPRODUCTION_STORE", "1")

@@ -13,8 +13,11 @@ use crate::support::{
     DbHolder, RES, Scenario, assert_consistent, new, setup, status_row, tool_files,
 };
 
-/// The strace binary, or a panic that says how to get it.
-fn strace() -> PathBuf {
+/// The strace binary, or a panic that says how to get it. A test that runs it carries
+/// `#[cfg_attr(fp_missing = "strace", ignore = ...)]`.
+#[track_caller]
+pub(crate) fn strace() -> PathBuf {
+    crate::support::needs::strace();
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|dir| dir.join("strace"))
@@ -328,6 +331,7 @@ fn strs(v: &[String]) -> Vec<&str> {
 /// already has content was made durable that way by the process that created it, and
 /// its folder is not fsynced again.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn write_syscalls_are_ordered_fsync_temp_rename_fsync_dir_commit() {
     for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
         .into_iter()
@@ -449,6 +453,7 @@ fn syncs(env: &Env, calls: &[Call]) -> Syncs {
 /// after it, the state is the new one and consistent. A write never reports success
 /// with a state it has not committed, and leaves no files behind.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn fsync_error_at_each_step_fails_the_write_and_keeps_the_old_state() {
     for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
         .into_iter()
@@ -557,6 +562,7 @@ fn eio_at_fsync(n: usize, scenario: Scenario, wal: Wal, clean_env: &Env, plan: &
 /// commit back, after the write had already rolled its document back. The write's own
 /// recovery must commit over those frames.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn failed_commit_fsync_is_not_resurrected_by_wal_recovery() {
     for scenario in [Scenario::First, Scenario::Rewrite] {
         let clean_env = Env::new();
@@ -633,6 +639,7 @@ fn kill_targets(calls: &[Call]) -> Vec<(String, usize, usize, String)> {
 /// are written, recovery restores the old state; after the COMMIT fsync, the new state
 /// stands; `status` says `interrupted` only between the rename and the COMMIT.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn sigkill_at_each_fsync_rename_link_and_unlink_is_recovered() {
     for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
         .into_iter()
@@ -727,6 +734,7 @@ fn crashed_after_rename(scenario: Scenario) -> (Env, Option<(Vec<u8>, i64)>) {
 /// unlinks leaves a state the next `recover` finishes, ending with the old document and
 /// record, and no files behind.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn recovery_killed_at_each_step_is_finished_by_the_next_one() {
     for scenario in [Scenario::First, Scenario::Rewrite] {
         let (clean_env, _) = crashed_after_rename(scenario);
@@ -800,6 +808,7 @@ const FSYNC_BUDGET: f64 = 3.5;
 /// process is counted, checkpoints included wherever they land; only the one fsync each
 /// claim needs for its own COMMIT is not charged to the writes.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn fenced_writes_stay_within_the_fsync_budget() {
     const WRITES: usize = 100;
     let env = Env::new();
@@ -905,6 +914,7 @@ fn setup_big_wal(env: &Env) -> (i64, Option<(Vec<u8>, i64)>) {
 /// over (the header rewritten and fsynced before the frames). An EIO at either
 /// checkpoint fsync fails the write with nothing changed; the retry publishes.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_write_that_checkpoints_fails_on_a_checkpoint_fsync_error() {
     let clean_env = Env::new();
     let (epoch, _) = setup_big_wal(&clean_env);
@@ -1024,6 +1034,7 @@ fn big_content(len: usize, seed: u8) -> Vec<u8> {
 /// write publishes the exact bytes with their hash. Any other error (EIO) fails the
 /// write, changes nothing and leaves no file behind.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_refused_kernel_copy_falls_back_and_a_failed_one_fails_the_write() {
     let big = big_content((9 << 20) + 5, 0);
     let small = new();
@@ -1091,6 +1102,7 @@ fn a_refused_kernel_copy_falls_back_and_a_failed_one_fails_the_write() {
 /// `--from` a FIFO (a pipe) is read as a stream, never offered to the kernel copy, and
 /// an empty regular file publishes an empty document.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn from_a_pipe_or_an_empty_file_is_read_as_a_stream() {
     let env = Env::new();
     let (epoch, _) = setup(&env, Scenario::Rewrite);
@@ -1205,6 +1217,7 @@ fn from_args(epoch: i64, content: &std::path::Path) -> Vec<String> {
 /// On a build that stages after opening the state file, one thread does everything and
 /// this fails.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_small_from_writes_fsync_runs_on_a_second_thread_while_the_state_file_opens() {
     for (scenario, wal) in [Scenario::First, Scenario::Rewrite]
         .into_iter()
@@ -1277,6 +1290,7 @@ fn a_small_from_writes_fsync_runs_on_a_second_thread_while_the_state_file_opens(
 /// The staged file's fsync failing on the second thread fails the write (exit 1) with
 /// nothing changed and no temp file left, and the same write then succeeds.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_failed_fsync_on_the_second_thread_fails_the_write() {
     for scenario in [Scenario::First, Scenario::Rewrite] {
         let what = format!("{scenario:?}");
@@ -1378,6 +1392,7 @@ fn refused_small_from_writes(
 /// epoch never issued) gives its refusal, not whatever staging did meanwhile, and leaves
 /// neither a temp file nor a change.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_small_from_write_refused_early_leaves_nothing_behind() {
     let env = Env::new();
     let setup = setup(&env, Scenario::Rewrite);
@@ -1397,6 +1412,7 @@ fn a_small_from_write_refused_early_leaves_nothing_behind() {
 /// stages): the early answer, read while the fsync runs, wins over how far the bytes got.
 /// Nothing changes and no temp file is left.
 #[test]
+#[cfg_attr(fp_missing = "strace", ignore = "needs strace (Debian: strace)")]
 fn a_refusal_wins_over_a_failed_fsync_of_a_small_from_write() {
     let env = Env::new();
     let setup = setup_wal(&env, Scenario::Rewrite, Wal::Kept);

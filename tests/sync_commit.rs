@@ -100,22 +100,24 @@ fn gone(admin: &str, pid: i32) {
 
 /// A private cluster whose store has its tables and a lease (A, epoch 1, on `doc.md`,
 /// ticks 0-10), then made to wait at every durable COMMIT for a standby that is down.
-fn standby_down() -> Option<(PrivateCluster, String)> {
-    let cluster = PrivateCluster::start()?;
+fn standby_down() -> (PrivateCluster, String) {
+    let cluster = PrivateCluster::start();
     let url = cluster.url();
     let host = Host::new(&url);
     host.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
         .now(0)
         .expect_stdout(0, "1");
     cluster.configure(&[NO_STANDBY]);
-    Some((cluster, url))
+    (cluster, url)
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_commit_whose_standby_wait_is_cancelled_is_not_reported_as_success() {
-    let Some((cluster, url)) = standby_down() else {
-        return;
-    };
+    let (cluster, url) = standby_down();
     let started = Instant::now();
     let claim = start(
         &url,
@@ -143,10 +145,12 @@ fn a_commit_whose_standby_wait_is_cancelled_is_not_reported_as_success() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_commit_the_standby_never_confirms_stops_at_the_commit_timeout() {
-    let Some((_cluster, url)) = standby_down() else {
-        return;
-    };
+    let (_cluster, url) = standby_down();
     // Through the variable, so that a build without the option hangs here (and is
     // killed by the bound) rather than refusing an unknown flag.
     let started = Instant::now();
@@ -173,10 +177,12 @@ fn a_commit_the_standby_never_confirms_stops_at_the_commit_timeout() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_stale_write_is_refused_at_once_while_the_standby_is_down() {
-    let Some(cluster) = PrivateCluster::start() else {
-        return;
-    };
+    let cluster = PrivateCluster::start();
     let url = cluster.url();
     let host = Host::new(&url);
     host.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
@@ -210,8 +216,12 @@ fn a_stale_write_is_refused_at_once_while_the_standby_is_down() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_session_ended_by_the_idle_timeout_before_commit_says_nothing_was_changed() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
     let host = Host::new(&url);
     let args = [
@@ -237,8 +247,12 @@ fn a_session_ended_by_the_idle_timeout_before_commit_says_nothing_was_changed() 
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_session_ended_by_the_idle_timeout_inside_its_transaction_says_so() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url_with(&["idle_in_transaction_session_timeout=1s"]);
     let host = Host::new(&url);
     host.fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
@@ -269,8 +283,12 @@ fn a_session_ended_by_the_idle_timeout_inside_its_transaction_says_so() {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_backend_terminated_before_commit_is_reported_as_rolled_back() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let url = store.url().to_string();
     let host = Host::new(&url);
     let args = [
@@ -334,8 +352,12 @@ impl Drop for Role {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_claim_by_a_role_that_may_not_prune_the_log_succeeds() {
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let host = Host::new(store.url());
     host.fp(&["claim", "setup.md", "--owner", "A", "--ttl", "10"])
         .now(0)
@@ -368,24 +390,6 @@ fn a_claim_by_a_role_that_may_not_prune_the_log_succeeds() {
     let log = host.fp(&["--json", "log", "doc.md"]).expect(0).json();
     assert_eq!(log["events"][0]["id"], 1000, "{log}");
     drop(role);
-}
-
-/// True when running as root; otherwise says the test is skipped (fails under CI).
-fn root_or_skipped(what: &str) -> bool {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    if uid == "0" {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI must run {what} as root (uid {uid})"
-    );
-    eprintln!("skipped: {what} needs root");
-    false
 }
 
 /// A small tmpfs holding a PostgreSQL tablespace; the tablespace dropped and the tmpfs
@@ -460,16 +464,16 @@ impl Drop for SmallTablespace {
 }
 
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
+#[cfg_attr(fp_missing = "root", ignore = "needs root")]
 fn an_upload_that_fills_the_servers_disk_says_so_and_leaves_no_partial_blob() {
-    if !root_or_skipped("the disk-full upload test (a tmpfs for a tablespace)") {
-        return;
-    }
-    let Some(admin) = std::env::var("FENCEPOST_TEST_STORE").ok() else {
-        let _ = pg::store();
-        return;
-    };
+    crate::support::needs::root();
+    let admin = pg::server_url();
     let space = SmallTablespace::new(&admin, "16m");
-    let Some(store) = pg::store() else { return };
+    let store = pg::store();
     let setting = format!("default_tablespace={}", space.name);
     let url = store.url_with(&[&setting]);
     let host = Host::new(&url);

@@ -61,11 +61,11 @@ struct TlsServer {
 /// The role that logs in with a client certificate alone (its common name).
 const CERT_ROLE: &str = "fencepost_cert";
 
-/// [`TlsServer`] with the rules `hba` (pg_hba.conf), or `None` (skipped) without
-/// `FENCEPOST_TEST_PGBIN`. With `tls` false the server keeps `ssl = off`.
+/// [`TlsServer`] with the rules `hba` (pg_hba.conf). With `tls` false the server keeps
+/// `ssl = off`.
 #[track_caller]
-fn server(hba: &str, tls: bool) -> Option<TlsServer> {
-    let cluster = PrivateCluster::start_tcp()?;
+fn server(hba: &str, tls: bool) -> TlsServer {
+    let cluster = PrivateCluster::start_tcp();
     let ca = Ca::new("fencepost test CA");
     if tls {
         let (cert, key) = ca.sign(&["localhost", "127.0.0.1"], "localhost");
@@ -98,7 +98,7 @@ fn server(hba: &str, tls: bool) -> Option<TlsServer> {
     let files = tempfile::tempdir().expect("a folder for the client's files");
     std::fs::create_dir(files.path().join("home")).expect("a HOME folder");
     std::fs::write(files.path().join("ca.crt"), ca.pem()).expect("write ca.crt");
-    Some(TlsServer { cluster, ca, files })
+    TlsServer { cluster, ca, files }
 }
 
 /// The socket stays trusted (for the test's own setup); TCP takes TLS and plain text.
@@ -202,10 +202,12 @@ fn refused(server: &TlsServer, url: &str, vars: &[(&str, &str)], code: i32) -> D
 /// `~/.postgresql/root.crt`; `verify-ca`, `require` and `prefer` connect too. (Before
 /// TLS, `verify-full` was exit 2, "invalid connection string".)
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn verify_full_takes_a_certificate_for_the_host_from_a_trusted_ca() {
-    let Some(server) = server(TLS_ONLY, true) else {
-        return;
-    };
+    let server = server(TLS_ONLY, true);
     let ca = server.ca_file();
     for (i, mode) in ["verify-full", "verify-ca", "require", "prefer"]
         .iter()
@@ -237,10 +239,12 @@ fn verify_full_takes_a_certificate_for_the_host_from_a_trusted_ca() {
 /// and which was wanted; `verify-ca`, which checks the chain only, takes it. (Before:
 /// exit 2, "invalid connection string".)
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn verify_full_refuses_a_certificate_for_another_name() {
-    let Some(server) = server(TLS_ONLY, true) else {
-        return;
-    };
+    let server = server(TLS_ONLY, true);
     let ca = server.ca_file();
     let url = server.url(
         "wrong.example",
@@ -268,10 +272,12 @@ fn verify_full_refuses_a_certificate_for_another_name() {
 /// `require` without a root takes it.
 /// (Before: `verify-*` exit 2, and `require` "no TLS implementation configured".)
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_certificate_from_an_untrusted_ca_is_refused() {
-    let Some(server) = server(TLS_ONLY, true) else {
-        return;
-    };
+    let server = server(TLS_ONLY, true);
     let other = server.write("other-ca.crt", &Ca::new("someone else's CA").pem());
     for mode in ["verify-full", "verify-ca", "require"] {
         let url = server.url("localhost", &format!("sslmode={mode} sslrootcert={other}"));
@@ -320,10 +326,12 @@ fn a_certificate_from_an_untrusted_ca_is_refused() {
 /// server may be down; `prefer` goes on in plain text there. (Before: "server does not
 /// support TLS" with the hint "is the server up, ...?")
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn require_refuses_a_server_without_tls_saying_the_server_lacks_it() {
-    let Some(server) = server(EITHER, false) else {
-        return;
-    };
+    let server = server(EITHER, false);
     let url = server.url("localhost", "sslmode=require");
     let done = refused(&server, &url, &[], 1);
     assert!(
@@ -357,10 +365,12 @@ fn require_refuses_a_server_without_tls_saying_the_server_lacks_it() {
 /// hint saying that the server wants TLS. (Before: `prefer` was always plain text, so the
 /// server refused it: "no pg_hba.conf entry ... no encryption".)
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn prefer_uses_tls_where_the_server_offers_it() {
-    let Some(server) = server(TLS_ONLY, true) else {
-        return;
-    };
+    let server = server(TLS_ONLY, true);
     round_trip(&server, &server.url("localhost", ""), &[], "prefer.md");
     for (url, vars) in [
         (server.url("localhost", "sslmode=disable"), vec![]),
@@ -381,10 +391,12 @@ fn prefer_uses_tls_where_the_server_offers_it() {
 /// role the server checks it for; without one the server refuses, and so it does one
 /// from a CA it does not trust. (Before: `sslcert` was "invalid connection string".)
 #[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
 fn a_client_certificate_logs_in_where_the_server_asks_for_one() {
-    let Some(server) = server(TLS_ONLY, true) else {
-        return;
-    };
+    let server = server(TLS_ONLY, true);
     let ca = server.ca_file();
     let (cert, key) = server.ca.sign(&[], CERT_ROLE);
     let (cert, key) = (

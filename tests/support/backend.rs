@@ -9,8 +9,8 @@
 //!
 //! [`both_stores!`] turns a list of test bodies, each a `fn(&Backend)`, into four tests
 //! apiece, `local::NAME`, `postgres::NAME`, `postgres_mirror::NAME` and
-//! `postgres_pooled::NAME`; the last three say "skipped" without a server (see `pg`),
-//! the pooled one also without PgBouncer. The store without a root also checks, when the
+//! `postgres_pooled::NAME`; the last three are ignored, with the reason, where the build
+//! found no PostgreSQL (see `build.rs`), the pooled one also without PgBouncer. The store without a root also checks, when the
 //! test ends, that no command made a file in the folder it ran in.
 
 #![allow(dead_code)]
@@ -46,40 +46,39 @@ impl Backend {
         }
     }
 
-    /// A fresh PostgreSQL store, used without a root, or `None` (the test is skipped)
-    /// without a server.
+    /// A fresh PostgreSQL store, used without a root.
     #[track_caller]
-    pub(crate) fn postgres() -> Option<Backend> {
-        Some(Backend {
+    pub(crate) fn postgres() -> Backend {
+        Backend {
             env: Env::new(),
             pooler: None,
-            pg: Some(pg::store()?),
+            pg: Some(pg::store()),
             mirror: false,
-        })
+        }
     }
 
     /// A fresh PostgreSQL store reached through PgBouncer in transaction mode, used
-    /// without a root, or `None` (the test is skipped) without a server or PgBouncer.
+    /// without a root.
     #[track_caller]
-    pub(crate) fn postgres_pooled() -> Option<Backend> {
-        let store = pg::store()?;
-        Some(Backend {
+    pub(crate) fn postgres_pooled() -> Backend {
+        let store = pg::store();
+        Backend {
             env: Env::new(),
-            pooler: Some(Pooler::in_front_of(&store, "", 4)?),
+            pooler: Some(Pooler::in_front_of(&store, "", 4)),
             pg: Some(store),
             mirror: false,
-        })
+        }
     }
 
-    /// A fresh PostgreSQL store, used from a host with a mirror root, or `None`.
+    /// A fresh PostgreSQL store, used from a host with a mirror root.
     #[track_caller]
-    pub(crate) fn postgres_mirror() -> Option<Backend> {
-        Some(Backend {
+    pub(crate) fn postgres_mirror() -> Backend {
+        Backend {
             env: Env::new(),
             pooler: None,
-            pg: Some(pg::store()?),
+            pg: Some(pg::store()),
             mirror: true,
-        })
+        }
     }
 
     pub(crate) fn is_local(&self) -> bool {
@@ -357,30 +356,30 @@ macro_rules! both_stores {
         mod postgres {
             $(
                 #[test]
+                #[cfg_attr(fp_missing = "postgres", ignore = "needs PostgreSQL (Debian: postgresql)")]
                 fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres() {
-                        super::$name(&backend);
-                    }
+                    super::$name(&crate::support::Backend::postgres());
                 }
             )*
         }
         mod postgres_mirror {
             $(
                 #[test]
+                #[cfg_attr(fp_missing = "postgres", ignore = "needs PostgreSQL (Debian: postgresql)")]
                 fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres_mirror() {
-                        super::$name(&backend);
-                    }
+                    super::$name(&crate::support::Backend::postgres_mirror());
                 }
             )*
         }
         mod postgres_pooled {
             $(
                 #[test]
+                #[cfg_attr(
+                    any(fp_missing = "postgres", fp_missing = "pgbouncer"),
+                    ignore = "needs PostgreSQL and PgBouncer (Debian: postgresql pgbouncer)"
+                )]
                 fn $name() {
-                    if let Some(backend) = crate::support::Backend::postgres_pooled() {
-                        super::$name(&backend);
-                    }
+                    super::$name(&crate::support::Backend::postgres_pooled());
                 }
             )*
         }

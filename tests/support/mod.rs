@@ -6,6 +6,7 @@
 
 mod backend;
 mod content;
+pub(crate) mod needs;
 pub(crate) mod netns;
 pub(crate) mod pg;
 mod process;

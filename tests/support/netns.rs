@@ -3,8 +3,8 @@
 //! the benchmarking range 198.18.0.0/15, and the cuts a test makes between them
 //! (blackhole routes for one direction, a link set down for both).
 //!
-//! Needs root and `ip` (iproute2): [`available`] says whether they are there, skipping
-//! the test (a panic under `CI=true`) when not. Everything made is removed when the
+//! Needs root and `ip` (iproute2): [`available`] fails the test when they are not there
+//! (the build marks such a test ignored, see `build.rs`). Everything made is removed when the
 //! [`Net`] is dropped, also when the test panics: the namespaces (and with them their
 //! veths and routes) and the veth left in this namespace.
 
@@ -13,29 +13,22 @@
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// True when the test can make namespaces; otherwise says why it is skipped (a panic
-/// under `CI=true`: CI runs as root with iproute2).
+/// Fails the test unless it can make namespaces (root and `ip`). A test that calls it
+/// carries `#[cfg_attr(fp_missing = "netns", ignore = ...)]`.
 #[track_caller]
-pub(crate) fn available() -> bool {
-    let missing = if !is_root() {
-        Some("needs root to make network namespaces")
-    } else if !Command::new("ip")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        Some("needs `ip` (iproute2) to make network namespaces")
-    } else {
-        None
-    };
-    let Some(why) = missing else {
-        return true;
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("the partition tests cannot be skipped under CI: {why}");
-    }
-    eprintln!("skipped: {why}");
-    false
+pub(crate) fn available() {
+    crate::support::needs::netns();
+    assert!(
+        is_root(),
+        "the partition tests need root to make network namespaces"
+    );
+    assert!(
+        Command::new("ip")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "the partition tests need `ip` (iproute2) to make network namespaces"
+    );
 }
 
 /// Whether this process runs as root (from /proc: the tests use no libc).

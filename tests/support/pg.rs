@@ -12,9 +12,12 @@
 //! `FENCEPOST_TEST_PGBIN`, for the tests that crash or restart it, and
 //! [`PrivateCluster::standby_of`] a streaming standby of one, for the failover tests.
 //!
-//! Without the variable the test says "skipped", as the root-only tests do; under
-//! `CI=true` it fails instead. With the variable set, a server that cannot be reached
-//! fails the test: a broken server never passes as a skip.
+//! Without `FENCEPOST_TEST_STORE` the suite starts a server of its own (the first test
+//! that needs one does), from the programs the build found, and stops it when the test
+//! process ends. A build that found none ignores these tests, with the reason, by their
+//! `#[cfg_attr(fp_missing = "postgres", ignore = ...)]` (see `build.rs`); under `CI=true`
+//! none is ignored and a missing server fails them. A server that cannot be reached
+//! always fails the test: a broken server never passes as a skip.
 
 #![allow(dead_code)]
 
@@ -34,23 +37,113 @@ fn cluster_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/pg-test-cluster.sh")
 }
 
-/// The variable's value, or `None` after saying the test is skipped (a panic under CI).
+/// The variable's value: for [`STORE_VAR`] unset, the suite's own server (started by
+/// the first test that needs one); for [`PGBIN_VAR`] unset, the server programs the build
+/// found. A test that gets here runs. One whose build found no server
+/// programs is ignored by its attribute (see `build.rs`) and never gets here; reaching
+/// here without them means the attribute is missing, which fails the test.
 #[track_caller]
-fn required_var(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(value) if !value.is_empty() => Some(value),
-        _ => {
-            let why = format!(
-                "set {name} to run the PostgreSQL tests \
-                 (eval \"$(tools/pg-test-cluster.sh start DIR)\" sets it)"
-            );
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{why}: the PostgreSQL tests cannot be skipped under CI");
-            }
-            eprintln!("skipped: {why}");
-            None
-        }
+fn required_var(name: &str) -> String {
+    crate::support::needs::postgres();
+    if let Ok(value) = std::env::var(name)
+        && !value.is_empty()
+    {
+        return value;
     }
+    match name {
+        STORE_VAR => suite_server().to_string(),
+        PGBIN_VAR => build_pgbin().to_string(),
+        other => panic!("no such variable of the PostgreSQL tests: {other}"),
+    }
+}
+
+/// The URL of the server the tests share (its superuser, who may create databases):
+/// `FENCEPOST_TEST_STORE`, else the suite's own.
+#[track_caller]
+pub(crate) fn server_url() -> String {
+    required_var(STORE_VAR)
+}
+
+/// The server programs' folder the build found (`build.rs`).
+fn build_pgbin() -> &'static str {
+    match option_env!("FENCEPOST_BUILD_PGBIN") {
+        Some(bin) => bin,
+        None => panic!(
+            "the build found no PostgreSQL server programs (Debian: apt-get install \
+             postgresql; or set FENCEPOST_TEST_PGBIN)"
+        ),
+    }
+}
+
+/// The suite's own server, for the tests of a run without `FENCEPOST_TEST_STORE`: a
+/// cluster made by `tools/pg-test-cluster.sh` in a temp folder on the first call, and its
+/// URL. It is stopped and removed when this test process ends, however it ends (a
+/// panic, ^C, SIGKILL): a watchdog in a session of its own holds the read end of a pipe
+/// whose write end only this process has, and stops the cluster when it reads the end
+/// of it.
+fn suite_server() -> &'static str {
+    static SERVER: std::sync::OnceLock<(String, std::process::Child)> = std::sync::OnceLock::new();
+    &SERVER.get_or_init(start_suite_server).0
+}
+
+/// See [`suite_server`].
+fn start_suite_server() -> (String, std::process::Child) {
+    use std::process::Stdio;
+    // The system's temp folder: the socket's path must stay short and reachable by the
+    // `postgres` user. Kept (not a TempDir): the watchdog removes it.
+    let dir = tempfile::Builder::new()
+        .prefix("fencepost-suite-pg-")
+        .tempdir()
+        .expect("temp dir for the suite's server")
+        .keep();
+    let script = cluster_script();
+    // Started first, so that a cluster which starts is always stopped.
+    let watchdog = Command::new("setsid")
+        .args([
+            "sh",
+            "-c",
+            r#"cat >/dev/null; exec "$0" stop "$1" >/dev/null 2>&1"#,
+        ])
+        .arg(&script)
+        .arg(&dir)
+        .env(PGBIN_VAR, build_pgbin())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the suite server's watchdog (setsid, util-linux)");
+    let out = Command::new(&script)
+        .arg("start")
+        .arg(&dir)
+        .env(PGBIN_VAR, build_pgbin())
+        .output()
+        .expect("run tools/pg-test-cluster.sh");
+    assert!(
+        out.status.success(),
+        "tools/pg-test-cluster.sh start {}: {}\n{}",
+        dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let url = printed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("export {STORE_VAR}=")))
+        .map(shell_unquoted)
+        .unwrap_or_else(|| panic!("tools/pg-test-cluster.sh printed no {STORE_VAR}: {printed}"));
+    // The watchdog, its stdin still open, is kept for the life of the process.
+    (url, watchdog)
+}
+
+/// A word as the shell reads it back from `printf %q`: each backslash gives the
+/// character after it.
+fn shell_unquoted(word: &str) -> String {
+    let mut out = String::new();
+    let mut chars = word.chars();
+    while let Some(c) = chars.next() {
+        out.extend(if c == '\\' { chars.next() } else { Some(c) });
+    }
+    out
 }
 
 /// Connects to `url`, failing the test if the server does not answer.
@@ -116,8 +209,8 @@ pub(crate) struct TestStore {
 /// A fresh, empty schema for this test, or `None` (the test is skipped) when
 /// `FENCEPOST_TEST_STORE` is unset. Panics if the server cannot be reached.
 #[track_caller]
-pub(crate) fn store() -> Option<TestStore> {
-    let admin = required_var(STORE_VAR)?;
+pub(crate) fn store() -> TestStore {
+    let admin = required_var(STORE_VAR);
     let name = format!("fp_{:016x}", fastrand::u64(..));
     if let Err(e) = connect(&admin).batch_execute(&format!("CREATE SCHEMA {name}")) {
         panic!("create schema {name} through {admin}: {}", chain(&e));
@@ -128,7 +221,7 @@ pub(crate) fn store() -> Option<TestStore> {
         url: String::new(),
     };
     store.url = store.url_with(&[]);
-    Some(store)
+    store
 }
 
 impl TestStore {
@@ -209,7 +302,7 @@ impl PrivateCluster {
     /// Makes and starts a cluster with the programs in `FENCEPOST_TEST_PGBIN`, or `None`
     /// (the test is skipped) when that is unset. Panics if the cluster does not start.
     #[track_caller]
-    pub(crate) fn start() -> Option<PrivateCluster> {
+    pub(crate) fn start() -> PrivateCluster {
         Self::start_listening(Vec::new())
     }
 
@@ -217,7 +310,7 @@ impl PrivateCluster {
     /// listening on TCP at `addresses` there (comma-separated, as `listen_addresses`),
     /// open to clients in 198.18.0.0/15 as to the socket. Needs root, as the namespace does.
     #[track_caller]
-    pub(crate) fn start_in(netns: &str, addresses: &str) -> Option<PrivateCluster> {
+    pub(crate) fn start_in(netns: &str, addresses: &str) -> PrivateCluster {
         Self::start_listening(vec![
             ("FENCEPOST_TEST_PG_NETNS", netns.to_string()),
             ("FENCEPOST_TEST_PG_LISTEN", addresses.to_string()),
@@ -227,7 +320,7 @@ impl PrivateCluster {
     /// [`Self::start`], the server also listening on TCP at 127.0.0.1 on a free port
     /// ([`Self::port`]), where initdb's rules trust every user (as on the socket).
     #[track_caller]
-    pub(crate) fn start_tcp() -> Option<PrivateCluster> {
+    pub(crate) fn start_tcp() -> PrivateCluster {
         // A port the system had free a moment ago; another program taking it in between
         // fails the start, which says so.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -276,8 +369,8 @@ impl PrivateCluster {
     }
 
     #[track_caller]
-    fn start_listening(listen: Vec<(&'static str, String)>) -> Option<PrivateCluster> {
-        let pgbin = required_var(PGBIN_VAR)?;
+    fn start_listening(listen: Vec<(&'static str, String)>) -> PrivateCluster {
+        let pgbin = required_var(PGBIN_VAR);
         // The system's temp folder, not the build's: the socket's path must stay short
         // (about 100 bytes) and reachable by the `postgres` user.
         let dir = tempfile::Builder::new()
@@ -286,7 +379,7 @@ impl PrivateCluster {
             .expect("temp dir for a cluster");
         let cluster = PrivateCluster { dir, pgbin, listen };
         cluster.script("start");
-        Some(cluster)
+        cluster
     }
 
     /// Makes a streaming standby of `primary` (`pg_basebackup -R` over its replication
@@ -447,25 +540,20 @@ impl Pooler {
     /// A pooler for `store`'s schema with at most `sessions` server sessions, each made
     /// with `session` run first
     /// (SQL, e.g. `SET idle_in_transaction_session_timeout = '1s'`, as an operator's
-    /// `connect_query` would), or `None` (the test is skipped) without a server or
-    /// without PgBouncer; under `CI=true` a missing PgBouncer fails the test.
+    /// `connect_query` would). A test that uses one carries
+    /// `#[cfg_attr(fp_missing = "pgbouncer", ignore = ...)]`; without PgBouncer it fails.
     #[track_caller]
-    pub(crate) fn in_front_of(store: &TestStore, session: &str, sessions: u32) -> Option<Pooler> {
+    pub(crate) fn in_front_of(store: &TestStore, session: &str, sessions: u32) -> Pooler {
+        crate::support::needs::pgbouncer();
         let program = std::env::var_os("PATH")
             .iter()
             .flat_map(std::env::split_paths)
             .map(|dir| dir.join("pgbouncer"))
             .chain([PathBuf::from(PGBOUNCER)])
-            .find(|p| p.is_file());
-        let Some(program) = program else {
-            let why = "install pgbouncer (Debian: apt-get install pgbouncer) to run the \
-                       tests through a pooler";
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{why}: the pooler tests cannot be skipped under CI");
-            }
-            eprintln!("skipped: {why}");
-            return None;
-        };
+            .find(|p| p.is_file())
+            .expect(
+                "pgbouncer (Debian: apt-get install pgbouncer) runs the tests through a pooler",
+            );
         let server = ServerAddress::of(store.admin());
         let dir = tempfile::Builder::new()
             .prefix("fencepost-pgbouncer-")
@@ -508,7 +596,7 @@ impl Pooler {
         );
         let pooler = Pooler { child, dir, url };
         pooler.wait_until_up();
-        Some(pooler)
+        pooler
     }
 
     /// The URL fencepost is given: the pooler's database, no `options` (PgBouncer refuses
