@@ -9,7 +9,7 @@
 //! dropped A's session, rather than giving up with `busy`.
 //!
 //! Needs root and iproute2 (`ip netns`), and a PostgreSQL server's programs
-//! (`FENCEPOST_TEST_PGBIN`); skipped without them, failed under `CI=true`.
+//! (see `support::pg`); listed as ignored without them, failed under `CI=true`.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -1,8 +1,8 @@
 //! The PostgreSQL test support itself: a store is a fresh schema of the test's own that
 //! goes away with it, its URL takes more server settings, and a private cluster keeps a
 //! committed row across an immediate stop and a restart, and a standby made of it streams
-//! from it and takes writes once promoted. These run whenever `FENCEPOST_TEST_STORE` and
-//! `FENCEPOST_TEST_PGBIN` are set (CI sets both) and say "skipped" otherwise.
+//! from it and takes writes once promoted. These run wherever PostgreSQL's server
+//! programs are installed (see `support::pg`), and are listed as ignored elsewhere.
 
 use crate::support::pg::{self, PrivateCluster, with_dbname};
 
@@ -54,7 +54,7 @@ fn a_store_schema_is_the_tests_own_and_is_dropped_after_it() {
     assert_eq!(seen, None, "one test's table is visible to another");
 
     // A session still open on it (holding a lock) does not keep it alive.
-    let admin = std::env::var("FENCEPOST_TEST_STORE").expect("set, since store() ran");
+    let admin = pg::server_url();
     let name = store.name().to_owned();
     client
         .batch_execute("BEGIN; LOCK TABLE fencepost_meta")

@@ -4,8 +4,9 @@
 //! docs/crash-safety.md say how).
 //!
 //! Needs root, `qemu-system-x86`, `busybox-static`, `dmsetup`, `e2fsprogs` and the kernel
-//! that `tools/powerloss/fetch-kernel.sh` unpacks (`.ci/run` sets all of this up). Without
-//! them the test says "skipped", except under `CI=true`, where it fails.
+//! that `tools/powerloss/fetch-kernel.sh` unpacks (the test runs it when the kernel is
+//! missing; `.ci/run` installs the rest). Without them cargo lists the test as ignored,
+//! with the reason, except under `CI=true`, where it runs and fails.
 
 use std::path::PathBuf;
 

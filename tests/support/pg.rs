@@ -206,8 +206,8 @@ pub(crate) struct TestStore {
     url: String,
 }
 
-/// A fresh, empty schema for this test, or `None` (the test is skipped) when
-/// `FENCEPOST_TEST_STORE` is unset. Panics if the server cannot be reached.
+/// A fresh, empty schema for this test, on `FENCEPOST_TEST_STORE` or the suite's own
+/// server. Panics if the server cannot be reached.
 #[track_caller]
 pub(crate) fn store() -> TestStore {
     let admin = required_var(STORE_VAR);
@@ -299,8 +299,8 @@ pub(crate) struct PrivateCluster {
 }
 
 impl PrivateCluster {
-    /// Makes and starts a cluster with the programs in `FENCEPOST_TEST_PGBIN`, or `None`
-    /// (the test is skipped) when that is unset. Panics if the cluster does not start.
+    /// Makes and starts a cluster with the programs in `FENCEPOST_TEST_PGBIN`, else those
+    /// the build found. Panics if the cluster does not start.
     #[track_caller]
     pub(crate) fn start() -> PrivateCluster {
         Self::start_listening(Vec::new())
