@@ -166,6 +166,98 @@ fn durations_that_are_not_durations_are_refused() {
     assert!(!env.path(".fencepost").exists(), "bad input created state");
 }
 
+#[test]
+fn a_negative_duration_is_refused_in_one_line_with_a_hint_that_works() {
+    let env = Env::new();
+    // `--ttl -5`: a duration, refused as one; never clap's `use '-- -5'`, which fails
+    // the same way.
+    for (args, wanted) in [
+        (
+            vec!["claim", "doc.md", "-o", "A", "--ttl", "-5"],
+            "fencepost: --ttl must be positive, got \"-5\"",
+        ),
+        (
+            vec!["claim", "doc.md", "-o", "A", "-t", "1", "--wait", "-1"],
+            "fencepost: --wait must be zero or more, got \"-1\"",
+        ),
+        (
+            vec!["--busy-timeout", "-1.5", "status"],
+            "fencepost: --busy-timeout must be zero or more, got \"-1.5\"",
+        ),
+        (
+            vec!["renew", "doc.md", "-o", "A", "-e", "1", "--ttl", "-1"],
+            "fencepost: --ttl must be positive, got \"-1\"",
+        ),
+    ] {
+        let done = env.fp(&args).expect(2);
+        assert_eq!(done.stderr.trim_end(), wanted, "{args:?}");
+    }
+    // With a unit it cannot read as a number: no option, and the hint says why.
+    let done = env
+        .fp(&["claim", "doc.md", "-o", "A", "--ttl", "-5s"])
+        .expect(2);
+    let (line, hint) = stderr_lines(&done);
+    assert!(line.contains("no value may be negative"), "{line}");
+    let hint = hint.unwrap_or_default();
+    assert!(!hint.contains("'--"), "{hint}");
+    assert!(hint.contains("--ttl 30s"), "{hint}");
+    assert!(!env.path(".fencepost").exists(), "bad input created state");
+}
+
+#[test]
+fn a_missing_option_names_the_command_once() {
+    let env = Env::new();
+    let done = env.fp(&["claim", "doc.md", "-o", "A"]).expect(2);
+    let (line, hint) = stderr_lines(&done);
+    assert_eq!(line, "fencepost: claim needs --ttl <DURATION>");
+    assert_eq!(hint.as_deref(), Some("hint: see fencepost claim --help"));
+    let done = env
+        .fp(&["write", "doc.md", "--epoch", "1", "extra"])
+        .expect(2);
+    let (line, _) = stderr_lines(&done);
+    assert_eq!(line, "fencepost: unexpected argument 'extra' for write");
+}
+
+#[test]
+fn renew_help_says_its_deadline_is_milliseconds_for_scripts() {
+    let env = Env::new();
+    let help = env.fp(&["renew", "--help"]).expect(0).stdout;
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("milliseconds since the Unix epoch"), "{help}");
+    assert!(flat.contains("UTC time"), "{help}");
+}
+
+#[test]
+fn counts_are_singular_for_one() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&["verify"])
+        .now(1)
+        .expect_stdout(0, "ok: 1 resource consistent");
+    std::fs::write(env.path(".doc.md.fencepost-tmp-dead"), "x").expect("temp");
+    let done = env.fp(&["verify"]).now(1).expect(9);
+    assert_eq!(
+        done.stderr.lines().next(),
+        Some("fencepost: 1 inconsistency in 1 resource checked"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stdout.contains(": 1 temp file of dead writers"),
+        "{}",
+        done.stdout
+    );
+    let done = env.fp(&["recover"]).now(2).expect(0);
+    assert!(
+        done.stdout.contains(", 1 temp file removed"),
+        "{}",
+        done.stdout
+    );
+    env.write("doc.md", 1, "v1", 3, 0);
+    env.fp(&["--log-keep", "1", "log", "--prune"])
+        .expect_stdout(0, "pruned 1 event");
+}
+
 // ---------------------------------------------------------------------------------------
 // Short flags, "did you mean", help
 
@@ -224,7 +316,7 @@ fn a_misspelled_command_or_flag_gets_did_you_mean() {
     // No suggestion: the hint points at the command's help, never a garbled usage line.
     let done = env.fp(&["man", "--bogus"]).expect(2);
     let (line, hint) = stderr_lines(&done);
-    assert_eq!(line, "fencepost: fencepost man has no option '--bogus'");
+    assert_eq!(line, "fencepost: man has no option '--bogus'");
     assert_eq!(hint.as_deref(), Some("hint: see fencepost man --help"));
     let done = env.fp(&["status", "--bogus"]).expect(2);
     let (_, hint) = stderr_lines(&done);
@@ -234,7 +326,7 @@ fn a_misspelled_command_or_flag_gets_did_you_mean() {
     );
     let done = env.fp(&["status", "--held"]).expect(2);
     let (line, hint) = stderr_lines(&done);
-    assert_eq!(line, "fencepost: fencepost status has no option '--held'");
+    assert_eq!(line, "fencepost: status has no option '--held'");
     assert!(
         !hint.unwrap_or_default().contains("usage:"),
         "{}",

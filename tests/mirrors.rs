@@ -54,7 +54,7 @@ fn a_document_this_host_cannot_hold_does_not_keep_the_others_from_it() {
     assert!(done.stdout.contains("failed x/y (epoch 1): "), "{done:?}");
     assert!(
         done.stderr
-            .starts_with("fencepost: 1 of 3 document(s) not mirrored"),
+            .starts_with("fencepost: 1 of 3 documents not mirrored"),
         "{done:?}"
     );
 }

@@ -1352,14 +1352,14 @@ fn log_prune_keeps_the_newest_events() {
     let kinds: Vec<&str> = left.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["stale", "lost"]);
     env.fp(&["--log-keep", "2", "log", "--prune"])
-        .expect_stdout(0, "pruned 0 event(s)");
+        .expect_stdout(0, "pruned 0 events");
     // The setting has a variable too.
     env.fp(&["claim", "doc.md", "--owner", "C", "--ttl", "10"])
         .now(30)
         .expect(0);
     env.fp(&["log", "--prune"])
         .env("FENCEPOST_LOG_KEEP", "1")
-        .expect_stdout(0, "pruned 2 event(s)");
+        .expect_stdout(0, "pruned 2 events");
     let left = events(&env, &[]);
     assert_eq!(left.len(), 1);
     // B had completed, so C's is a plain claim, not a takeover.
@@ -1433,7 +1433,7 @@ fn verify_passes_on_a_clean_root() {
     assert_eq!(j["problems"], serde_json::json!([]));
     env.fp(&["verify"])
         .now(4)
-        .expect_stdout(0, "ok: 3 resource(s) consistent");
+        .expect_stdout(0, "ok: 3 resources consistent");
     // Read-only: nothing changed on disk.
     assert_eq!(env.files(), ["a.md", "dir/b.md"]);
 }
@@ -1650,9 +1650,27 @@ fn completions_generate_for_each_shell() {
     let fish = env.fp(&["completions", "fish"]).expect(0).stdout;
     assert!(fish.contains("complete -c fencepost"), "{fish}");
     assert!(fish.contains("verify"));
-    // An unknown shell is bad usage.
+    let elvish = env.fp(&["completions", "elvish"]).expect(0).stdout;
+    assert!(
+        elvish.contains("edit:completion:arg-completer[fencepost]"),
+        "{elvish}"
+    );
+    assert!(elvish.contains("verify"));
+    let powershell = env.fp(&["completions", "powershell"]).expect(0).stdout;
+    assert!(
+        powershell.contains("Register-ArgumentCompleter"),
+        "{powershell}"
+    );
+    assert!(powershell.contains("verify"));
+    // An unknown shell is bad usage, and the hint lists the shells there are.
     let done = env.fp(&["completions", "tcsh"]).expect(2);
     assert_eq!(done.stdout, "");
+    assert!(
+        done.stderr
+            .ends_with("possible values: bash, zsh, fish, elvish, powershell\n"),
+        "{}",
+        done.stderr
+    );
     // Needs no root and no state file.
     assert!(!db(&env).exists());
 }

@@ -161,7 +161,8 @@ pub(crate) struct Global {
         hide_short_help = true,
         env = "FENCEPOST_BUSY_TIMEOUT",
         default_value = "10s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_negative_numbers = true
     )]
     pub busy_timeout: String,
 
@@ -174,7 +175,8 @@ pub(crate) struct Global {
         hide_short_help = true,
         env = "FENCEPOST_COMMIT_TIMEOUT",
         default_value = "30s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_negative_numbers = true
     )]
     pub commit_timeout: String,
 
@@ -433,17 +435,27 @@ fn stdout_failed(e: &io::Error, code: i32, left: &str) -> i32 {
 fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
     use clap::error::{ContextKind, ErrorKind};
     let one = |kind| clap_context(e, kind).into_iter().next().unwrap_or_default();
+    // `name` is for the hint's command to type; the message says only the command, since
+    // the line already starts with `fencepost:`.
     let name = command.map_or_else(|| "fencepost".to_string(), |c| format!("fencepost {c}"));
+    let subject = command.unwrap_or("fencepost");
     let arg = one(ContextKind::InvalidArg);
     let value = one(ContextKind::InvalidValue);
     let message = match e.kind() {
         ErrorKind::InvalidSubcommand => {
             format!("unknown command '{}'", one(ContextKind::InvalidSubcommand))
         }
-        ErrorKind::UnknownArgument if arg.starts_with('-') => {
-            format!("{name} has no option '{arg}'")
+        // `--ttl -5s`: not an option, a value no option takes.
+        ErrorKind::UnknownArgument if negative(&arg) => {
+            return Error::usage_hint(
+                format!("{subject} has no option '{arg}', and no value may be negative"),
+                "durations and counts are zero or more: e.g. --ttl 30s",
+            );
         }
-        ErrorKind::UnknownArgument => format!("unexpected argument '{arg}' for {name}"),
+        ErrorKind::UnknownArgument if arg.starts_with('-') => {
+            format!("{subject} has no option '{arg}'")
+        }
+        ErrorKind::UnknownArgument => format!("unexpected argument '{arg}' for {subject}"),
         ErrorKind::InvalidValue if value.is_empty() => format!("{arg} needs a value"),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
             let cause = std::error::Error::source(e)
@@ -452,7 +464,7 @@ fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
             format!("invalid value '{value}' for {arg}{cause}")
         }
         ErrorKind::MissingRequiredArgument => format!(
-            "{name} needs {}",
+            "{subject} needs {}",
             clap_context(e, ContextKind::InvalidArg).join(", ")
         ),
         ErrorKind::ArgumentConflict => format!(
@@ -472,6 +484,13 @@ fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
     Error::usage_hint(message, clap_hint(e, command.is_some(), &name))
 }
 
+/// True for an argument that reads as a negative number, with or without a unit (`-5`,
+/// `-1.5`, `-5s`): clap takes it for an option, and its tip (`use '-- -5'`) would fail too.
+fn negative(arg: &str) -> bool {
+    arg.strip_prefix('-')
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+}
+
 /// The hint under a clap parse error: clap's suggestions first ("did you mean"), then
 /// its other tips and the values it would take, else where to read the options.
 fn clap_hint(e: &clap::Error, has_command: bool, name: &str) -> String {
@@ -486,7 +505,13 @@ fn clap_hint(e: &clap::Error, has_command: bool, name: &str) -> String {
     .map(|word| format!("'{word}'"))
     .collect();
     let valid = clap_context(e, ContextKind::ValidValue);
-    if !suggested.is_empty() {
+    if !suggested.is_empty() && !valid.is_empty() {
+        format!(
+            "did you mean {}? possible values: {}",
+            suggested.join(" or "),
+            valid.join(", ")
+        )
+    } else if !suggested.is_empty() {
         format!("did you mean {}?", suggested.join(" or "))
     } else if let Some(tip) = clap_context(e, ContextKind::Suggested).first() {
         format!("see {name} --help; {tip}")

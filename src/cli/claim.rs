@@ -52,13 +52,25 @@ pub(crate) struct LeaseRequest {
 
     /// Lease length: seconds (30, 1.5) or with units (500ms, 2m30s, 1h, 1d); with --now,
     /// ticks.
-    #[arg(short, long, env = "FENCEPOST_TTL", value_name = "DURATION")]
+    #[arg(
+        short,
+        long,
+        env = "FENCEPOST_TTL",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub ttl: String,
 
     /// If the lease is held, wait up to this long for it to become claimable: seconds or
     /// with units, 0 for not at all (wall clock only; polls with back-off, never spins).
     /// A resource locked by another session past --busy-timeout is waited through too.
-    #[arg(short, long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
+    #[arg(
+        short,
+        long,
+        env = "FENCEPOST_WAIT",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub wait: Option<String>,
 }
 

@@ -13,12 +13,15 @@ pub(crate) enum Shell {
     Bash,
     Zsh,
     Fish,
+    Elvish,
+    Powershell,
 }
 
 /// Print a shell completion script.
 ///
 /// Example:
 ///   fencepost completions bash > /etc/bash_completion.d/fencepost
+///   fencepost completions powershell >> $PROFILE
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct CompletionsArgs {
@@ -44,6 +47,8 @@ pub(crate) fn completions(args: &CompletionsArgs) -> Result<Report> {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
         Shell::Fish => clap_complete::Shell::Fish,
+        Shell::Elvish => clap_complete::Shell::Elvish,
+        Shell::Powershell => clap_complete::Shell::PowerShell,
     };
     let mut buf = Vec::new();
     clap_complete::generate(
