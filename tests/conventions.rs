@@ -476,7 +476,7 @@ fn dev_full() -> Stdio {
 
 #[test]
 fn a_claim_whose_epoch_cannot_be_printed_fails_and_says_what_it_left() {
-    let env = Env::new();
+    let env = Env::with_root();
     let (code, stderr) = with_stdout(
         env.root(),
         &["claim", "full.md", "--owner", "A", "--ttl", "10"],
@@ -514,7 +514,7 @@ fn a_claim_whose_epoch_cannot_be_printed_fails_and_says_what_it_left() {
 
 #[test]
 fn a_closed_pipe_is_left_quietly() {
-    let env = Env::new();
+    let env = Env::with_root();
     // A pipe whose reader is gone before fencepost writes, as `| head -0` leaves it.
     let (reader, writer) = nix::unistd::pipe().expect("pipe");
     drop(reader);

@@ -537,7 +537,7 @@ fn run_json_report_is_the_last_line_after_the_childs_output() {
 
 #[test]
 fn run_child_killed_by_a_signal_exits_128_plus_n_and_releases() {
-    let env = Env::new();
+    let env = Env::with_root();
     let done = run_sh(&env, "doc.md", "O", "60s", &[], "kill -KILL $$").expect(128 + 9);
     assert_eq!(
         done.stderr.trim(),
@@ -677,7 +677,7 @@ fn take_over_as_x(env: &Env) {
 
 #[test]
 fn run_kills_the_child_group_when_the_lease_is_taken_over() {
-    let env = Env::new();
+    let env = Env::with_root();
     let (handle, group) = start_short_run(&env, "");
     take_over_as_x(&env);
     let (done, took) = handle.join().expect("run thread");
@@ -714,7 +714,7 @@ fn run_kills_the_child_group_when_the_lease_is_taken_over() {
 
 #[test]
 fn run_kills_the_child_when_the_state_file_stays_locked_past_the_deadline() {
-    let env = Env::new();
+    let env = Env::with_root();
     let start = Instant::now();
     let (handle, group) = start_short_run(&env, "");
     let mut locker = hold_lock(&db(&env));
@@ -848,7 +848,7 @@ const STOPS_ITSELF: &str = "trap 'echo term > \"$FENCEPOST_ROOT/marker\"; exit 3
 
 #[test]
 fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
-    let env = Env::new();
+    let env = Env::with_root();
     let handle = background(run_sh(&env, "doc.md", "O", "3s", &[], STOPS_ITSELF));
     let run_pid = pid_in(&env.path("runpid"));
     let group = pid_in(&env.path("pid"));
@@ -864,7 +864,7 @@ fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
 
 #[test]
 fn run_wakes_a_stopped_command_to_stop_it_on_a_lost_lease() {
-    let env = Env::new();
+    let env = Env::with_root();
     // A grace far past the bound: the SIGKILL after it must not be what ends the command.
     let handle = background(run_sh(
         &env,

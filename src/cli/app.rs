@@ -195,6 +195,7 @@ pub(crate) struct Global {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    Init(cmd::init::InitArgs),
     Claim(cmd::claim::ClaimArgs),
     Renew(cmd::renew::RenewArgs),
     Complete(cmd::complete::CompleteArgs),
@@ -335,6 +336,7 @@ fn top_command() -> clap::Command {
 fn one_command(name: &str) -> Option<clap::Command> {
     use clap::{Args, Command as C};
     Some(match name {
+        "init" => cmd::init::InitArgs::augment_args(C::new("init")),
         "claim" => cmd::claim::ClaimArgs::augment_args(C::new("claim")),
         "renew" => cmd::renew::RenewArgs::augment_args(C::new("renew")),
         "complete" => cmd::complete::CompleteArgs::augment_args(C::new("complete")),
@@ -555,7 +557,7 @@ impl Command {
             Command::Verify(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Mirror(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Cat(a) => (text(&a.resource), Value::Null),
-            Command::Store(_) | Command::Completions(_) | Command::Man(_) => {
+            Command::Init(_) | Command::Store(_) | Command::Completions(_) | Command::Man(_) => {
                 (Value::Null, Value::Null)
             }
         }
@@ -579,6 +581,7 @@ impl Command {
         matches!(
             self,
             Command::Write(_)
+                | Command::Init(_)
                 | Command::Renew(_)
                 | Command::Complete(_)
                 | Command::Release(_)
@@ -589,6 +592,7 @@ impl Command {
 
 fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
     match command {
+        Command::Init(_) => cmd::init::run(ctx),
         Command::Claim(a) => cmd::claim::run(ctx, a),
         Command::Renew(a) => cmd::renew::run(ctx, a),
         Command::Complete(a) => cmd::complete::run(ctx, a),
@@ -660,8 +664,18 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
             global.log_keep
         )));
     }
+    // init makes the folder it names a root: never one found above it.
+    let root = match command {
+        Command::Init(args) => Some(
+            args.dir
+                .as_deref()
+                .or(global.root.as_deref())
+                .unwrap_or(std::path::Path::new(".")),
+        ),
+        _ => global.root.as_deref(),
+    };
     let settings = session::Settings {
-        root: global.root.as_deref(),
+        root,
         db: global.db.as_deref(),
         store: global.store.as_deref(),
         mirror: session::MirrorRoot::IfGivenOrFound,
@@ -686,7 +700,32 @@ fn context(global: &Global, command: &Command, typed: bool) -> Result<Ctx> {
     ctx.warn = session::Warn(std::sync::Arc::new(|message| {
         let _ = writeln!(io::stderr(), "fencepost: warning: {message}");
     }));
+    ctx.create = create(global, command);
     Ok(ctx)
+}
+
+/// Whether the command may make a new publish root (`--no-create`), and the line that
+/// says it made one (none with `-q`).
+fn create(global: &Global, command: &Command) -> session::Create {
+    let refused = match command {
+        Command::Claim(a) => a.request.create.no_create,
+        Command::Run(a) => a.request.create.no_create,
+        Command::Mirror(a) => a.create.no_create,
+        _ => false,
+    };
+    // init's own answer says it made the root.
+    let made = if global.quiet || matches!(command, Command::Init(_)) {
+        session::Made::default()
+    } else {
+        session::Made(std::sync::Arc::new(|root| {
+            let _ = writeln!(
+                io::stderr(),
+                "fencepost: made a new publish root: {}",
+                root.display()
+            );
+        }))
+    };
+    session::Create { refused, made }
 }
 
 /// The members of the JSON object `value` serializes to (its keys sorted). The answers
@@ -782,7 +821,7 @@ mod tests {
             );
             names.push(name);
         }
-        assert_eq!(names.len(), 15, "every command is covered: {names:?}");
+        assert_eq!(names.len(), 16, "every command is covered: {names:?}");
         assert!(one_command("help").is_none());
     }
 

@@ -25,6 +25,11 @@ use fencepost::session::{Ctx, check_owner};
 /// claim also registers the new epoch with the sink, so writes carrying an older epoch
 /// are refused from this moment on.
 ///
+/// Where there is no publish root (no .fencepost/ in the folder or above it), the first
+/// claim makes the folder one and says so on stderr (`fencepost: made a new publish root:
+/// DIR`, not with -q); --no-create (FENCEPOST_NO_CREATE=1) refuses instead (exit 2), and
+/// `fencepost init` makes one on purpose.
+///
 /// Example:
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
 #[derive(Debug, Args)]
@@ -72,6 +77,9 @@ pub(crate) struct LeaseRequest {
         allow_negative_numbers = true
     )]
     pub wait: Option<String>,
+
+    #[command(flatten)]
+    pub create: super::CreateArgs,
 }
 
 pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {

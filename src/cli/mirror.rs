@@ -57,6 +57,9 @@ pub(crate) struct MirrorArgs {
         allow_negative_numbers = true
     )]
     pub rescan: String,
+
+    #[command(flatten)]
+    pub create: super::CreateArgs,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
