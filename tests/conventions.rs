@@ -380,10 +380,121 @@ fn short_help_fits_a_screen_and_long_help_keeps_everything() {
     assert!(top.contains("-r/--root DIR"), "{top}");
 }
 
+/// The `\fBNAME\fR` paragraph heads of a man page's section `heading`.
+fn man_section_heads(page: &str, heading: &str) -> Vec<String> {
+    let (_, rest) = page
+        .split_once(&format!(".SH {heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading} section"));
+    let section = rest.split("\n.SH ").next().unwrap_or_default();
+    let mut lines = section.lines();
+    let mut heads = Vec::new();
+    while let Some(line) = lines.next() {
+        if line == ".TP"
+            && let Some(head) = lines.next()
+        {
+            heads.push(
+                head.trim_start_matches("\\fB")
+                    .trim_end_matches("\\fR")
+                    .to_string(),
+            );
+        }
+    }
+    heads
+}
+
+#[test]
+fn man_pages_list_the_environment_and_exit_status() {
+    let env = Env::new();
+    let page = env.fp(&["man"]).expect(0).stdout;
+    assert!(
+        !page.contains(".SH EXTRA"),
+        "the exit codes reflowed as EXTRA"
+    );
+    // Every variable any command's --help names is under ENVIRONMENT: the section is
+    // gathered from the same definitions.
+    let environment = man_section_heads(&page, "ENVIRONMENT");
+    let top = env.fp(&["--help"]).expect(0).stdout;
+    let commands: Vec<&str> = top
+        .split_once("Commands:")
+        .expect("a command list")
+        .1
+        .lines()
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        // A command's line; a wrapped description goes on under it, indented further.
+        .filter(|line| !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(
+        commands.contains(&"init") && commands.len() >= 15,
+        "{commands:?}"
+    );
+    let mut named = Vec::new();
+    for command in commands
+        .iter()
+        .map(|c| vec![*c])
+        .chain([vec!["store", "init"]])
+    {
+        let help = env
+            .fp(&[&command[..], &["--help"]].concat())
+            .expect(0)
+            .stdout;
+        for part in help.split("[env: ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            named.push(name);
+        }
+    }
+    assert!(named.contains(&"FENCEPOST_NO_CREATE".to_string()));
+    for name in &named {
+        assert!(
+            environment.contains(name),
+            "{name} is not under ENVIRONMENT"
+        );
+    }
+    // And every libpq variable the store's code reads.
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut read = Vec::new();
+    for file in std::fs::read_dir(&store).expect("src/store") {
+        let text = std::fs::read_to_string(file.expect("entry").path()).expect("source");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for part in code.split("\"PG").skip(1) {
+            let rest: String = part.chars().take_while(char::is_ascii_uppercase).collect();
+            if part[rest.len()..].starts_with('"') {
+                read.push(format!("PG{rest}"));
+            }
+        }
+    }
+    assert!(read.len() >= 10, "{read:?}");
+    for name in &read {
+        assert!(
+            environment.contains(name),
+            "{name} is not under ENVIRONMENT"
+        );
+    }
+    // EXIT STATUS: a paragraph per code, in the order --help lists them.
+    let codes = man_section_heads(&page, "\"EXIT STATUS\"");
+    assert_eq!(
+        codes,
+        ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "other"]
+    );
+    // A command's page lists its own variables and names the libpq ones.
+    env.fp(&["man", "--dir", "m"]).expect(0);
+    let claim = std::fs::read_to_string(env.path("m/man1/fencepost-claim.1")).expect("page");
+    let own = man_section_heads(&claim, "ENVIRONMENT");
+    assert!(own.contains(&"FENCEPOST_TTL".to_string()), "{own:?}");
+    assert!(!own.contains(&"FENCEPOST_GRACE".to_string()), "{own:?}");
+    assert!(claim.contains("PGHOST"));
+    assert_eq!(man_section_heads(&claim, "\"EXIT STATUS\"").len(), 11);
+}
+
 #[test]
 fn man_pages_name_values_and_environment_variables() {
     let env = Env::new();
-    env.fp(&["man", "--dir", "share/man/man1"]).expect(0);
+    env.fp(&["man", "--dir", "share/man"]).expect(0);
     let page = |name: &str| {
         std::fs::read_to_string(env.path(&format!("share/man/man1/{name}")))
             .unwrap_or_else(|e| panic!("{name}: {e}"))

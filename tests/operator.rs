@@ -1692,14 +1692,16 @@ fn man_page_generates_roff() {
 #[test]
 fn man_dir_writes_every_page_the_main_page_refers_to() {
     let env = Env::new();
-    std::fs::create_dir(env.path("man1")).expect("mkdir");
-    env.fp(&["man", "--dir", "man1"]).expect(0);
-    let main = std::fs::read_to_string(env.path("man1/fencepost.1")).expect("fencepost.1");
+    // DIR is a manual folder, as MANPATH names one: the pages go in its man1/.
+    env.fp(&["man", "--dir", "share/man"])
+        .expect_stdout(0, "wrote man pages to share/man/man1");
+    let section = env.path("share/man/man1");
+    let main = std::fs::read_to_string(section.join("fencepost.1")).expect("fencepost.1");
     // Every page named as `fencepost\-NAME(1)` exists beside it.
     let mut referred = 0;
     for part in main.split("fencepost\\-").skip(1) {
         let name = part.split('(').next().expect("a name");
-        let page = env.path(&format!("man1/fencepost-{name}.1"));
+        let page = section.join(format!("fencepost-{name}.1"));
         assert!(
             page.exists(),
             "fencepost.1 refers to a missing page {page:?}"
@@ -1707,6 +1709,24 @@ fn man_dir_writes_every_page_the_main_page_refers_to() {
         referred += 1;
     }
     assert!(referred >= 10, "only {referred} pages referred to");
+    // One page per command and the main one, none for `help` (which prints the same
+    // text again), and nothing beside man1/.
+    let mut pages: Vec<String> = std::fs::read_dir(&section)
+        .expect("man1")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert!(
+        pages.iter().all(|p| !p.contains("help")),
+        "help pages: {pages:?}"
+    );
+    assert_eq!(pages.len(), referred + 2, "{pages:?}");
+    assert!(pages.contains(&"fencepost-store-init.1".to_string()));
+    let beside: Vec<_> = std::fs::read_dir(env.path("share/man"))
+        .expect("share/man")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(beside, ["man1"]);
     // A folder that is a file is bad usage; a missing one is created.
     std::fs::write(env.path("plain"), "").expect("write");
     env.fp(&["man", "--dir", "plain"]).expect(2);

@@ -46,6 +46,9 @@ Exit codes:
     };
 }
 
+/// The exit-code table of `--help`, which the man pages' EXIT STATUS is made from.
+pub(crate) const EXIT_CODES: &str = exit_codes!();
+
 /// Fenced, atomic document publishing for workers whose jobs can be taken over.
 ///
 /// A worker claims a resource and gets an epoch; `write` replaces the document only
@@ -210,7 +213,7 @@ pub(crate) enum Command {
     Cat(cmd::cat::CatArgs),
     Store(cmd::store::StoreArgs),
     Completions(cmd::completions::CompletionsArgs),
-    Man(cmd::completions::ManArgs),
+    Man(cmd::man::ManArgs),
 }
 
 /// Runs the command line and returns the process exit code. Prints results on stdout
@@ -351,7 +354,7 @@ fn one_command(name: &str) -> Option<clap::Command> {
         "cat" => cmd::cat::CatArgs::augment_args(C::new("cat")),
         "store" => cmd::store::StoreArgs::augment_args(C::new("store")),
         "completions" => cmd::completions::CompletionsArgs::augment_args(C::new("completions")),
-        "man" => cmd::completions::ManArgs::augment_args(C::new("man")),
+        "man" => cmd::man::ManArgs::augment_args(C::new("man")),
         _ => return None,
     })
 }
@@ -607,7 +610,7 @@ fn dispatch(ctx: &Ctx, command: &Command, json: bool) -> Result<Report> {
         Command::Cat(a) => cmd::cat::run(ctx, a, json),
         Command::Store(a) => cmd::store::run(ctx, a),
         Command::Completions(a) => cmd::completions::completions(a),
-        Command::Man(a) => cmd::completions::man(a),
+        Command::Man(a) => cmd::man::man(a),
     }
 }
 

@@ -13,6 +13,7 @@ pub(crate) mod completions;
 pub(crate) mod durations;
 pub(crate) mod init;
 pub(crate) mod log;
+pub(crate) mod man;
 pub(crate) mod mirror;
 pub(crate) mod recover;
 pub(crate) mod release;
