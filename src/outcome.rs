@@ -45,6 +45,20 @@ pub enum Outcome {
     Grants(Grants),
     /// `mirror --follow`: it stopped on a signal, its last apply finished.
     Stopped(Stopped),
+    /// `init` made the publish root (or its state file), as `store init` makes a
+    /// store's tables.
+    #[serde(rename = "initialized")]
+    RootInitialized(RootState),
+    /// `init` found the publish root and its state file there already.
+    #[serde(rename = "ready")]
+    RootReady(RootState),
+}
+
+/// `init`: the publish root and its state file.
+#[derive(Debug, Serialize)]
+pub struct RootState {
+    pub root: String,
+    pub db: String,
 }
 
 /// `store init`: the store, and its schema version.

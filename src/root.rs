@@ -312,8 +312,9 @@ pub fn refuse_nested(root: &Path, resource: &Resource) -> Result<()> {
 
 /// Makes `place.root` a publish root before its state file is first created: refuses one
 /// inside another root, and gives it `.fencepost/` (with a marker naming the state file
-/// when that lives elsewhere). `resource` is what is being claimed, for the hint.
-pub fn establish(place: &Place, resource: &Resource) -> Result<()> {
+/// when that lives elsewhere). `resource` is what is being claimed, for the hint. True
+/// when this call made `.fencepost/` (the folder was not a root before).
+pub fn establish(place: &Place, resource: Option<&Resource>) -> Result<bool> {
     let state_dir = place.root.join(STATE_DIR);
     let made = if is_root(&place.root) {
         false
@@ -342,7 +343,7 @@ pub fn establish(place: &Place, resource: &Resource) -> Result<()> {
         let _ = fs::remove_file(state_dir.join(MARKER));
         let _ = fs::remove_dir(&state_dir);
     }
-    checked
+    checked.map(|()| made)
 }
 
 /// Writes the marker naming a state file kept outside `.fencepost/` (relative to the root
@@ -381,12 +382,27 @@ fn mark(place: &Place) -> Result<()> {
     }
 }
 
-/// Refuses to make a root inside another one.
-fn refuse_enclosed(place: &Place, resource: &Resource) -> Result<()> {
+/// Refuses to make a root inside another one (`resource`: the one being claimed, named
+/// in the hint as the outer root would name it).
+fn refuse_enclosed(place: &Place, resource: Option<&Resource>) -> Result<()> {
     let Some(outer) = enclosing(&place.root) else {
         return Ok(());
     };
     let inside = place.root.strip_prefix(&outer).unwrap_or(Path::new(""));
+    let Some(resource) = resource else {
+        return Err(Error::usage_hint(
+            format!(
+                "{} is inside the publish root {} (it has {STATE_DIR}/): roots do not nest",
+                place.root.display(),
+                outer.display()
+            ),
+            format!(
+                "use the root {}: its documents under {} are named from there",
+                outer.display(),
+                inside.display()
+            ),
+        ));
+    };
     Err(Error::usage_hint(
         format!(
             "{} is inside the publish root {} (it has {STATE_DIR}/): one document, one root",

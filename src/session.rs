@@ -53,6 +53,39 @@ pub struct Ctx {
     /// Where warnings go: what went wrong beside an answer that stands (a refusal that
     /// could not be logged, a mirror not updated after a publish).
     pub warn: Warn,
+    /// Whether a change may make a new publish root (or a shared store's tables), and who
+    /// hears of a root made.
+    pub create: Create,
+}
+
+/// Whether the first claim (or a mirror's first document) may make the state it needs: a
+/// publish root with its state file, or a shared store's tables. A cron job whose
+/// `FENCEPOST_ROOT` went missing would otherwise start a second root with epochs from 1
+/// in whatever folder it runs in.
+#[derive(Debug, Clone, Default)]
+pub struct Create {
+    /// Refuse to make any (`--no-create`): the root, its state file, or the store's
+    /// tables must exist already.
+    pub refused: bool,
+    /// Told the folder of each publish root this session makes. The library prints
+    /// nothing: the command line says it on stderr, a program decides for itself.
+    pub made: Made,
+}
+
+/// A receiver of the folders made publish roots (by default, none).
+#[derive(Clone)]
+pub struct Made(pub std::sync::Arc<dyn Fn(&Path) + Send + Sync>);
+
+impl Default for Made {
+    fn default() -> Made {
+        Made(std::sync::Arc::new(|_| {}))
+    }
+}
+
+impl std::fmt::Debug for Made {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Made")
+    }
 }
 
 /// A receiver of warnings. The library prints nothing: the command line prints them on
@@ -288,6 +321,7 @@ impl Ctx {
             deadline: None,
             kept: Kept::default(),
             warn: Warn::default(),
+            create: Create::default(),
         })
     }
 
@@ -309,6 +343,7 @@ impl Ctx {
             deadline: None,
             kept: Kept::default(),
             warn: Warn::default(),
+            create: Create::default(),
         }
     }
 
@@ -457,15 +492,15 @@ impl Ctx {
     }
 
     /// Opens the state file for `claim`, making the root and its state file on the first
-    /// claim (refused inside another root).
+    /// claim (refused inside another root, and with [`Create::refused`]); a root made is
+    /// told to [`Create::made`].
     pub fn create_store(&self, resource: &Resource) -> Result<Opened<'_>> {
+        let create = !self.create.refused;
         if let Some(remote) = &self.remote {
             return self
                 .kept_shared(|| {
-                    self.open_remote(remote, true)?
-                        .ok_or(Error::Internal(
-                            "a store opened to be created had no schema",
-                        ))
+                    self.open_remote(remote, create)?
+                        .ok_or_else(|| self.not_created())
                         .map(Some)
                 })?
                 .map(Opened::Shared)
@@ -473,18 +508,104 @@ impl Ctx {
                     "a store opened to be created had no schema",
                 ));
         }
-        let place = root::Place {
+        if !create && !root::is_root(&self.root) {
+            return Err(self.not_created());
+        }
+        let made = root::establish(&self.place(), Some(resource))?;
+        let opened = self.kept_or(|| {
+            store::open(&self.db, self.busy, create)?.ok_or_else(|| self.not_created())
+        })?;
+        if made {
+            (self.create.made.0)(&self.root);
+        }
+        Ok(opened)
+    }
+
+    /// Makes the session's root a publish root with its state file, as a first claim
+    /// would but claiming nothing (`fencepost init`): true when it made either, false when
+    /// both were there. A root made is told to [`Create::made`].
+    pub fn create_root(&self) -> Result<bool> {
+        if self.remote.is_some() {
+            return Err(Error::usage_hint(
+                "init makes a local publish root, not a shared store's tables",
+                "run `fencepost store init` for the store's tables; a mirror root is made by \
+                 `fencepost mirror` with its first document",
+            ));
+        }
+        let made = root::establish(&self.place(), None)?;
+        let new_file = match store::open(&self.db, self.busy, false)? {
+            Some(_) => false,
+            None => {
+                store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
+                    "a state file opened to be created was not there",
+                ))?;
+                true
+            }
+        };
+        if made {
+            (self.create.made.0)(&self.root);
+        }
+        Ok(made || new_file)
+    }
+
+    /// The root and state file as [`root::establish`] takes them.
+    fn place(&self) -> root::Place {
+        root::Place {
             root: self.root.clone(),
             db: self.db.clone(),
             how: self.how,
             here: self.here.clone(),
+        }
+    }
+
+    /// The refusal of `--no-create` when the state a change needs is not there.
+    fn not_created(&self) -> Error {
+        if let Some(remote) = &self.remote {
+            return Error::usage_hint(
+                format!(
+                    "the store {} has no fencepost tables, and --no-create (FENCEPOST_NO_CREATE) \
+                     forbids making them",
+                    remote.url.shown
+                ),
+                "run `fencepost store init` once as the database's owner, or check --store \
+                 (FENCEPOST_STORE)",
+            );
+        }
+        let root = self.root.display();
+        let (message, hint) = if !root::is_root(&self.root) && self.how == How::Current {
+            (
+                format!(
+                    "no publish root in {root} or above it, and --no-create \
+                     (FENCEPOST_NO_CREATE) forbids making one"
+                ),
+                format!(
+                    "pass --root DIR (FENCEPOST_ROOT) naming the root, or make this folder \
+                     one with `fencepost init {root}`"
+                ),
+            )
+        } else if !root::is_root(&self.root) {
+            (
+                format!(
+                    "{root} is not a publish root (it has no {}/), and --no-create \
+                     (FENCEPOST_NO_CREATE) forbids making one",
+                    resource::STATE_DIR
+                ),
+                format!(
+                    "check --root (FENCEPOST_ROOT), or make it a root with `fencepost init \
+                     {root}`"
+                ),
+            )
+        } else {
+            (
+                format!(
+                    "no state file at {}, and --no-create (FENCEPOST_NO_CREATE) forbids \
+                     starting one (its epochs would start again from 1)",
+                    self.db.display()
+                ),
+                "check --db (FENCEPOST_DB); `fencepost init` starts one on purpose".to_string(),
+            )
         };
-        root::establish(&place, resource)?;
-        self.kept_or(|| {
-            store::open(&self.db, self.busy, true)?.ok_or(Error::Internal(
-                "a state file opened to be created was not there",
-            ))
-        })
+        Error::usage_hint(message, hint)
     }
 
     /// Opens the state file of a command that only reads it; none is bad input (`what`
@@ -517,12 +638,13 @@ impl Ctx {
             ),
             (None, How::Current) => format!(
                 "no publish root (a folder with {}/) in {} or above it; pass --root DIR \
-                 (FENCEPOST_ROOT), or claim a resource to make this folder one",
+                 (FENCEPOST_ROOT), or make this folder one with `fencepost init` (a first \
+                 claim does too)",
                 resource::STATE_DIR,
                 self.root.display()
             ),
-            (None, _) => "a publish root gets its state file with its first claim; check --root \
-                 (FENCEPOST_ROOT) and --db (FENCEPOST_DB)"
+            (None, _) => "a publish root gets its state file from `fencepost init` or its first \
+                 claim; check --root (FENCEPOST_ROOT) and --db (FENCEPOST_DB)"
                 .to_string(),
         };
         Error::usage_hint(message, hint)

@@ -2,6 +2,14 @@
 //! would make a name read as another, names quoted when they would, long names cut, and
 //! bytes as hex. Pure functions over strings, used from every layer.
 
+/// A count and its noun, as a person says it: `1 document`, `2 documents` (`many` is the
+/// plural: `inconsistencies`).
+#[must_use]
+pub fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    let noun = if n == N::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
 /// True for a character that must not appear in a name, or a result shown by `status` and
 /// `log`: controls (newlines, escapes), line and paragraph separators, and Unicode's
 /// invisible format characters (general category Cf), such as the bidirectional overrides

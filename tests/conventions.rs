@@ -166,6 +166,98 @@ fn durations_that_are_not_durations_are_refused() {
     assert!(!env.path(".fencepost").exists(), "bad input created state");
 }
 
+#[test]
+fn a_negative_duration_is_refused_in_one_line_with_a_hint_that_works() {
+    let env = Env::new();
+    // `--ttl -5`: a duration, refused as one; never clap's `use '-- -5'`, which fails
+    // the same way.
+    for (args, wanted) in [
+        (
+            vec!["claim", "doc.md", "-o", "A", "--ttl", "-5"],
+            "fencepost: --ttl must be positive, got \"-5\"",
+        ),
+        (
+            vec!["claim", "doc.md", "-o", "A", "-t", "1", "--wait", "-1"],
+            "fencepost: --wait must be zero or more, got \"-1\"",
+        ),
+        (
+            vec!["--busy-timeout", "-1.5", "status"],
+            "fencepost: --busy-timeout must be zero or more, got \"-1.5\"",
+        ),
+        (
+            vec!["renew", "doc.md", "-o", "A", "-e", "1", "--ttl", "-1"],
+            "fencepost: --ttl must be positive, got \"-1\"",
+        ),
+    ] {
+        let done = env.fp(&args).expect(2);
+        assert_eq!(done.stderr.trim_end(), wanted, "{args:?}");
+    }
+    // With a unit it cannot read as a number: no option, and the hint says why.
+    let done = env
+        .fp(&["claim", "doc.md", "-o", "A", "--ttl", "-5s"])
+        .expect(2);
+    let (line, hint) = stderr_lines(&done);
+    assert!(line.contains("no value may be negative"), "{line}");
+    let hint = hint.unwrap_or_default();
+    assert!(!hint.contains("'--"), "{hint}");
+    assert!(hint.contains("--ttl 30s"), "{hint}");
+    assert!(!env.path(".fencepost").exists(), "bad input created state");
+}
+
+#[test]
+fn a_missing_option_names_the_command_once() {
+    let env = Env::new();
+    let done = env.fp(&["claim", "doc.md", "-o", "A"]).expect(2);
+    let (line, hint) = stderr_lines(&done);
+    assert_eq!(line, "fencepost: claim needs --ttl <DURATION>");
+    assert_eq!(hint.as_deref(), Some("hint: see fencepost claim --help"));
+    let done = env
+        .fp(&["write", "doc.md", "--epoch", "1", "extra"])
+        .expect(2);
+    let (line, _) = stderr_lines(&done);
+    assert_eq!(line, "fencepost: unexpected argument 'extra' for write");
+}
+
+#[test]
+fn renew_help_says_its_deadline_is_milliseconds_for_scripts() {
+    let env = Env::new();
+    let help = env.fp(&["renew", "--help"]).expect(0).stdout;
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("milliseconds since the Unix epoch"), "{help}");
+    assert!(flat.contains("UTC time"), "{help}");
+}
+
+#[test]
+fn counts_are_singular_for_one() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.fp(&["verify"])
+        .now(1)
+        .expect_stdout(0, "ok: 1 resource consistent");
+    std::fs::write(env.path(".doc.md.fencepost-tmp-dead"), "x").expect("temp");
+    let done = env.fp(&["verify"]).now(1).expect(9);
+    assert_eq!(
+        done.stderr.lines().next(),
+        Some("fencepost: 1 inconsistency in 1 resource checked"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stdout.contains(": 1 temp file of dead writers"),
+        "{}",
+        done.stdout
+    );
+    let done = env.fp(&["recover"]).now(2).expect(0);
+    assert!(
+        done.stdout.contains(", 1 temp file removed"),
+        "{}",
+        done.stdout
+    );
+    env.write("doc.md", 1, "v1", 3, 0);
+    env.fp(&["--log-keep", "1", "log", "--prune"])
+        .expect_stdout(0, "pruned 1 event");
+}
+
 // ---------------------------------------------------------------------------------------
 // Short flags, "did you mean", help
 
@@ -224,7 +316,7 @@ fn a_misspelled_command_or_flag_gets_did_you_mean() {
     // No suggestion: the hint points at the command's help, never a garbled usage line.
     let done = env.fp(&["man", "--bogus"]).expect(2);
     let (line, hint) = stderr_lines(&done);
-    assert_eq!(line, "fencepost: fencepost man has no option '--bogus'");
+    assert_eq!(line, "fencepost: man has no option '--bogus'");
     assert_eq!(hint.as_deref(), Some("hint: see fencepost man --help"));
     let done = env.fp(&["status", "--bogus"]).expect(2);
     let (_, hint) = stderr_lines(&done);
@@ -234,7 +326,7 @@ fn a_misspelled_command_or_flag_gets_did_you_mean() {
     );
     let done = env.fp(&["status", "--held"]).expect(2);
     let (line, hint) = stderr_lines(&done);
-    assert_eq!(line, "fencepost: fencepost status has no option '--held'");
+    assert_eq!(line, "fencepost: status has no option '--held'");
     assert!(
         !hint.unwrap_or_default().contains("usage:"),
         "{}",
@@ -288,10 +380,121 @@ fn short_help_fits_a_screen_and_long_help_keeps_everything() {
     assert!(top.contains("-r/--root DIR"), "{top}");
 }
 
+/// The `\fBNAME\fR` paragraph heads of a man page's section `heading`.
+fn man_section_heads(page: &str, heading: &str) -> Vec<String> {
+    let (_, rest) = page
+        .split_once(&format!(".SH {heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading} section"));
+    let section = rest.split("\n.SH ").next().unwrap_or_default();
+    let mut lines = section.lines();
+    let mut heads = Vec::new();
+    while let Some(line) = lines.next() {
+        if line == ".TP"
+            && let Some(head) = lines.next()
+        {
+            heads.push(
+                head.trim_start_matches("\\fB")
+                    .trim_end_matches("\\fR")
+                    .to_string(),
+            );
+        }
+    }
+    heads
+}
+
+#[test]
+fn man_pages_list_the_environment_and_exit_status() {
+    let env = Env::new();
+    let page = env.fp(&["man"]).expect(0).stdout;
+    assert!(
+        !page.contains(".SH EXTRA"),
+        "the exit codes reflowed as EXTRA"
+    );
+    // Every variable any command's --help names is under ENVIRONMENT: the section is
+    // gathered from the same definitions.
+    let environment = man_section_heads(&page, "ENVIRONMENT");
+    let top = env.fp(&["--help"]).expect(0).stdout;
+    let commands: Vec<&str> = top
+        .split_once("Commands:")
+        .expect("a command list")
+        .1
+        .lines()
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        // A command's line; a wrapped description goes on under it, indented further.
+        .filter(|line| !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(
+        commands.contains(&"init") && commands.len() >= 15,
+        "{commands:?}"
+    );
+    let mut named = Vec::new();
+    for command in commands
+        .iter()
+        .map(|c| vec![*c])
+        .chain([vec!["store", "init"]])
+    {
+        let help = env
+            .fp(&[&command[..], &["--help"]].concat())
+            .expect(0)
+            .stdout;
+        for part in help.split("[env: ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            named.push(name);
+        }
+    }
+    assert!(named.contains(&"FENCEPOST_NO_CREATE".to_string()));
+    for name in &named {
+        assert!(
+            environment.contains(name),
+            "{name} is not under ENVIRONMENT"
+        );
+    }
+    // And every libpq variable the store's code reads.
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut read = Vec::new();
+    for file in std::fs::read_dir(&store).expect("src/store") {
+        let text = std::fs::read_to_string(file.expect("entry").path()).expect("source");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for part in code.split("\"PG").skip(1) {
+            let rest: String = part.chars().take_while(char::is_ascii_uppercase).collect();
+            if part[rest.len()..].starts_with('"') {
+                read.push(format!("PG{rest}"));
+            }
+        }
+    }
+    assert!(read.len() >= 10, "{read:?}");
+    for name in &read {
+        assert!(
+            environment.contains(name),
+            "{name} is not under ENVIRONMENT"
+        );
+    }
+    // EXIT STATUS: a paragraph per code, in the order --help lists them.
+    let codes = man_section_heads(&page, "\"EXIT STATUS\"");
+    assert_eq!(
+        codes,
+        ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "other"]
+    );
+    // A command's page lists its own variables and names the libpq ones.
+    env.fp(&["man", "--dir", "m"]).expect(0);
+    let claim = std::fs::read_to_string(env.path("m/man1/fencepost-claim.1")).expect("page");
+    let own = man_section_heads(&claim, "ENVIRONMENT");
+    assert!(own.contains(&"FENCEPOST_TTL".to_string()), "{own:?}");
+    assert!(!own.contains(&"FENCEPOST_GRACE".to_string()), "{own:?}");
+    assert!(claim.contains("PGHOST"));
+    assert_eq!(man_section_heads(&claim, "\"EXIT STATUS\"").len(), 11);
+}
+
 #[test]
 fn man_pages_name_values_and_environment_variables() {
     let env = Env::new();
-    env.fp(&["man", "--dir", "share/man/man1"]).expect(0);
+    env.fp(&["man", "--dir", "share/man"]).expect(0);
     let page = |name: &str| {
         std::fs::read_to_string(env.path(&format!("share/man/man1/{name}")))
             .unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -384,7 +587,7 @@ fn dev_full() -> Stdio {
 
 #[test]
 fn a_claim_whose_epoch_cannot_be_printed_fails_and_says_what_it_left() {
-    let env = Env::new();
+    let env = Env::with_root();
     let (code, stderr) = with_stdout(
         env.root(),
         &["claim", "full.md", "--owner", "A", "--ttl", "10"],
@@ -422,7 +625,7 @@ fn a_claim_whose_epoch_cannot_be_printed_fails_and_says_what_it_left() {
 
 #[test]
 fn a_closed_pipe_is_left_quietly() {
-    let env = Env::new();
+    let env = Env::with_root();
     // A pipe whose reader is gone before fencepost writes, as `| head -0` leaves it.
     let (reader, writer) = nix::unistd::pipe().expect("pipe");
     drop(reader);

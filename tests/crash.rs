@@ -438,7 +438,7 @@ fn live_writers_temp_survives_others_and_abandoned_temp_is_removed() {
     assert_eq!(temp_files(&env).len(), 1, "status is read-only");
     let done = env.fp(&["recover"]).now(402).expect(0);
     assert!(
-        done.stdout.contains("1 temp file(s) removed"),
+        done.stdout.contains("1 temp file removed"),
         "{}",
         done.stdout
     );

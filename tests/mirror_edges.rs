@@ -345,7 +345,7 @@ fn a_mirrors_crashed_apply_of_a_committed_version_is_rolled_forward_never_back()
     assert_eq!(m.file(res).as_deref(), Some(&b"v6"[..]));
     m.fp(&["verify"]).expect(0);
     m.fp(&["mirror"])
-        .expect_stdout(0, "up to date (1 documents)");
+        .expect_stdout(0, "up to date (1 document)");
 
     // The same crash, and then the next apply (of a newer version) stopped after its
     // own recovery: the document is never the older version meanwhile.

@@ -250,7 +250,7 @@ fn one_epoch_behind(url: &str) -> Host {
 fn verify_on_a_mirror_root_without_store_reads_its_store_and_says_it_is_behind() {
     let store = pg::store();
     let m = one_epoch_behind(store.url());
-    // No --store: the root's own binding. Before: `ok: 1 resource(s) consistent`.
+    // No --store: the root's own binding. Before: `ok: 1 resource consistent`.
     let done = m.root.fp(&["--json", "verify"]).now(100).expect(9);
     let j = done.json();
     let problem = &j["problems"][0];
@@ -273,8 +273,8 @@ fn verify_on_a_mirror_root_without_store_reads_its_store_and_says_it_is_behind()
         .expect(0);
     assert_eq!(
         within.stdout,
-        "ok: 1 resource(s) consistent\n\
-         doc.md: behind for 79 tick(s) (mirror epoch 1, store epoch 2), within --max-lag\n",
+        "ok: 1 resource consistent\n\
+         doc.md: behind for 79 ticks (mirror epoch 1, store epoch 2), within --max-lag\n",
         "{within:?}"
     );
     let j = m
@@ -291,7 +291,7 @@ fn verify_on_a_mirror_root_without_store_reads_its_store_and_says_it_is_behind()
     m.root
         .fp(&["verify"])
         .now(100)
-        .expect_stdout(0, "ok: 1 resource(s) consistent");
+        .expect_stdout(0, "ok: 1 resource consistent");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use postgres::Client;
 
-use crate::harness::Env;
+use crate::harness::{Env, NEW_ROOT};
 use crate::hosts::Host;
 use crate::support::pg;
 
@@ -58,7 +58,7 @@ fn a_document_this_host_cannot_hold_does_not_keep_the_others_from_it() {
     assert!(done.stdout.contains("failed x/y (epoch 1): "), "{done:?}");
     assert!(
         done.stderr
-            .starts_with("fencepost: 1 of 3 document(s) not mirrored"),
+            .starts_with("fencepost: 1 of 3 documents not mirrored"),
         "{done:?}"
     );
 }
@@ -246,4 +246,46 @@ fn cat_into_a_reader_that_stopped_is_no_error() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
+fn a_mirror_root_made_by_its_first_document_is_said_and_no_create_refuses_it() {
+    let store = pg::store();
+    // A claim with --no-create makes no tables in an empty store.
+    let dir = Env::new();
+    let done = dir
+        .fp(&["claim", "doc.md", "-o", "P", "-t", "60", "--no-create"])
+        .inside(dir.root())
+        .env("FENCEPOST_STORE", store.url())
+        .expect(2);
+    assert!(
+        done.stderr
+            .contains("has no fencepost tables, and --no-create"),
+        "{}",
+        done.stderr
+    );
+    assert!(done.stderr.contains("hint: run `fencepost store init`"));
+    publish(store.url(), "doc.md", "v1");
+    let host = Host::new(store.url());
+    let done = host.fp(&["mirror", "--no-create"]).expect(2);
+    assert!(
+        done.stderr.contains("forbids making one"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(host.file("doc.md"), None);
+    let done = host
+        .fp(&["mirror"])
+        .expect_stdout(0, "applied doc.md (epoch 1)");
+    assert!(done.stderr.starts_with(NEW_ROOT), "{}", done.stderr);
+    assert_eq!(host.file("doc.md").as_deref(), Some(&b"v1"[..]));
+    // Made once: the next pass, --no-create or not, is silent.
+    let done = host
+        .fp(&["mirror", "--no-create"])
+        .expect_stdout(0, "up to date (1 document)");
+    assert_eq!(done.stderr, "");
 }

@@ -566,7 +566,7 @@ fn run_json_report_is_the_last_line_after_the_childs_output() {
 
 #[test]
 fn run_child_killed_by_a_signal_exits_128_plus_n_and_releases() {
-    let env = Env::new();
+    let env = Env::with_root();
     let done = run_sh(&env, "doc.md", "O", "60s", &[], "kill -KILL $$").expect(128 + 9);
     assert_eq!(
         done.stderr.trim(),
@@ -706,7 +706,7 @@ fn take_over_as_x(env: &Env) {
 
 #[test]
 fn run_kills_the_child_group_when_the_lease_is_taken_over() {
-    let env = Env::new();
+    let env = Env::with_root();
     let (handle, group) = start_short_run(&env, "");
     take_over_as_x(&env);
     let (done, took) = handle.join().expect("run thread");
@@ -743,7 +743,7 @@ fn run_kills_the_child_group_when_the_lease_is_taken_over() {
 
 #[test]
 fn run_kills_the_child_when_the_state_file_stays_locked_past_the_deadline() {
-    let env = Env::new();
+    let env = Env::with_root();
     let start = Instant::now();
     let (handle, group) = start_short_run(&env, "");
     let mut locker = hold_lock(&db(&env));
@@ -996,7 +996,7 @@ const STOPS_ITSELF: &str = "trap 'echo term > \"$FENCEPOST_ROOT/marker\"; exit 3
 
 #[test]
 fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
-    let env = Env::new();
+    let env = Env::with_root();
     let handle = background(run_sh(&env, "doc.md", "O", "3s", &[], STOPS_ITSELF));
     let run_pid = pid_in(&env.path("runpid"));
     let group = pid_in(&env.path("pid"));
@@ -1017,7 +1017,7 @@ fn run_wakes_a_stopped_command_to_deliver_a_forwarded_sigterm() {
 
 #[test]
 fn run_wakes_a_stopped_command_to_stop_it_on_a_lost_lease() {
-    let env = Env::new();
+    let env = Env::with_root();
     // A grace far past the bound: the SIGKILL after it must not be what ends the command.
     let handle = background(run_sh(
         &env,
@@ -1526,14 +1526,14 @@ fn log_prune_keeps_the_newest_events() {
     let kinds: Vec<&str> = left.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds, ["stale", "lost"]);
     env.fp(&["--log-keep", "2", "log", "--prune"])
-        .expect_stdout(0, "pruned 0 event(s)");
+        .expect_stdout(0, "pruned 0 events");
     // The setting has a variable too.
     env.fp(&["claim", "doc.md", "--owner", "C", "--ttl", "10"])
         .now(30)
         .expect(0);
     env.fp(&["log", "--prune"])
         .env("FENCEPOST_LOG_KEEP", "1")
-        .expect_stdout(0, "pruned 2 event(s)");
+        .expect_stdout(0, "pruned 2 events");
     let left = events(&env, &[]);
     assert_eq!(left.len(), 1);
     // B had completed, so C's is a plain claim, not a takeover.
@@ -1607,7 +1607,7 @@ fn verify_passes_on_a_clean_root() {
     assert_eq!(j["problems"], serde_json::json!([]));
     env.fp(&["verify"])
         .now(4)
-        .expect_stdout(0, "ok: 3 resource(s) consistent");
+        .expect_stdout(0, "ok: 3 resources consistent");
     // Read-only: nothing changed on disk.
     assert_eq!(env.files(), ["a.md", "dir/b.md"]);
 }
@@ -1824,9 +1824,27 @@ fn completions_generate_for_each_shell() {
     let fish = env.fp(&["completions", "fish"]).expect(0).stdout;
     assert!(fish.contains("complete -c fencepost"), "{fish}");
     assert!(fish.contains("verify"));
-    // An unknown shell is bad usage.
+    let elvish = env.fp(&["completions", "elvish"]).expect(0).stdout;
+    assert!(
+        elvish.contains("edit:completion:arg-completer[fencepost]"),
+        "{elvish}"
+    );
+    assert!(elvish.contains("verify"));
+    let powershell = env.fp(&["completions", "powershell"]).expect(0).stdout;
+    assert!(
+        powershell.contains("Register-ArgumentCompleter"),
+        "{powershell}"
+    );
+    assert!(powershell.contains("verify"));
+    // An unknown shell is bad usage, and the hint lists the shells there are.
     let done = env.fp(&["completions", "tcsh"]).expect(2);
     assert_eq!(done.stdout, "");
+    assert!(
+        done.stderr
+            .ends_with("possible values: bash, zsh, fish, elvish, powershell\n"),
+        "{}",
+        done.stderr
+    );
     // Needs no root and no state file.
     assert!(!db(&env).exists());
 }
@@ -1848,14 +1866,16 @@ fn man_page_generates_roff() {
 #[test]
 fn man_dir_writes_every_page_the_main_page_refers_to() {
     let env = Env::new();
-    std::fs::create_dir(env.path("man1")).expect("mkdir");
-    env.fp(&["man", "--dir", "man1"]).expect(0);
-    let main = std::fs::read_to_string(env.path("man1/fencepost.1")).expect("fencepost.1");
+    // DIR is a manual folder, as MANPATH names one: the pages go in its man1/.
+    env.fp(&["man", "--dir", "share/man"])
+        .expect_stdout(0, "wrote man pages to share/man/man1");
+    let section = env.path("share/man/man1");
+    let main = std::fs::read_to_string(section.join("fencepost.1")).expect("fencepost.1");
     // Every page named as `fencepost\-NAME(1)` exists beside it.
     let mut referred = 0;
     for part in main.split("fencepost\\-").skip(1) {
         let name = part.split('(').next().expect("a name");
-        let page = env.path(&format!("man1/fencepost-{name}.1"));
+        let page = section.join(format!("fencepost-{name}.1"));
         assert!(
             page.exists(),
             "fencepost.1 refers to a missing page {page:?}"
@@ -1863,6 +1883,24 @@ fn man_dir_writes_every_page_the_main_page_refers_to() {
         referred += 1;
     }
     assert!(referred >= 10, "only {referred} pages referred to");
+    // One page per command and the main one, none for `help` (which prints the same
+    // text again), and nothing beside man1/.
+    let mut pages: Vec<String> = std::fs::read_dir(&section)
+        .expect("man1")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert!(
+        pages.iter().all(|p| !p.contains("help")),
+        "help pages: {pages:?}"
+    );
+    assert_eq!(pages.len(), referred + 2, "{pages:?}");
+    assert!(pages.contains(&"fencepost-store-init.1".to_string()));
+    let beside: Vec<_> = std::fs::read_dir(env.path("share/man"))
+        .expect("share/man")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(beside, ["man1"]);
     // A folder that is a file is bad usage; a missing one is created.
     std::fs::write(env.path("plain"), "").expect("write");
     env.fp(&["man", "--dir", "plain"]).expect(2);

@@ -119,7 +119,7 @@ fn verify_and_recover_every_row(env: &Env, long: &str) {
     assert!(
         recover
             .stdout
-            .contains("good.md: nothing to do, 1 temp file(s) removed"),
+            .contains("good.md: nothing to do, 1 temp file removed"),
         "{}",
         recover.stdout
     );
@@ -138,7 +138,7 @@ fn verify_and_recover_every_row(env: &Env, long: &str) {
         recover.stdout
     );
     assert!(
-        recover.stderr.contains("3 of 5 resource(s) not recovered"),
+        recover.stderr.contains("3 of 5 resources not recovered"),
         "{}",
         recover.stderr
     );

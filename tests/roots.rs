@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::harness::{Env, scratch};
+use crate::harness::{Env, NEW_ROOT, scratch};
 
 fn mkdir(path: &Path) {
     std::fs::create_dir_all(path).expect("mkdir");
@@ -47,7 +47,7 @@ fn a_command_run_inside_a_root_works_on_that_root() {
         .inside(env.root())
         .now(0)
         .expect_stdout(0, "1");
-    assert_eq!(claimed.stderr, "");
+    assert!(claimed.stderr.starts_with(NEW_ROOT), "{}", claimed.stderr);
     env.fp(&["write", "reports/daily.md", "--epoch", "1"])
         .inside(env.root())
         .now(1)
@@ -511,4 +511,161 @@ fn names_too_long_for_the_filesystem_are_bad_input() {
         .now(0)
         .expect(2);
     assert!(done.stderr.contains("too long"), "{}", done.stderr);
+}
+
+#[test]
+fn the_claim_that_makes_a_root_says_so_once() {
+    // A claim in sub/ of a folder with no root makes sub/ a root: one line naming it.
+    let env = Env::new();
+    let sub = env.path("sub");
+    mkdir(&sub);
+    let real = std::fs::canonicalize(&sub).expect("real sub");
+    let done = env
+        .fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .inside(&sub)
+        .now(0)
+        .expect_stdout(0, "1");
+    assert_eq!(
+        done.stderr,
+        format!("{NEW_ROOT}{}\n", real.display()),
+        "the first claim names the root it made"
+    );
+    assert!(sub.join(".fencepost/state.db").exists());
+    // The next claim made nothing: silent.
+    let done = env
+        .fp(&["claim", "other.md", "--owner", "A", "--ttl", "10"])
+        .inside(&sub)
+        .now(1)
+        .expect_stdout(0, "1");
+    assert_eq!(done.stderr, "");
+    // A root named by --root says so too; -q (or FENCEPOST_QUIET) is silent.
+    let named = Env::new();
+    let done = named
+        .fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+        .now(0)
+        .expect(0);
+    assert!(done.stderr.starts_with(NEW_ROOT), "{}", done.stderr);
+    for quiet in [
+        Env::new().fp(&["-q", "claim", "doc.md", "--owner", "A", "--ttl", "10"]),
+        Env::new()
+            .fp(&["claim", "doc.md", "--owner", "A", "--ttl", "10"])
+            .env("FENCEPOST_QUIET", "1"),
+    ] {
+        let done = quiet.now(0).output();
+        assert_eq!((done.code, &*done.stdout, &*done.stderr), (0, "1\n", ""));
+    }
+}
+
+#[test]
+fn no_create_refuses_to_make_a_root() {
+    let env = Env::new();
+    let sub = env.path("sub");
+    mkdir(&sub);
+    let claim = ["claim", "doc.md", "--owner", "A", "--ttl", "10"];
+    let refusals = [
+        env.fp(&[&claim[..], &["--no-create"]].concat())
+            .inside(&sub),
+        env.fp(&claim).inside(&sub).env("FENCEPOST_NO_CREATE", "1"),
+        env.fp(&[&claim[..], &["--no-create"]].concat()).root(&sub),
+        env.fp(&[
+            "run",
+            "doc.md",
+            "--owner",
+            "A",
+            "--ttl",
+            "10",
+            "--no-create",
+            "--",
+            "true",
+        ])
+        .inside(&sub),
+    ];
+    for (i, run) in refusals.into_iter().enumerate() {
+        // run renews in real time: no --now for it.
+        let done = if i == 3 { run } else { run.now(0) }.expect(2);
+        let mut lines = done.stderr.lines();
+        let line = lines.next().unwrap_or_default();
+        assert!(
+            line.contains("--no-create (FENCEPOST_NO_CREATE) forbids making one"),
+            "{line}"
+        );
+        let hint = lines.next().unwrap_or_default();
+        assert!(hint.contains("fencepost init "), "{hint}");
+        assert_eq!(done.stdout, "");
+        assert!(!sub.join(".fencepost").exists(), "a root was made");
+        assert!(!env.path(".fencepost").exists(), "a root was made");
+    }
+    // --json: one object, `usage`.
+    let j = env
+        .fp(&[
+            "--json",
+            "claim",
+            "doc.md",
+            "-o",
+            "A",
+            "-t",
+            "10",
+            "--no-create",
+        ])
+        .inside(&sub)
+        .now(0)
+        .expect(2)
+        .json_contract();
+    assert_eq!(j["outcome"], "usage");
+    // FENCEPOST_NO_CREATE=0 is off, as the other switches read it.
+    env.fp(&claim)
+        .inside(&sub)
+        .env("FENCEPOST_NO_CREATE", "0")
+        .now(0)
+        .expect_stdout(0, "1");
+    // Where the root is, --no-create claims as ever.
+    env.fp(&["claim", "two.md", "-o", "A", "-t", "10", "--no-create"])
+        .inside(&sub)
+        .now(1)
+        .expect_stdout(0, "1");
+    // A root whose state file went missing is not started again with epochs from 1.
+    std::fs::remove_file(sub.join(".fencepost/state.db")).expect("remove the state file");
+    let done = env
+        .fp(&["claim", "doc.md", "-o", "A", "-t", "10", "--no-create"])
+        .inside(&sub)
+        .now(2)
+        .expect(2);
+    assert!(done.stderr.contains("no state file at"), "{}", done.stderr);
+    assert!(!sub.join(".fencepost/state.db").exists());
+}
+
+#[test]
+fn init_makes_a_root_on_purpose_and_again_changes_nothing() {
+    let env = Env::new();
+    let sub = env.path("sub");
+    mkdir(&sub);
+    let real = std::fs::canonicalize(&sub).expect("real sub");
+    // DIR wins over --root (which the harness passes); the answer is on stdout, so no
+    // line on stderr.
+    env.fp(&["init", "sub"])
+        .expect_stdout(0, &format!("initialized {}", real.display()));
+    assert!(sub.join(".fencepost/state.db").exists());
+    let j = env.fp(&["--json", "init", "sub"]).expect(0).json_contract();
+    assert_eq!(j["outcome"], "ready");
+    assert_eq!(j["root"], real.to_str().expect("utf-8"));
+    assert_eq!(
+        j["db"],
+        real.join(".fencepost/state.db").to_str().expect("utf-8")
+    );
+    // A claim there makes nothing, even with --no-create: silent.
+    let done = env
+        .fp(&["claim", "doc.md", "-o", "A", "-t", "10", "--no-create"])
+        .inside(&sub)
+        .now(0)
+        .expect_stdout(0, "1");
+    assert_eq!(done.stderr, "");
+    // Without DIR: the current folder (here, --root), whose first `init` is `initialized`.
+    let other = Env::new();
+    let j = other.fp(&["--json", "init"]).expect(0).json_contract();
+    assert_eq!(j["outcome"], "initialized");
+    // Roots do not nest: a folder inside one is refused, nothing made.
+    mkdir(&sub.join("inner"));
+    let done = env.fp(&["init", "sub/inner"]).expect(2);
+    assert!(done.stderr.contains("roots do not nest"), "{}", done.stderr);
+    assert!(!sub.join("inner/.fencepost").exists());
 }

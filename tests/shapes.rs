@@ -526,3 +526,11 @@ fn run_answers_keep_their_keys() {
     );
     assert_keys_owned(&held, &held_keys);
 }
+
+#[test]
+fn init_keeps_its_keys() {
+    let env = Env::new();
+    let keys = ["db", "epoch", "outcome", "resource", "root"];
+    assert_keys(&env.fp(&["--json", "init"]).expect(0), &keys);
+    assert_keys(&env.fp(&["--json", "init"]).expect(0), &keys);
+}

@@ -498,7 +498,7 @@ fn log_prune_with_a_store_prunes_the_stores_log() {
     assert_eq!(count(&mut client), 2);
     let cwd = Env::new();
     in_folder(&cwd, store.url(), &["log", "--prune", "--log-keep", "1"])
-        .expect_stdout(0, "pruned 1 event(s)");
+        .expect_stdout(0, "pruned 1 event");
     assert_eq!(count(&mut client), 1);
 }
 

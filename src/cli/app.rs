@@ -46,6 +46,9 @@ Exit codes:
     };
 }
 
+/// The exit-code table of `--help`, which the man pages' EXIT STATUS is made from.
+pub(crate) const EXIT_CODES: &str = exit_codes!();
+
 /// Fenced, atomic document publishing for workers whose jobs can be taken over.
 ///
 /// A worker claims a resource and gets an epoch; `write` replaces the document only
@@ -161,7 +164,8 @@ pub(crate) struct Global {
         hide_short_help = true,
         env = "FENCEPOST_BUSY_TIMEOUT",
         default_value = "10s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_negative_numbers = true
     )]
     pub busy_timeout: String,
 
@@ -174,7 +178,8 @@ pub(crate) struct Global {
         hide_short_help = true,
         env = "FENCEPOST_COMMIT_TIMEOUT",
         default_value = "30s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_negative_numbers = true
     )]
     pub commit_timeout: String,
 
@@ -193,6 +198,7 @@ pub(crate) struct Global {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    Init(cmd::init::InitArgs),
     Claim(cmd::claim::ClaimArgs),
     Renew(cmd::renew::RenewArgs),
     Complete(cmd::complete::CompleteArgs),
@@ -207,7 +213,7 @@ pub(crate) enum Command {
     Cat(cmd::cat::CatArgs),
     Store(cmd::store::StoreArgs),
     Completions(cmd::completions::CompletionsArgs),
-    Man(cmd::completions::ManArgs),
+    Man(cmd::man::ManArgs),
 }
 
 /// Runs the command line and returns the process exit code. Prints results on stdout
@@ -341,6 +347,7 @@ fn top_command() -> clap::Command {
 fn one_command(name: &str) -> Option<clap::Command> {
     use clap::{Args, Command as C};
     Some(match name {
+        "init" => cmd::init::InitArgs::augment_args(C::new("init")),
         "claim" => cmd::claim::ClaimArgs::augment_args(C::new("claim")),
         "renew" => cmd::renew::RenewArgs::augment_args(C::new("renew")),
         "complete" => cmd::complete::CompleteArgs::augment_args(C::new("complete")),
@@ -355,7 +362,7 @@ fn one_command(name: &str) -> Option<clap::Command> {
         "cat" => cmd::cat::CatArgs::augment_args(C::new("cat")),
         "store" => cmd::store::StoreArgs::augment_args(C::new("store")),
         "completions" => cmd::completions::CompletionsArgs::augment_args(C::new("completions")),
-        "man" => cmd::completions::ManArgs::augment_args(C::new("man")),
+        "man" => cmd::man::ManArgs::augment_args(C::new("man")),
         _ => return None,
     })
 }
@@ -447,17 +454,27 @@ fn stdout_failed(e: &io::Error, code: i32, left: &str) -> i32 {
 fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
     use clap::error::{ContextKind, ErrorKind};
     let one = |kind| clap_context(e, kind).into_iter().next().unwrap_or_default();
+    // `name` is for the hint's command to type; the message says only the command, since
+    // the line already starts with `fencepost:`.
     let name = command.map_or_else(|| "fencepost".to_string(), |c| format!("fencepost {c}"));
+    let subject = command.unwrap_or("fencepost");
     let arg = one(ContextKind::InvalidArg);
     let value = one(ContextKind::InvalidValue);
     let message = match e.kind() {
         ErrorKind::InvalidSubcommand => {
             format!("unknown command '{}'", one(ContextKind::InvalidSubcommand))
         }
-        ErrorKind::UnknownArgument if arg.starts_with('-') => {
-            format!("{name} has no option '{arg}'")
+        // `--ttl -5s`: not an option, a value no option takes.
+        ErrorKind::UnknownArgument if negative(&arg) => {
+            return Error::usage_hint(
+                format!("{subject} has no option '{arg}', and no value may be negative"),
+                "durations and counts are zero or more: e.g. --ttl 30s",
+            );
         }
-        ErrorKind::UnknownArgument => format!("unexpected argument '{arg}' for {name}"),
+        ErrorKind::UnknownArgument if arg.starts_with('-') => {
+            format!("{subject} has no option '{arg}'")
+        }
+        ErrorKind::UnknownArgument => format!("unexpected argument '{arg}' for {subject}"),
         ErrorKind::InvalidValue if value.is_empty() => format!("{arg} needs a value"),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
             let cause = std::error::Error::source(e)
@@ -466,7 +483,7 @@ fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
             format!("invalid value '{value}' for {arg}{cause}")
         }
         ErrorKind::MissingRequiredArgument => format!(
-            "{name} needs {}",
+            "{subject} needs {}",
             clap_context(e, ContextKind::InvalidArg).join(", ")
         ),
         ErrorKind::ArgumentConflict => format!(
@@ -486,6 +503,13 @@ fn clap_usage_error(e: &clap::Error, command: Option<&str>) -> Error {
     Error::usage_hint(message, clap_hint(e, command.is_some(), &name))
 }
 
+/// True for an argument that reads as a negative number, with or without a unit (`-5`,
+/// `-1.5`, `-5s`): clap takes it for an option, and its tip (`use '-- -5'`) would fail too.
+fn negative(arg: &str) -> bool {
+    arg.strip_prefix('-')
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+}
+
 /// The hint under a clap parse error: clap's suggestions first ("did you mean"), then
 /// its other tips and the values it would take, else where to read the options.
 fn clap_hint(e: &clap::Error, has_command: bool, name: &str) -> String {
@@ -500,7 +524,13 @@ fn clap_hint(e: &clap::Error, has_command: bool, name: &str) -> String {
     .map(|word| format!("'{word}'"))
     .collect();
     let valid = clap_context(e, ContextKind::ValidValue);
-    if !suggested.is_empty() {
+    if !suggested.is_empty() && !valid.is_empty() {
+        format!(
+            "did you mean {}? possible values: {}",
+            suggested.join(" or "),
+            valid.join(", ")
+        )
+    } else if !suggested.is_empty() {
         format!("did you mean {}?", suggested.join(" or "))
     } else if let Some(tip) = clap_context(e, ContextKind::Suggested).first() {
         format!("see {name} --help; {tip}")
@@ -544,7 +574,7 @@ impl Command {
             Command::Verify(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Mirror(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Cat(a) => (text(&a.resource), Value::Null),
-            Command::Store(_) | Command::Completions(_) | Command::Man(_) => {
+            Command::Init(_) | Command::Store(_) | Command::Completions(_) | Command::Man(_) => {
                 (Value::Null, Value::Null)
             }
         }
@@ -568,6 +598,7 @@ impl Command {
         matches!(
             self,
             Command::Write(_)
+                | Command::Init(_)
                 | Command::Renew(_)
                 | Command::Complete(_)
                 | Command::Release(_)
@@ -579,6 +610,7 @@ impl Command {
 fn dispatch(ctx: &Ctx, command: &Command, global: &Global) -> Result<Report> {
     let json = global.json;
     match command {
+        Command::Init(_) => cmd::init::run(ctx),
         Command::Claim(a) => cmd::claim::run(ctx, a),
         Command::Renew(a) => cmd::renew::run(ctx, a),
         Command::Complete(a) => cmd::complete::run(ctx, a),
@@ -600,7 +632,7 @@ fn dispatch(ctx: &Ctx, command: &Command, global: &Global) -> Result<Report> {
         Command::Cat(a) => cmd::cat::run(ctx, a, json),
         Command::Store(a) => cmd::store::run(ctx, a),
         Command::Completions(a) => cmd::completions::completions(a),
-        Command::Man(a) => cmd::completions::man(a),
+        Command::Man(a) => cmd::man::man(a),
     }
 }
 
@@ -657,8 +689,18 @@ fn context(global: &Global, store: Option<&str>, command: &Command, typed: bool)
             global.log_keep
         )));
     }
+    // init makes the folder it names a root: never one found above it.
+    let root = match command {
+        Command::Init(args) => Some(
+            args.dir
+                .as_deref()
+                .or(global.root.as_deref())
+                .unwrap_or(std::path::Path::new(".")),
+        ),
+        _ => global.root.as_deref(),
+    };
     let mut ctx = Ctx::open(&session::Settings {
-        root: global.root.as_deref(),
+        root,
         db: global.db.as_deref(),
         store,
         mirror: session::MirrorRoot::IfGivenOrFound,
@@ -671,7 +713,32 @@ fn context(global: &Global, store: Option<&str>, command: &Command, typed: bool)
     ctx.warn = session::Warn(std::sync::Arc::new(|message| {
         let _ = writeln!(io::stderr(), "fencepost: warning: {message}");
     }));
+    ctx.create = create(global, command);
     Ok(ctx)
+}
+
+/// Whether the command may make a new publish root (`--no-create`), and the line that
+/// says it made one (none with `-q`).
+fn create(global: &Global, command: &Command) -> session::Create {
+    let refused = match command {
+        Command::Claim(a) => a.request.create.no_create,
+        Command::Run(a) => a.request.create.no_create,
+        Command::Mirror(a) => a.create.no_create,
+        _ => false,
+    };
+    // init's own answer says it made the root.
+    let made = if global.quiet || matches!(command, Command::Init(_)) {
+        session::Made::default()
+    } else {
+        session::Made(std::sync::Arc::new(|root| {
+            let _ = writeln!(
+                io::stderr(),
+                "fencepost: made a new publish root: {}",
+                root.display()
+            );
+        }))
+    };
+    session::Create { refused, made }
 }
 
 /// The members of the JSON object `value` serializes to (its keys sorted). The answers
@@ -767,7 +834,7 @@ mod tests {
             );
             names.push(name);
         }
-        assert_eq!(names.len(), 15, "every command is covered: {names:?}");
+        assert_eq!(names.len(), 16, "every command is covered: {names:?}");
         assert!(one_command("help").is_none());
     }
 

@@ -25,6 +25,11 @@ use fencepost::session::{Ctx, check_owner};
 /// claim also registers the new epoch with the sink, so writes carrying an older epoch
 /// are refused from this moment on.
 ///
+/// Where there is no publish root (no .fencepost/ in the folder or above it), the first
+/// claim makes the folder one and says so on stderr (`fencepost: made a new publish root:
+/// DIR`, not with -q); --no-create (FENCEPOST_NO_CREATE=1) refuses instead (exit 2), and
+/// `fencepost init` makes one on purpose.
+///
 /// Example:
 ///   epoch=$(fencepost claim reports/daily.md --owner worker-b --ttl 30s)
 #[derive(Debug, Args)]
@@ -52,14 +57,29 @@ pub(crate) struct LeaseRequest {
 
     /// Lease length: seconds (30, 1.5) or with units (500ms, 2m30s, 1h, 1d); with --now,
     /// ticks.
-    #[arg(short, long, env = "FENCEPOST_TTL", value_name = "DURATION")]
+    #[arg(
+        short,
+        long,
+        env = "FENCEPOST_TTL",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub ttl: String,
 
     /// If the lease is held, wait up to this long for it to become claimable: seconds or
     /// with units, 0 for not at all (wall clock only; polls with back-off, never spins).
     /// A resource locked by another session past --busy-timeout is waited through too.
-    #[arg(short, long, env = "FENCEPOST_WAIT", value_name = "DURATION")]
+    #[arg(
+        short,
+        long,
+        env = "FENCEPOST_WAIT",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub wait: Option<String>,
+
+    #[command(flatten)]
+    pub create: super::CreateArgs,
 }
 
 pub(crate) fn run(ctx: &Ctx, claim: &ClaimArgs) -> Result<Report> {

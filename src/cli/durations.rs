@@ -93,6 +93,16 @@ const UNITS: [(&str, i128); 5] = [
 /// fractions are refused, since a tick has no length in seconds.
 pub(crate) fn parse_duration(text: &str, kind: ClockKind, what: &str, zero: Zero) -> Result<i64> {
     let text = text.trim();
+    // Refused before its digits are read: `-5` is not a duration of any unit.
+    if text.starts_with('-') {
+        let wanted = match zero {
+            Zero::Allowed => "zero or more",
+            Zero::Refused => "positive",
+        };
+        return Err(Error::usage(format!(
+            "{what} must be {wanted}, got {text:?}"
+        )));
+    }
     let value = match kind {
         ClockKind::Logical => logical_ticks(text, what)?,
         ClockKind::Wall => wall_millis_of(text, what)?,

@@ -13,6 +13,7 @@ use fencepost::clock::{ClockKind, show};
 use fencepost::error::Result;
 use fencepost::outcome::Outcome;
 use fencepost::session::Ctx;
+use fencepost::text::count;
 use fencepost::upkeep::Since;
 
 /// Show the audit log: every change and every refusal, with time, owner, epoch, pid, host.
@@ -40,7 +41,12 @@ pub(crate) struct LogArgs {
     pub since: Option<String>,
 
     /// Only events of the last DURATION: 600 (seconds), 10m, 2h, 1d (ticks with --now).
-    #[arg(long, value_name = "DURATION", conflicts_with = "since")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_negative_numbers = true,
+        conflicts_with = "since"
+    )]
     pub last: Option<String>,
 
     /// Draw lanes: one column per owner (or one OWNER column past 100 columns), one row
@@ -59,10 +65,17 @@ pub(crate) fn run(ctx: &Ctx, args: &LogArgs) -> Result<Report> {
         let pruned = fencepost::upkeep::prune(ctx)?;
         let dropped = pruned.dropped;
         return Ok(Report::new(
-            format!("pruned {dropped} event(s)"),
+            format!("pruned {}", count(dropped, "event", "events")),
             Outcome::Pruned(pruned),
         )
-        .changed(format!("{dropped} event(s) were pruned from the audit log")));
+        .changed(format!(
+            "{} pruned from the audit log",
+            if dropped == 1 {
+                "1 event was".to_string()
+            } else {
+                format!("{dropped} events were")
+            }
+        )));
     }
     let since = match (&args.last, &args.since) {
         (Some(text), _) => Some(Since::Last(parse_duration(

@@ -11,6 +11,7 @@ use fencepost::clock::ClockKind;
 use fencepost::error::{Error, Result};
 use fencepost::outcome::{Mirrored, Outcome, Stopped};
 use fencepost::session::Ctx;
+use fencepost::text::count;
 
 /// Copy the documents the shared store (--store) publishes into this host's root.
 ///
@@ -49,8 +50,16 @@ pub(crate) struct MirrorArgs {
     pub follow: bool,
 
     /// With --follow, the longest time between two full checks: seconds or with units.
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    #[arg(
+        long,
+        default_value = "60s",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub rescan: String,
+
+    #[command(flatten)]
+    pub create: super::CreateArgs,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
@@ -99,9 +108,9 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
         return Err(Error::Partial {
             code: first.code,
             message: format!(
-                "{} of {} document(s) not mirrored; first: {}: {}",
+                "{} of {} not mirrored; first: {}: {}",
                 failed.len(),
-                done.applied.len(),
+                count(done.applied.len(), "document", "documents"),
                 first.resource,
                 first.error.as_deref().unwrap_or("")
             ),
@@ -114,8 +123,8 @@ pub(crate) fn run(ctx: &Ctx, args: &MirrorArgs, json: bool) -> Result<Report> {
         return Err(Error::Partial {
             code: 9,
             message: format!(
-                "{ahead} of {} document(s) ahead of the store: it lost history the mirror holds",
-                done.applied.len()
+                "{ahead} of {} ahead of the store: it lost history the mirror holds",
+                count(done.applied.len(), "document", "documents")
             ),
             report: plain,
             done: Box::new(Outcome::Mirrored(done)),
@@ -136,7 +145,10 @@ fn plain(done: &Mirrored) -> String {
         })
         .collect();
     if lines.is_empty() {
-        format!("up to date ({} documents)", done.applied.len())
+        format!(
+            "up to date ({})",
+            count(done.applied.len(), "document", "documents")
+        )
     } else {
         lines.join("\n")
     }

@@ -11,7 +11,9 @@ pub(crate) mod claim;
 pub(crate) mod complete;
 pub(crate) mod completions;
 pub(crate) mod durations;
+pub(crate) mod init;
 pub(crate) mod log;
+pub(crate) mod man;
 pub(crate) mod mirror;
 pub(crate) mod recover;
 pub(crate) mod release;
@@ -48,6 +50,21 @@ impl Report {
         self.changed = Some(what.into());
         self
     }
+}
+
+/// Whether a command may make a new publish root: `claim`, `run` and `mirror` take it.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct CreateArgs {
+    /// Make no new publish root (exit 2 instead). Without it, a first claim (or a
+    /// mirror's first document) in a folder with no .fencepost/ there or above makes the
+    /// folder a root and says so on stderr; `fencepost init` makes one on purpose. With
+    /// --store, make no tables in the store either.
+    #[arg(
+        long,
+        env = "FENCEPOST_NO_CREATE",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub no_create: bool,
 }
 
 /// The identity a holder presents to renew, complete or release its lease.

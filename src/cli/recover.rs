@@ -13,6 +13,7 @@ use fencepost::error::{Error, Result};
 use fencepost::outcome::{Outcome, RecoverLine, Recovered};
 use fencepost::session::Ctx;
 use fencepost::sink::Recovery;
+use fencepost::text::count;
 
 /// Finish or undo writes that crashed, and remove temp files of dead writers.
 ///
@@ -39,7 +40,12 @@ pub(crate) struct RecoverArgs {
     /// With --store: remove contents uploaded by writes that never published them once
     /// they are older than this (seconds or with units): a write still uploading is
     /// younger.
-    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    #[arg(
+        long,
+        default_value = "1h",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub grace: String,
 }
 
@@ -73,8 +79,9 @@ pub(crate) fn run(ctx: &Ctx, args: &RecoverArgs) -> Result<Report> {
         return Err(Error::Partial {
             code,
             message: format!(
-                "{} of {recovered} resource(s) not recovered; first: {first}",
+                "{} of {} not recovered; first: {first}",
                 failed.len(),
+                count(recovered, "resource", "resources"),
             ),
             report: plain,
             done: Box::new(Outcome::Recovered(done)),
@@ -88,7 +95,8 @@ fn plain(ctx: &Ctx, args: &RecoverArgs, done: &Recovered) -> String {
     let mut lines = Vec::new();
     if let (Some(removed), Some(remote)) = (done.blobs_removed, &ctx.remote) {
         lines.push(format!(
-            "{removed} orphan blob(s) removed from {}",
+            "{} removed from {}",
+            count(removed, "orphan blob", "orphan blobs"),
             remote.url.shown
         ));
     }
@@ -104,8 +112,12 @@ fn plain(ctx: &Ctx, args: &RecoverArgs, done: &Recovered) -> String {
     }
     if done.downloads_removed > 0 {
         lines.push(format!(
-            "{} unfinished download(s) removed",
-            done.downloads_removed
+            "{} removed",
+            count(
+                done.downloads_removed,
+                "unfinished download",
+                "unfinished downloads"
+            )
         ));
     }
     if args.root_moved {
@@ -120,7 +132,8 @@ fn plain(ctx: &Ctx, args: &RecoverArgs, done: &Recovered) -> String {
                 recovery,
             } if *recovery != Recovery::Nothing || *temps_removed > 0 => {
                 lines.push(format!(
-                    "{resource}: {action}, {temps_removed} temp file(s) removed"
+                    "{resource}: {action}, {} removed",
+                    count(*temps_removed, "temp file", "temp files")
                 ));
             }
             RecoverLine::Failed {

@@ -15,6 +15,10 @@ use fencepost::store::HolderChange;
 /// lease has expired and renew exits 4 (lost). Renewing before the deadline delays a
 /// takeover.
 ///
+/// The deadline printed is a number for scripts: milliseconds since the Unix epoch (with
+/// --now, a tick), as --json's `deadline` is. The tables of status and log print it as a
+/// UTC time (2026-11-30T05:58:10.000Z).
+///
 /// Example:
 ///   fencepost renew reports/daily.md --owner worker-b --epoch "$epoch" --ttl 30s
 #[derive(Debug, Args)]
@@ -25,7 +29,13 @@ pub(crate) struct RenewArgs {
 
     /// New lease length from now: seconds (30, 1.5) or with units (500ms, 2m30s, 1h, 1d);
     /// with --now, ticks.
-    #[arg(short, long, env = "FENCEPOST_TTL", value_name = "DURATION")]
+    #[arg(
+        short,
+        long,
+        env = "FENCEPOST_TTL",
+        value_name = "DURATION",
+        allow_negative_numbers = true
+    )]
     pub ttl: String,
 }
 

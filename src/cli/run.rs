@@ -94,7 +94,8 @@ pub(crate) struct RunArgs {
         long,
         env = "FENCEPOST_GRACE",
         default_value = "10s",
-        value_name = "DURATION"
+        value_name = "DURATION",
+        allow_negative_numbers = true
     )]
     pub grace: String,
 

@@ -35,8 +35,8 @@ pub(crate) enum StoreCommand {
 /// them too; one by a role that may not is refused (exit 2) saying to run this.
 /// The schema is the first of the URL's search_path (options=-c search_path=NAME), else
 /// public: several environments share a database each in a schema of its own.
-/// Without --store it is refused (exit 2): a local root gets its state file with its
-/// first claim.
+/// Without --store it is refused (exit 2): `fencepost init` makes a local root (a first
+/// claim does too).
 ///
 /// --print-grants ROLE prints, and runs nothing, the SQL (for the owner to run) that
 /// lets ROLE, with --writer, claim, renew, complete, release, write, run, recover and
@@ -88,8 +88,8 @@ pub(crate) fn run(ctx: &Ctx, args: &StoreArgs) -> Result<Report> {
     let Some(remote) = &ctx.remote else {
         return Err(Error::usage_hint(
             "store init is for a PostgreSQL store, and no --store was given",
-            "pass --store URL (FENCEPOST_STORE); a local root gets its state file with its \
-             first claim",
+            "pass --store URL (FENCEPOST_STORE); a local root is made by `fencepost init` (or \
+             its first claim)",
         ));
     };
     let done = PgStore::init(&remote.url, ctx.busy, remote.commit_timeout)?;

@@ -12,6 +12,7 @@ use fencepost::clock::ClockKind;
 use fencepost::error::{Error, Result};
 use fencepost::outcome::{Outcome, Verified};
 use fencepost::session::Ctx;
+use fencepost::text::count;
 
 /// Check every resource (or one) and exit 9 if any is inconsistent; 0 when all is well.
 ///
@@ -45,7 +46,7 @@ pub(crate) struct VerifyArgs {
 
     /// A mirror behind its store for less than this is fine: seconds or with units
     /// (ticks under --now).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     pub max_lag: Option<String>,
 }
 
@@ -75,7 +76,10 @@ fn conclude(verified: Verified, clock: ClockKind, now: i64) -> Result<Report> {
     let checked = verified.checked;
     let problems = &verified.problems;
     if problems.is_empty() {
-        let mut lines = vec![format!("ok: {checked} resource(s) consistent")];
+        let mut lines = vec![format!(
+            "ok: {} consistent",
+            count(checked, "resource", "resources")
+        )];
         for p in &verified.lagging {
             if let Some(b) = &p.behind {
                 let held = b.mirror_epoch.map_or("none".to_string(), |e| e.to_string());
@@ -95,9 +99,9 @@ fn conclude(verified: Verified, clock: ClockKind, now: i64) -> Result<Report> {
         .collect();
     Err(Error::Diverged {
         message: format!(
-            "{} inconsistenc{} in {checked} resource(s) checked",
-            problems.len(),
-            if problems.len() == 1 { "y" } else { "ies" },
+            "{} in {} checked",
+            count(problems.len(), "inconsistency", "inconsistencies"),
+            count(checked, "resource", "resources"),
         ),
         report: lines.join("\n"),
         found: Box::new(verified),
@@ -108,7 +112,7 @@ fn conclude(verified: Verified, clock: ClockKind, now: i64) -> Result<Report> {
 /// `12s` or `4m05s`.
 fn shown_span(clock: ClockKind, span: i64) -> String {
     if clock == ClockKind::Logical {
-        return format!("{span} tick(s)");
+        return count(span, "tick", "ticks");
     }
     let secs = span.max(0) / 1000;
     match secs {

@@ -12,6 +12,7 @@ use crate::recovery::Pending;
 use crate::resource::Resource;
 use crate::session::Ctx;
 use crate::sink::{Content, Recovery};
+use crate::text::count;
 
 /// Checks every resource of the state file (or `only`) and lists what is out of step.
 /// Bad input (`Error::Usage`) when there is no state file, or `only` was never claimed
@@ -115,7 +116,10 @@ fn check_document(
     if let Some(abandoned) = examined.temps.filter(|n| *n > 0) {
         found(
             "leftover-temp",
-            format!("{abandoned} temp file(s) of dead writers (run `fencepost recover`)"),
+            format!(
+                "{} of dead writers (run `fencepost recover`)",
+                count(abandoned, "temp file", "temp files")
+            ),
         );
     }
     let why = || {

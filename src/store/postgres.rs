@@ -383,6 +383,41 @@ impl StoreUrl {
     }
 }
 
+/// The libpq environment variables a store reads, with what each gives, for the manual
+/// page. Every `PG*` name read under `src/store/` is here: a test of the suite reads the
+/// sources and checks each against the page.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    (
+        "PGHOST",
+        "host names or socket folders, comma separated, when the store string names no host",
+    ),
+    (
+        "PGPORT",
+        "one port, or one per host, when the string names none",
+    ),
+    ("PGUSER", "the user, when the string names none"),
+    ("PGDATABASE", "the database, when the string names none"),
+    (
+        "PGPASSWORD",
+        "the password, when the string has none (never shown in a message)",
+    ),
+    (
+        "PGPASSFILE",
+        "the password file read next (default ~/.pgpass)",
+    ),
+    ("PGAPPNAME", "the application_name the server shows"),
+    (
+        "PGSSLMODE",
+        "sslmode: disable, prefer (the default), require, verify-ca, verify-full",
+    ),
+    (
+        "PGSSLROOTCERT",
+        "sslrootcert: the CA certificates (a file, or system)",
+    ),
+    ("PGSSLCERT", "sslcert: the client certificate"),
+    ("PGSSLKEY", "sslkey: the client certificate's key"),
+];
+
 /// Fills in what a connection string leaves out from the libpq environment variables
 /// (`var` reads one), as libpq does: `PGHOST` (host names or socket folders, comma
 /// separated), `PGPORT` (one port, or one per host), `PGUSER`, `PGDATABASE`,
