@@ -850,7 +850,7 @@ fn wait_until_zombie(pid: Pid) {
 
 #[test]
 fn a_run_stopped_while_its_command_exits_says_the_command_had_exited() {
-    let env = Env::new();
+    let env = Env::with_root();
     let go = env.path("go");
     nix::unistd::mkfifo(&go, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
     let script = "echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
@@ -899,7 +899,7 @@ fn a_run_stopped_while_its_command_exits_says_the_command_had_exited() {
 /// stopped, so the lease is released, not completed, and run dies by the signal it got
 /// (as timeout(1) does), once its line is printed.
 fn forwards(signal: Signal, name: &str) {
-    let env = Env::new();
+    let env = Env::with_root();
     let script = format!(
         "trap 'kill $! 2>/dev/null; echo got-{name} > \"$FENCEPOST_ROOT/marker\"; exit 0' {name}; \
          echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
