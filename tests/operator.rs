@@ -940,6 +940,34 @@ fn run_forwards_sigint_to_the_child() {
     forwards(Signal::SIGINT, "INT");
 }
 
+/// A command that dies of the signal run passed on, before run's forwarder has told the
+/// supervisor it did (held there by a failpoint): still run's stop, never the command's
+/// own death by SIGTERM (exit 143 and `completed` would be wrong).
+#[cfg(feature = "failpoints")]
+#[test]
+fn run_knows_it_was_signalled_even_when_its_command_dies_first() {
+    let env = Env::with_root();
+    let script = "echo $PPID > \"$FENCEPOST_ROOT/runpid\"; exec sleep 60";
+    let run = run_sh(&env, "doc.md", "O", "60s", &[], script)
+        .env("FAILPOINTS", "run.after_forward=sleep(300)");
+    let handle = background(run);
+    let run_pid = pid_in(&env.path("runpid"));
+    kill(run_pid, Signal::SIGTERM).expect("signal run");
+    let (done, _) = handle.join().expect("run thread");
+    assert_eq!(
+        (done.code, done.signal),
+        (-1, Some(Signal::SIGTERM as i32)),
+        "stderr: {}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("run got SIGTERM: "),
+        "stderr: {}",
+        done.stderr
+    );
+    assert_eq!(row(&env, "doc.md")["lease"]["state"], "released");
+}
+
 #[test]
 fn run_sigkills_a_command_that_ignores_a_forwarded_sigterm_after_the_grace_period() {
     let env = Env::new();

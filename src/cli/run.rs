@@ -274,9 +274,15 @@ fn start(
     std::thread::spawn(move || {
         for sig in signals.forever() {
             if let Ok(sig) = Signal::try_from(sig) {
+                // The supervisor hears of the signal before the command can die of it: it
+                // reads its events in order, so it never takes that death for the
+                // command's own.
+                let _ = signalled.send(Event::Signalled(sig));
                 let _ = killpg(group, sig);
                 let _ = killpg(group, Signal::SIGCONT);
-                let _ = signalled.send(Event::Signalled(sig));
+                // A slow forwarder, for the test of that order.
+                #[cfg(feature = "failpoints")]
+                let _ = fencepost::failpoints::hit("run.after_forward");
             }
         }
     });
