@@ -36,6 +36,8 @@ use crate::resource::DocPath;
 use crate::sink::{FileId, Leftovers};
 use crate::text::hex;
 
+pub mod interrupt;
+
 /// What follows `.<name>.fencepost-` in a staged temp file's name (then random chars).
 const TEMP: &str = "tmp-";
 
@@ -79,7 +81,8 @@ pub fn file_id(entry: &Entry) -> FileId {
 }
 
 /// Bytes staged for a document: written, fsynced, hashed, locked by this process. While
-/// it is not renamed into place, dropping it removes the temp file.
+/// it is not renamed into place, dropping it removes the temp file; until its write
+/// commits to it ([`Staged::commit_to`]), a signal may remove it too (`interrupt`).
 #[derive(Debug)]
 pub struct Staged<'d> {
     /// Kept open until the writer is done: the `flock` on it marks the writer alive, and
@@ -88,6 +91,8 @@ pub struct Staged<'d> {
     doc: &'d DocPath,
     temp: OsString,
     renamed: bool,
+    /// Its place among the staged files a signal removes.
+    registration: interrupt::Registration,
     pub sha256: String,
     pub size: u64,
     pub id: FileId,
@@ -122,13 +127,17 @@ pub fn stage_unsynced<'d>(
     existing: Option<&Entry>,
 ) -> Result<Unsynced<'d>> {
     let prefix = doc.sibling_name(TEMP);
-    let (file, temp) = loop {
+    let (file, temp, registration) = loop {
         let mut name = prefix.clone();
         name.push(random_chars(TEMP_RANDOM));
         let create_mode = if existing.is_some() { 0o600 } else { 0o666 };
-        let Some(file) = doc.folder.create_file(&name, create_mode)? else {
+        let created = interrupt::create(doc.folder.handle(), &name, || {
+            doc.folder.create_file(&name, create_mode)
+        })?;
+        let Some((file, registration)) = created else {
             continue;
         };
+        // From here on, dropping `registration` (an error) removes the file.
         file.lock()
             .map_err(Error::io("cannot lock", doc.folder.join(&name)))?;
         // A cleaner may have removed the file between its creation and our lock (it looked
@@ -141,14 +150,16 @@ pub fn stage_unsynced<'d>(
             .zip(folder::entry_of(&file).ok())
             .is_some_and(|(named, open)| named.ino == open.ino && named.dev == open.dev);
         if ours {
-            break (file, name);
+            break (file, name, registration);
         }
+        registration.forget();
     };
     let mut staged = Staged {
         file,
         doc,
         temp,
         renamed: false,
+        registration,
         sha256: String::new(),
         size: 0,
         id: FileId { ino: 0, size: 0 },
@@ -540,6 +551,14 @@ impl Staged<'_> {
         link_name(self.doc, what, OsStr::new(&self.id.ino.to_string()))
     }
 
+    /// The write's point of no return, under the lock once the sink has accepted it and
+    /// before [`Staged::link_for_recovery`]: from here a signal no longer removes the
+    /// staged file (which becomes `-new-<ino>`, then the document, and recovery's should
+    /// the process die); it lets the write end first (see `interrupt`).
+    pub fn commit_to(&mut self) {
+        self.registration.commit();
+    }
+
     /// Links `-pre-<ino>` to the current document (if any) and `-new-<ino>` to the staged
     /// file, so a crash from here to the commit can be undone, and keeps the staged bytes'
     /// hash in `-sum-<ino>`. Call under the state file's lock, after recovery.
@@ -637,7 +656,9 @@ impl<'d> Unsynced<'d> {
 
 impl Drop for Staged<'_> {
     fn drop(&mut self) {
-        if !self.renamed {
+        // While registered, the registration removes the file as it drops (unless a
+        // signal did already), after this.
+        if !self.renamed && !self.registration.is_staged() {
             let _ = self.doc.folder.remove(&self.temp);
         }
     }

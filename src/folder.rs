@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
@@ -20,7 +21,9 @@ use crate::error::{Error, Result};
 /// An open folder and the path it was reached by (for messages only).
 #[derive(Debug)]
 pub struct Folder {
-    fd: OwnedFd,
+    /// Shared with the registry of staged files a signal may remove (`atomic::interrupt`),
+    /// which unlinks through it from another thread.
+    fd: Arc<OwnedFd>,
     path: PathBuf,
 }
 
@@ -72,7 +75,7 @@ impl Folder {
         )
         .map_err(|e| Error::io("cannot open folder", path)(e.into()))?;
         Ok(Folder {
-            fd,
+            fd: Arc::new(fd),
             path: path.to_path_buf(),
         })
     }
@@ -89,6 +92,13 @@ impl Folder {
         self.path.join(name)
     }
 
+    /// The folder's handle, shared: for a thread that must reach the folder while this
+    /// value is in another's hands (`atomic::interrupt`).
+    #[must_use]
+    pub fn handle(&self) -> Arc<OwnedFd> {
+        Arc::clone(&self.fd)
+    }
+
     /// Device and inode of the folder itself.
     pub fn id(&self) -> Result<(u64, u64)> {
         let st = rustix::fs::fstat(&self.fd).map_err(self.err("cannot inspect", None))?;
@@ -99,7 +109,7 @@ impl Folder {
     pub fn child(&self, name: &OsStr) -> Result<Child> {
         match rustix::fs::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => Ok(Child::Folder(Folder {
-                fd,
+                fd: Arc::new(fd),
                 path: self.join(name),
             })),
             Err(rustix::io::Errno::NOENT) => Ok(Child::Missing),

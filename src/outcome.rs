@@ -433,8 +433,9 @@ pub enum RefusalDetail {
         reason: &'static str,
         lease: Option<LeaseView>,
     },
-    /// run: the lease was lost while the command ran.
-    LostWhileRunning {},
+    /// run: the lease was lost while the command ran. `lease`: the lease of whoever took
+    /// it over (another epoch), when run could read it at the loss.
+    LostWhileRunning { lease: Option<LeaseView> },
     /// write: a newer epoch was accepted (`fence`).
     Stale { fence: i64 },
     /// write: this epoch already wrote other bytes.
@@ -451,7 +452,9 @@ impl RefusalDetail {
     pub fn kind(&self) -> RefusalKind {
         match self {
             RefusalDetail::Held { .. } => RefusalKind::Held,
-            RefusalDetail::Lost { .. } | RefusalDetail::LostWhileRunning {} => RefusalKind::Lost,
+            RefusalDetail::Lost { .. } | RefusalDetail::LostWhileRunning { .. } => {
+                RefusalKind::Lost
+            }
             RefusalDetail::Stale { .. } => RefusalKind::Stale,
             RefusalDetail::Conflict { .. } => RefusalKind::Conflict,
             RefusalDetail::Unissued { .. } | RefusalDetail::IssuedToAnother { .. } => {
@@ -469,11 +472,10 @@ impl RefusalDetail {
             RefusalDetail::Held { holder, lease, .. } => {
                 (Some(holder.as_str()), lease.as_ref().map(|l| l.epoch))
             }
-            RefusalDetail::Lost { lease, .. } => (
+            RefusalDetail::Lost { lease, .. } | RefusalDetail::LostWhileRunning { lease } => (
                 lease.as_ref().map(|l| l.owner.as_str()),
                 lease.as_ref().map(|l| l.epoch),
             ),
-            RefusalDetail::LostWhileRunning {} => (None, None),
             RefusalDetail::Stale { fence } | RefusalDetail::Conflict { fence, .. } => {
                 (None, Some(*fence))
             }

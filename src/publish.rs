@@ -468,6 +468,9 @@ fn publish(
     // the root), and again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
     let exists = atomic::inspect_document(doc)?.is_some();
+    // The point of no return: from the first recovery link on, the staged file is this
+    // decision's (and recovery's), no longer this writer's to remove on a signal.
+    staged.commit_to();
     let staged_change = staged
         .link_for_recovery(exists)
         .and_then(|()| doc.check_unmoved(&ctx.root, resource))

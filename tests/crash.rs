@@ -6,6 +6,7 @@
 //! "Promise N" is the Nth promise of docs/crash-safety.md. The helpers it shares with
 //! other modules are in `support`.
 
+use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use crate::harness::{Env, Run};
@@ -366,6 +367,104 @@ fn claim_txn_before_commit() {
 #[test]
 fn claim_txn_after_commit() {
     claim_point("txn.after_commit");
+}
+
+/// A write stopped by SIGTERM, SIGINT or SIGHUP before it was accepted under the lock
+/// (staged and waiting for the lock, still writing its temp file, or holding the lock
+/// before the decision) removes its staged file and dies by the signal: nothing is left
+/// for `verify` to report, and the document and its record are as they were.
+#[test]
+fn a_write_stopped_by_a_signal_removes_its_staged_file_and_dies_by_it() {
+    let env = Env::new();
+    let old = old();
+    assert_eq!(env.claim(RES, "A", 100, 0), 1);
+    env.write(RES, 1, std::str::from_utf8(&old).expect("utf-8"), 1, 0);
+    let args = ["write", RES, "--epoch", "1"];
+    for (sig, number, point) in [
+        ("TERM", 15, "write.before_lock"),
+        ("INT", 2, "write.before_lock"),
+        ("HUP", 1, "write.before_lock"),
+        ("TERM", 15, "write.after_temp_write"),
+        ("TERM", 15, "txn.after_begin"),
+    ] {
+        let paused = spawn_paused(&env, &args, Some(2), &new(), point);
+        assert_eq!(temp_files(&env).len(), 1, "staged at {point}");
+        let out = paused.stop_by(sig);
+        let what = format!("SIG{sig} at {point}");
+        assert_eq!(out.status.signal(), Some(number), "{what}: {out:?}");
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what} left files");
+        env.fp(&["verify"]).now(3).expect(0);
+        assert_consistent(&env, RES, Some(3), Some((&old, 1)), &what);
+    }
+}
+
+/// A signal the write was started with ignored (nohup's SIGHUP) stays ignored: the write
+/// goes on when let go, and publishes.
+#[test]
+fn a_write_started_with_sighup_ignored_keeps_ignoring_it() {
+    let env = Env::new();
+    let new = new();
+    assert_eq!(env.claim(RES, "A", 100, 0), 1);
+    let nohup = ["sh", "-c", "trap '' HUP; exec \"$0\" \"$@\""];
+    let args = ["write", RES, "--epoch", "1"];
+    let paused = spawn_paused_via(&nohup, &env, &args, Some(1), &new, "write.before_lock");
+    signal(paused.pid, "HUP");
+    let out = paused.resume();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "written");
+    assert_consistent(
+        &env,
+        RES,
+        Some(2),
+        Some((&new, 1)),
+        "after SIGHUP under nohup",
+    );
+}
+
+/// A signal that comes once the write was accepted under the lock (here between its two
+/// recovery links) does not take the staged file from it: the write ends (committed),
+/// then the process dies by the signal, and nothing is left behind.
+#[test]
+fn a_signal_past_the_point_of_no_return_lets_the_write_end_first() {
+    let env = Env::new();
+    let (old, new) = (old(), new());
+    assert_eq!(env.claim(RES, "A", 100, 0), 1);
+    env.write(RES, 1, std::str::from_utf8(&old).expect("utf-8"), 1, 0);
+    assert_eq!(env.claim(RES, "B", 100, 200), 2);
+    let args = ["write", RES, "--epoch", "2"];
+    let paused = spawn_paused(&env, &args, Some(201), &new, "write.after_pre_link");
+    signal(paused.pid, "TERM");
+    wait_until_a_thread_waits_on_a_lock(paused.pid);
+    assert_eq!(temp_files(&env).len(), 1, "the signal took the staged file");
+    let out = paused.resume();
+    assert_eq!(out.status.signal(), Some(15), "{out:?}");
+    assert_eq!(out.stdout, b"", "an answer after the signal: {out:?}");
+    assert_eq!(tool_files(&env), Vec::<String>::new(), "left files");
+    env.fp(&["verify"]).now(202).expect(0);
+    assert_consistent(&env, RES, Some(202), Some((&new, 2)), "after the signal");
+}
+
+/// Waits until a thread of `pid` other than its first waits in a futex (the kernel's
+/// `wchan`): a writer's signal thread that got the signal and waits for the write to end.
+/// Until then it waits in a read, and the first thread at its failpoint in another.
+fn wait_until_a_thread_waits_on_a_lock(pid: u32) {
+    let started = Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the writer's threads");
+        let waiting = tasks.flatten().any(|task| {
+            task.file_name() != *pid.to_string()
+                && std::fs::read_to_string(task.path().join("wchan"))
+                    .is_ok_and(|wchan| wchan.contains("futex"))
+        });
+        if waiting {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no thread of the writer took the signal"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Promise 5: a writer still alive (here blocked between staging and locking, then also

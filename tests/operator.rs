@@ -892,6 +892,54 @@ fn a_run_stopped_while_its_command_exits_says_the_command_had_exited() {
     );
 }
 
+/// run stopped past its lease's deadline, while X took the lease over: once resumed, it
+/// sees the loss and says who has the lease now, and the timeline's LOST entry names
+/// the new holder.
+#[test]
+fn run_lost_past_its_deadline_says_who_took_over() {
+    let env = Env::new();
+    let script = "echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
+                  sleep 30";
+    let run = run_sh(&env, "doc.md", "O", "1s", &["--grace", "500ms"], script);
+    let handle = background(run);
+    let run_pid = pid_in(&env.path("runpid"));
+    let command = pid_in(&env.path("pid"));
+    stop_outside_transaction(run_pid, &db(&env));
+    // The deadline passes, as the store reads it (run's own is no later); X takes over.
+    loop {
+        let j = env.fp(&["--json", "status", "doc.md"]).expect(0).json();
+        if j["now"].as_i64() >= j["resources"][0]["lease"]["deadline"].as_i64() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(env.claim_wall("doc.md", "X"), 2);
+    kill(run_pid, Signal::SIGCONT).expect("resume run");
+    let done = join_within(handle, Duration::from_secs(15), command);
+    assert_eq!(done.code, 4, "stderr: {}", done.stderr);
+    assert_one_error_line(&done);
+    assert!(
+        done.stderr
+            .contains("the lease on doc.md (epoch 1) was lost")
+            && done
+                .stderr
+                .trim_end()
+                .ends_with("; now held by X (epoch 2)"),
+        "stderr: {}",
+        done.stderr
+    );
+    let log = events(&env, &["doc.md"]);
+    assert!(
+        log.iter().any(|e| e["event"] == "lost"
+            && e["epoch"] == 1
+            && e["prev_owner"] == "X"
+            && e["prev_epoch"] == 2),
+        "no lost event naming X epoch 2: {log:?}"
+    );
+    let text = env.fp(&["log", "--timeline"]).expect(0).stdout;
+    assert!(text.contains("LOST e1 (holder X e2)"), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------
 // run: signals
 

@@ -505,7 +505,11 @@ fn run_answers_keep_their_keys() {
         ])
         .env("PATH", &std::env::var("PATH").unwrap_or_default())
         .expect(4);
-    assert_keys(&lost, &[&exit[..], &["error"]].concat());
+    // Lost, with the lease of whoever took it over (X's).
+    assert_keys_owned(
+        &lost,
+        &with_lease(&[&exit[..], &["error", "lease"]].concat(), &["lease"]),
+    );
     let held = run("B", "true", 3);
     let held_keys = with_lease(
         &[

@@ -1317,7 +1317,8 @@ fn a_failed_fsync_on_the_second_thread_fails_the_write() {
         );
         let hit: Vec<&Call> = t.calls.iter().filter(|c| c.injected()).collect();
         assert_eq!(hit.len(), 1, "{what}\n{}", dump(&t.calls));
-        // The thread the write started ("clone3(...) = TID") is the one whose fsync failed.
+        // A thread the write started ("clone3(...) = TID") is the one whose fsync failed:
+        // not the first thread (the other started thread watches signals).
         let started: Vec<&str> = t
             .calls
             .iter()
@@ -1325,9 +1326,8 @@ fn a_failed_fsync_on_the_second_thread_fails_the_write() {
             .filter_map(|c| c.line.rsplit("= ").next())
             .map(str::trim)
             .collect();
-        assert_eq!(
-            started,
-            [tid(hit[0])],
+        assert!(
+            started.contains(&tid(hit[0])),
             "{what}: the failed fsync is not the second thread's\n{}",
             dump(&t.calls)
         );

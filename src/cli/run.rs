@@ -23,7 +23,7 @@ use super::{HolderArgs, Report};
 use crate::cli::durations::{Zero, parse_duration};
 use fencepost::clock::Clock;
 use fencepost::error::{Error, Refusal, Result};
-use fencepost::outcome::{Completed, Exit, Outcome, RefusalDetail, RunFailed};
+use fencepost::outcome::{Completed, Exit, LeaseView, Outcome, RefusalDetail, RunFailed};
 use fencepost::refusal::RefusalKind;
 use fencepost::session::Ctx;
 use fencepost::store::HolderChange;
@@ -643,25 +643,13 @@ fn lost_while_running(ctx: &Ctx, lease: &Held, why: &str, job: &Running) -> Ende
     if let Some(status) = exited_already(job) {
         return lost_after_exit(ctx, lease, why, status);
     }
-    let refusal = || {
-        Refusal::new(
-            format!(
-                "the lease on {} (epoch {}) was lost while the command ran ({why}); \
-                 the command is stopped",
-                lease.resource, lease.holder.epoch
-            ),
-            &lease.resource,
-            Some(lease.holder.epoch),
-            Some(&lease.holder.owner),
-            RefusalDetail::LostWhileRunning {},
-        )
-    };
+    let message = format!(
+        "the lease on {} (epoch {}) was lost while the command ran ({why}); \
+         the command is stopped",
+        lease.resource, lease.holder.epoch
+    );
     stop_group(job.group, lease.grace, &job.events);
-    log_loss(ctx, refusal());
-    let mut refusal = refusal();
-    // Logged here or never: not tried again on the way out.
-    refusal.logged = true;
-    Ended::Lost(Error::refused(refusal))
+    Ended::Lost(Error::refused(log_loss(ctx, lease, message)))
 }
 
 /// The command's exit status if it has exited already, unseen (run was stopped while it
@@ -691,46 +679,79 @@ fn lost_after_exit(ctx: &Ctx, lease: &Held, why: &str, status: ExitStatus) -> En
         Some(signal) => format!("been killed by {signal}"),
         None => format!("exited with code {}", exit_code(status)),
     };
-    let refusal = || {
-        Refusal::new(
-            format!(
-                "the lease on {} (epoch {}) was lost ({why}); the command had {how} \
-                 before the loss was seen",
-                lease.resource, lease.holder.epoch
-            ),
-            &lease.resource,
-            Some(lease.holder.epoch),
-            Some(&lease.holder.owner),
-            RefusalDetail::LostWhileRunning {},
-        )
-    };
-    log_loss(ctx, refusal());
-    let mut refusal = refusal();
-    refusal.logged = true;
-    Ended::Lost(Error::refused(refusal))
+    let message = format!(
+        "the lease on {} (epoch {}) was lost ({why}); the command had {how} \
+         before the loss was seen",
+        lease.resource, lease.holder.epoch
+    );
+    Ended::Lost(Error::refused(log_loss(ctx, lease, message)))
 }
 
-/// Logs a lost lease on a thread of its own, waiting for it at most [`LOSS_LOG_WAIT`];
-/// a thread still waiting on the network then is left behind (run exits soon after).
-fn log_loss(ctx: &Ctx, refusal: Refusal) {
+/// The `lost` refusal of run (`message`, then who took the lease over when known),
+/// logged. On a thread of its own, waiting for it at most [`LOSS_LOG_WAIT`] in all, the
+/// lease is read once (the new holder's, if another epoch has it) and the loss logged
+/// with it; a thread still waiting on the network then is left behind (run exits soon
+/// after), and the refusal goes without the holder. Logged here or never: not tried
+/// again on the way out.
+fn log_loss(ctx: &Ctx, lease: &Held, message: String) -> Refusal {
     let until = Instant::now() + LOSS_LOG_WAIT;
     let log_ctx = Ctx {
         busy: ctx.busy.min(LOSS_LOG_WAIT),
         deadline: Some(until),
         ..ctx.clone()
     };
+    let (resource, epoch, owner) = (
+        lease.resource.clone(),
+        lease.holder.epoch,
+        lease.holder.owner.clone(),
+    );
+    let lost = move |taken: Option<LeaseView>| {
+        let message = match &taken {
+            Some(now) if now.state == "held" => {
+                format!("{message}; now held by {} (epoch {})", now.owner, now.epoch)
+            }
+            Some(now) => format!(
+                "{message}; taken over by {} (epoch {}), now {}",
+                now.owner, now.epoch, now.state
+            ),
+            None => message.clone(),
+        };
+        let mut refusal = Refusal::new(
+            message,
+            &resource,
+            Some(epoch),
+            Some(&owner),
+            RefusalDetail::LostWhileRunning { lease: taken },
+        );
+        refusal.logged = true;
+        refusal
+    };
     let (done, logged) = mpsc::channel();
+    let lost_on_thread = lost.clone();
+    let (name, ours) = (lease.resource.clone(), lease.holder.epoch);
     std::thread::spawn(move || {
+        let refusal = lost_on_thread(taken_over(&log_ctx, &name, ours));
         fencepost::session::log_refusal(&log_ctx, &refusal);
-        let _ = done.send(());
+        let _ = done.send(refusal);
     });
-    if logged.recv_timeout(LOSS_LOG_WAIT).is_err() {
+    logged.recv_timeout(LOSS_LOG_WAIT).unwrap_or_else(|_| {
         let _ = writeln!(
             std::io::stderr(),
             "fencepost: warning: refusal not logged: the store did not answer within {}s",
             LOSS_LOG_WAIT.as_secs()
         );
-    }
+        lost(None)
+    })
+}
+
+/// The lease of `resource` as it is now, if another epoch than `ours` has it: whoever
+/// took it over. None if the store cannot tell.
+fn taken_over(ctx: &Ctx, resource: &str, ours: i64) -> Option<LeaseView> {
+    let resource = ctx.stored(resource).ok()?;
+    let mut store = ctx.read_store("no lease to read").ok()?;
+    let now = ctx.now();
+    let lease = store.snapshot().ok()?.lease(&resource).ok()??;
+    LeaseView::at(Some(&lease), now).filter(|view| view.epoch != ours)
 }
 
 /// Why a renewal was refused, in words that fit inside run's own `lost` line: the

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nix::fcntl::{FcntlArg, fcntl};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 use super::Report;
-use fencepost::atomic::Source;
+use fencepost::atomic::{Source, interrupt};
 use fencepost::error::{Error, Result};
 use fencepost::outcome::Outcome;
 use fencepost::publish::{self, WriteRequest};
@@ -26,6 +28,12 @@ use fencepost::session::{Ctx, Kept};
 /// The new content is written and fsynced before the state file is locked; then it
 /// replaces the document by an atomic rename. A new document gets the usual mode under
 /// your umask; a rewrite keeps the document's mode.
+///
+/// Stopped by SIGTERM, SIGINT or SIGHUP (as run stops its command on a lost lease), a
+/// write removes its staged .fencepost-tmp-* file and dies by the signal, as run does.
+/// A signal that comes once the write has been accepted under the lock lets it end first
+/// (committed, or undone), then ends it without an answer: status and log tell which.
+/// A signal ignored when the write started (nohup's SIGHUP) stays ignored.
 ///
 /// With stdin, whatever arrives before end-of-file is published: render to a file and
 /// use --from when the producer can fail half-way.
@@ -81,6 +89,7 @@ impl WriteArgs {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
+    watch_signals();
     // The store the write opens serves the mirror's update after it too.
     let ctx = &Ctx {
         kept: Kept::on(),
@@ -105,6 +114,59 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         );
     }
     report(&resource, args, outcome)
+}
+
+/// Watches SIGTERM, SIGINT and SIGHUP on a thread of its own: on the first, the staged
+/// file goes unless the write has committed to it (`interrupt::stop`, which waits for a
+/// write past that point to end), and the process dies by the signal. A signal ignored
+/// when the process started stays ignored. Best effort: without a thread the signals
+/// keep their default action (the staged file is then left to recovery, as before).
+fn watch_signals() {
+    // The thread first, then the handlers: handlers with no thread to act on them would
+    // swallow the signals.
+    let (send, receive) = std::sync::mpsc::sync_channel::<Signals>(1);
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let Ok(mut signals) = receive.recv() else {
+                return;
+            };
+            if let Some(signal) = signals.forever().next() {
+                interrupt::stop();
+                super::run::die_by(128 + signal);
+            }
+        });
+    if spawned.is_err() {
+        return;
+    }
+    let ignored = ignored_signals();
+    let watched = [SIGTERM, SIGINT, SIGHUP]
+        .into_iter()
+        .filter(|&signal| !is_in(ignored, signal));
+    if let Ok(signals) = Signals::new(watched) {
+        let _ = send.send(signals);
+    }
+}
+
+/// The signals this process ignores (`SigIgn` in `/proc/self/status`, a mask whose bit
+/// N-1 is signal N), as it inherited them; none if that cannot be read.
+fn ignored_signals() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .as_deref()
+        .and_then(sig_ign)
+        .unwrap_or(0)
+}
+
+/// The `SigIgn` mask of a `/proc/PID/status` text.
+fn sig_ign(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+    u64::from_str_radix(line.trim(), 16).ok()
+}
+
+/// Whether `signal` is in the mask `set`.
+fn is_in(set: u64, signal: i32) -> bool {
+    (1..=64).contains(&signal) && set & (1 << (signal - 1)) != 0
 }
 
 /// The plain answer of a write that published (or replayed) `outcome`.
@@ -186,5 +248,23 @@ fn open_source(path: &PathBuf) -> Result<File> {
             path.display()
         ))),
         _ => Ok(file),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ignored_signals_are_read_from_the_sigign_mask() {
+        let status = "Name:\tfencepost\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000001\n";
+        let ignored = sig_ign(status).expect("a SigIgn line");
+        assert!(is_in(ignored, SIGHUP));
+        assert!(!is_in(ignored, SIGINT));
+        assert!(!is_in(ignored, SIGTERM));
+        let ignored = sig_ign("SigIgn:\t0000000000004002\n").expect("a SigIgn line");
+        assert!(is_in(ignored, SIGINT) && is_in(ignored, SIGTERM) && !is_in(ignored, SIGHUP));
+        assert_eq!(sig_ign("Name:\tx\n"), None);
+        assert!(!is_in(u64::MAX, 0) && !is_in(u64::MAX, 65));
     }
 }

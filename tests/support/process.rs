@@ -227,27 +227,57 @@ impl Paused {
 
     /// Lets it go on from the failpoint and waits for it to finish.
     pub(crate) fn resume(mut self) -> Output {
-        drop(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&self.resume)
-                .expect("open the resume fifo"),
-        );
+        self.open_resume();
         let child = self.child.take().expect("running");
         child.wait_with_output().expect("wait")
+    }
+
+    /// Opens (and closes) the resume FIFO, which lets the process go on. Opened without
+    /// blocking and tried again while the process has not opened it yet: a process that
+    /// died where it was blocked (a signal) never will, and the caller gets its end.
+    fn open_resume(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let started = Instant::now();
+        loop {
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                .open(&self.resume);
+            match opened {
+                Ok(_) => return,
+                // No reader yet (ENXIO), or none ever: it has ended.
+                Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENXIO as i32) => {
+                    let child = self.child.as_mut().expect("running");
+                    if child.try_wait().expect("try_wait").is_some() {
+                        return;
+                    }
+                }
+                Err(e) => panic!("open the resume fifo: {e}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{} never opened the resume fifo at {}",
+                self.pid,
+                self.point
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 
 impl Paused {
+    /// Sends it `sig` (as kill(1) names it) where it is blocked, and waits for it to end
+    /// without letting it go on from the failpoint.
+    pub(crate) fn stop_by(mut self, sig: &str) -> Output {
+        signal(self.pid, sig);
+        let child = self.child.take().expect("running");
+        child.wait_with_output().expect("wait")
+    }
+
     /// Lets it go on from the failpoint without waiting for it: the process, to wait for
     /// (or kill) as the caller sees fit.
     pub(crate) fn let_go(mut self) -> Child {
-        drop(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&self.resume)
-                .expect("open the resume fifo"),
-        );
+        self.open_resume();
         self.child.take().expect("running")
     }
 }
