@@ -171,6 +171,27 @@ pub(super) fn lacking_sql() -> String {
     )
 }
 
+/// A boolean expression: the session's role holds every one of `needed` (privileges as
+/// [`lacking_sql`] names them) on the objects that exist. Cheap enough for every
+/// connect, where [`lacking_sql`], which looks at every object, is not: the full list
+/// is asked for only when a change would be refused.
+pub(super) fn holds_sql(needed: &[&str]) -> String {
+    let checks: Vec<String> = needed
+        .iter()
+        .filter_map(|n| {
+            let (privilege, object) = n.split_once(" on ")?;
+            let (kind, name) = object.split_once(' ')?;
+            Some(format!(
+                "coalesce(has_{kind}_privilege(to_regclass('{name}'), '{privilege}'), true)"
+            ))
+        })
+        .collect();
+    if checks.is_empty() {
+        return "true".to_string();
+    }
+    format!("({})", checks.join(" AND "))
+}
+
 /// What every change does first (its transaction locks the resource's row of
 /// `fencepost_lock` with an upsert, INSERT ... ON CONFLICT DO UPDATE, which reads the row
 /// it meets), as [`lacking_sql`] names privileges.
