@@ -4,9 +4,10 @@
 //! verify, log), as the SQL `fencepost store init --print-grants` prints, and the words
 //! for a role that lacks one.
 //!
-//! One table, `NEEDS`, says it all: the printed grants, the privileges a session checks
-//! for at connect (so that a reader's change is refused naming what it lacks), and the
-//! hint under a permission error are read from it, so they cannot disagree. Its content
+//! One table, `NEEDS`, says it all: the printed grants, the privileges a session looks
+//! for before a change it may not make (so that a reader's change is refused naming what
+//! it lacks), and the hint under a permission error are read from it, so they cannot
+//! disagree. Its content
 //! is what the commands were found to need, each privilege by a command that fails
 //! without it (tests/roles.rs).
 
