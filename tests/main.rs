@@ -36,6 +36,7 @@ mod sink;
 mod store_crash;
 mod store_environment;
 mod store_inputs;
+mod store_statements;
 mod store_torture;
 mod stores;
 mod strace;

@@ -239,10 +239,11 @@ pub struct PgStore {
     notices: Notices,
     /// What cancels a COMMIT that waits past `commit_timeout`.
     timer: CommitTimer,
-    /// The session's role, and the privileges of a writer it lacks: a change it cannot
-    /// make is refused before it starts, naming them.
+    /// The session's role, and whether it holds what every change needs
+    /// ([`roles::CHANGE`]): a change it cannot make is refused before it starts, naming
+    /// the privileges it lacks.
     role: String,
-    lacking: Vec<String>,
+    may_change: bool,
 }
 
 /// The warnings and notices a session received, kept until a statement looks at them:
@@ -591,7 +592,7 @@ impl PgStore {
         }
         let local = set_local(&settings);
         let (id, server_now) = (header.id, header.now);
-        let (role, lacking) = (header.role, header.lacking);
+        let (role, may_change) = (header.role, header.may_change);
         Ok(Some(PgStore {
             local,
             client,
@@ -605,7 +606,7 @@ impl PgStore {
             notices,
             timer,
             role,
-            lacking,
+            may_change,
         }))
     }
 
@@ -642,9 +643,19 @@ impl PgStore {
     }
 
     /// Refuses a change by a role that lacks a privilege of a writer on one of
-    /// `objects` (see [`roles::CHANGE`]).
-    fn may(&self, objects: &[&str]) -> Result<()> {
-        let Some(first) = roles::lacks_on(&self.lacking, objects) else {
+    /// `objects` (see [`roles::CHANGE`]). What the role lacks is asked for only when the
+    /// connect's answer does not already say it holds them: reading every object's
+    /// privileges costs the server more than the rest of a connect.
+    fn may(&mut self, objects: &[&str]) -> Result<()> {
+        if self.may_change && objects == roles::CHANGE {
+            return Ok(());
+        }
+        let lacking: Vec<String> = self
+            .client
+            .query_typed_one(&format!("SELECT {}", roles::lacking_sql()), args![])
+            .map_err(|e| pg_error(&self.shown, self.busy, e))?
+            .get(0);
+        let Some(first) = roles::lacks_on(&lacking, objects) else {
             return Ok(());
         };
         Err(Error::usage_hint(
@@ -652,7 +663,7 @@ impl PgStore {
                 "the role {} may not change the store {}: it lacks {}",
                 self.role,
                 self.shown,
-                roles::lacking_words(&self.lacking, first)
+                roles::lacking_words(&lacking, first)
             ),
             roles::grants_hint(&self.role),
         ))
@@ -865,8 +876,8 @@ struct Header {
     schema: usize,
     /// The session's role (`current_user`).
     role: String,
-    /// The privileges of a writer the role lacks (see [`roles::lacking_sql`]).
-    lacking: Vec<String>,
+    /// The role holds what every change needs (see [`roles::holds_sql`]).
+    may_change: bool,
 }
 
 /// The store's identity and the server's clock, or `None` for a database without a
@@ -885,7 +896,8 @@ fn read_header_once(
     busy: Duration,
     again: bool,
 ) -> Result<Option<Header>> {
-    // What the role may do is read in the same round trip (computed once, not per row).
+    // Whether the role may change the store is read in the same round trip (computed
+    // once, not per row).
     let rows = client.query_typed(
         &format!(
             "SELECT key, value, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
@@ -894,7 +906,7 @@ fn read_header_once(
                         ::interval) * 1000)::bigint,
                     current_user::text, {}
              FROM fencepost_meta WHERE key IN ('application', 'schema', 'id')",
-            roles::lacking_sql()
+            roles::holds_sql(roles::CHANGE)
         ),
         args![],
     );
@@ -950,10 +962,7 @@ fn read_header_once(
         .first()
         .and_then(|r| r.try_get(5).ok())
         .unwrap_or_default();
-    let lacking: Vec<String> = rows
-        .first()
-        .and_then(|r| r.try_get(6).ok())
-        .unwrap_or_default();
+    let may_change: bool = rows.first().and_then(|r| r.try_get(6).ok()).unwrap_or(true);
     Ok(Some(Header {
         id,
         now,
@@ -961,7 +970,7 @@ fn read_header_once(
         idle_limit,
         schema,
         role,
-        lacking,
+        may_change,
     }))
 }
 
@@ -1938,18 +1947,24 @@ impl Txn for PgTxn<'_> {
             unfenced,
         } = *write;
         let size = i64::try_from(content.size).unwrap_or(i64::MAX);
-        self.execute(
-            "UPDATE fencepost_blob SET released_at = now()
-             WHERE id = (SELECT blob FROM fencepost_sink WHERE resource = $1)
-               AND id IS DISTINCT FROM $2",
-            args![resource.as_str(), blob],
-        )?;
+        // One statement, one round trip: the blob the resource pointed at is marked
+        // released (its subquery reads the sink row as it was before this statement, as
+        // every part of a statement reads one snapshot), the sink points at the new one,
+        // and the notification goes out with the COMMIT (the upsert returns one row, so
+        // it notifies once).
+        let sent = Instant::now();
         let pointed = self.client.borrow_mut().execute_typed(
-            "INSERT INTO fencepost_sink
+            "WITH released AS (
+                 UPDATE fencepost_blob SET released_at = now()
+                 WHERE id = (SELECT blob FROM fencepost_sink WHERE resource = $1)
+                   AND id IS DISTINCT FROM $8
+             )
+             INSERT INTO fencepost_sink
                  (resource, fence, content_epoch, sha256, size, written_at, owner, blob, unfenced)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (resource) DO UPDATE SET fence = $2, content_epoch = $3, sha256 = $4,
-                 size = $5, written_at = $6, owner = $7, blob = $8, unfenced = $9",
+                 size = $5, written_at = $6, owner = $7, blob = $8, unfenced = $9
+             RETURNING pg_notify($10, $1)",
             args![
                 resource.as_str(),
                 fence,
@@ -1960,6 +1975,7 @@ impl Txn for PgTxn<'_> {
                 owner,
                 blob,
                 unfenced,
+                CHANNEL,
             ],
         );
         match pointed {
@@ -1973,14 +1989,12 @@ impl Txn for PgTxn<'_> {
                     hint: Some("write it again; give `recover` a longer --grace".to_string()),
                 });
             }
+            Err(e) if broken(&e) && self.idled_out(sent) => return Err(idle_ended(self.shown)),
             pointed => {
                 pointed.map_err(self.fail())?;
+                self.last_reply.set(Instant::now());
             }
         }
-        self.execute(
-            "SELECT pg_notify($1, $2)",
-            args![CHANNEL, resource.as_str()],
-        )?;
         Ok(())
     }
 

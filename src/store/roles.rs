@@ -4,9 +4,10 @@
 //! verify, log), as the SQL `fencepost store init --print-grants` prints, and the words
 //! for a role that lacks one.
 //!
-//! One table, `NEEDS`, says it all: the printed grants, the privileges a session checks
-//! for at connect (so that a reader's change is refused naming what it lacks), and the
-//! hint under a permission error are read from it, so they cannot disagree. Its content
+//! One table, `NEEDS`, says it all: the printed grants, the privileges a session looks
+//! for before a change it may not make (so that a reader's change is refused naming what
+//! it lacks), and the hint under a permission error are read from it, so they cannot
+//! disagree. Its content
 //! is what the commands were found to need, each privilege by a command that fails
 //! without it (tests/roles.rs).
 
@@ -169,6 +170,27 @@ pub(super) fn lacking_sql() -> String {
                                 ELSE has_sequence_privilege(to_regclass(o), p) END)",
         pairs.join(", ")
     )
+}
+
+/// A boolean expression: the session's role holds every one of `needed` (privileges as
+/// [`lacking_sql`] names them) on the objects that exist. Cheap enough for every
+/// connect, where [`lacking_sql`], which looks at every object, is not: the full list
+/// is asked for only when a change would be refused.
+pub(super) fn holds_sql(needed: &[&str]) -> String {
+    let checks: Vec<String> = needed
+        .iter()
+        .filter_map(|n| {
+            let (privilege, object) = n.split_once(" on ")?;
+            let (kind, name) = object.split_once(' ')?;
+            Some(format!(
+                "coalesce(has_{kind}_privilege(to_regclass('{name}'), '{privilege}'), true)"
+            ))
+        })
+        .collect();
+    if checks.is_empty() {
+        return "true".to_string();
+    }
+    format!("({})", checks.join(" AND "))
 }
 
 /// What every change does first (its transaction locks the resource's row of
