@@ -532,7 +532,7 @@ fn serving_host(tools: &Tools, on_this_server: &dyn Fn(&str) -> String, scratch:
         .expect("the check")
         .replace("/srv/reports", &root);
     let (stdout, _) = succeeded(&tools.bash(&check, scratch, scratch));
-    assert_eq!(stdout, "ok: 1 resource(s) consistent\n");
+    assert_eq!(stdout, "ok: 1 resource consistent\n");
     // systemctl stop: SIGTERM, exit 0, a last line.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(follower.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
