@@ -290,10 +290,7 @@ fn exec_start(unit: &[(String, String)], tools: &Tools, root: &Path) -> Command 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
     let line = setting(unit, "ExecStart")
         .replace("%H", host.trim())
-        .replace(
-            "/usr/local/bin/fencepost",
-            &harness::bin().display().to_string(),
-        )
+        .replace("/usr/bin/fencepost", &harness::bin().display().to_string())
         .replace(
             "/usr/local/bin/publish-daily",
             &tools.path("publish-daily").display().to_string(),
