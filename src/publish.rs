@@ -4,7 +4,7 @@
 //! points the resource at the uploaded blob (`store.rs`). `mirror.rs` applies a shared
 //! store's versions to a mirror root through the same path.
 //!
-//! Order (each step's crash outcome is in the README's design section):
+//! Order (each step's crash outcome is in docs/crash-safety.md):
 //! stage the bytes in a temp file and fsync it, with no lock held; then in one
 //! `BEGIN IMMEDIATE` transaction: recover, check the epoch, link `-pre`/`-new`, rename,
 //! fsync the folder, record the epoch and hash, COMMIT; then the writer drops its own

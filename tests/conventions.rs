@@ -227,6 +227,69 @@ fn renew_help_says_its_deadline_is_milliseconds_for_scripts() {
     assert!(flat.contains("UTC time"), "{help}");
 }
 
+/// Every state a document can be in, by its word in `status` (and `--json`): the match
+/// is exhaustive, so a new state fails to compile here until it is listed.
+fn document_state_words() -> Vec<&'static str> {
+    use fencepost::document::DocState;
+    let all = [
+        DocState::Matches,
+        DocState::Drifted,
+        DocState::Missing,
+        DocState::Untracked,
+        DocState::Absent,
+        DocState::Ahead,
+        DocState::Behind,
+        DocState::Interrupted,
+        DocState::InProgress,
+        DocState::NotAFile,
+        DocState::Unreachable,
+        DocState::StateFile,
+        DocState::Unreadable,
+        DocState::Invalid,
+        DocState::CheckFailed,
+        DocState::Stored,
+    ];
+    for state in all {
+        match state {
+            DocState::Matches
+            | DocState::Drifted
+            | DocState::Missing
+            | DocState::Untracked
+            | DocState::Absent
+            | DocState::Ahead
+            | DocState::Behind
+            | DocState::Interrupted
+            | DocState::InProgress
+            | DocState::NotAFile
+            | DocState::Unreachable
+            | DocState::StateFile
+            | DocState::Unreadable
+            | DocState::Invalid
+            | DocState::CheckFailed
+            | DocState::Stored => {}
+        }
+    }
+    all.iter().map(|s| s.word()).collect()
+}
+
+#[test]
+fn status_help_lists_every_document_state() {
+    let env = Env::new();
+    let help = env.fp(&["status", "--help"]).expect(0).stdout;
+    // The list: one state per line, its word first after the indent.
+    let listed: Vec<&str> = help
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for word in document_state_words() {
+        assert!(
+            listed.contains(&word),
+            "status --help does not list the document state {word:?}:\n{help}"
+        );
+    }
+}
+
 #[test]
 fn counts_are_singular_for_one() {
     let env = Env::new();

@@ -290,10 +290,7 @@ fn exec_start(unit: &[(String, String)], tools: &Tools, root: &Path) -> Command 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
     let line = setting(unit, "ExecStart")
         .replace("%H", host.trim())
-        .replace(
-            "/usr/local/bin/fencepost",
-            &harness::bin().display().to_string(),
-        )
+        .replace("/usr/bin/fencepost", &harness::bin().display().to_string())
         .replace(
             "/usr/local/bin/publish-daily",
             &tools.path("publish-daily").display().to_string(),
@@ -532,7 +529,7 @@ fn serving_host(tools: &Tools, on_this_server: &dyn Fn(&str) -> String, scratch:
         .expect("the check")
         .replace("/srv/reports", &root);
     let (stdout, _) = succeeded(&tools.bash(&check, scratch, scratch));
-    assert_eq!(stdout, "ok: 1 resource(s) consistent\n");
+    assert_eq!(stdout, "ok: 1 resource consistent\n");
     // systemctl stop: SIGTERM, exit 0, a last line.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(follower.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");

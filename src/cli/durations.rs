@@ -86,11 +86,13 @@ const UNITS: [(&str, i128); 5] = [
 
 /// Parses a duration (a TTL, a wait, a grace period) into units of the `kind` clock.
 ///
-/// On the wall clock, as `sleep`, `timeout` and `flock -w` read it: a bare number is
-/// seconds (`30`, `1.5`), and numbers with units follow one another (`500ms`, `0.5s`,
-/// `2m30s`, `1h`, `1d`); the result is in milliseconds and must be a whole number of
-/// them. On the logical clock (`--now`) a duration is a whole number of ticks: units and
-/// fractions are refused, since a tick has no length in seconds.
+/// On the wall clock: a bare number is seconds (`30`, `1.5`), or numbers each followed by
+/// a unit, `ms`, `s`, `m`, `h` or `d`, largest unit first, each unit at most once and
+/// nothing between them (`500ms`, `0.5s`, `1.5m`, `2m30s`, `1h`, `1d`; not `1m30`, `30s2m`,
+/// `1w`, `5sec` or `.5`). This is not what `sleep`, `timeout` and `flock -w` take: those
+/// refuse `500ms`, `2m30s` and (`flock -w`) `1m`. The result is in milliseconds and must be
+/// a whole number of them. On the logical clock (`--now`) a duration is a whole number of
+/// ticks: units and fractions are refused, since a tick has no length in seconds.
 pub(crate) fn parse_duration(text: &str, kind: ClockKind, what: &str, zero: Zero) -> Result<i64> {
     let text = text.trim();
     // Refused before its digits are read: `-5` is not a duration of any unit.

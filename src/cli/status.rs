@@ -20,9 +20,14 @@ use fencepost::session::Ctx;
 ///   missing      the recorded file is gone
 ///   untracked    a file exists but no write was recorded
 ///   absent       no file and no record
+///   stored       (--store, no mirror root) the store keeps the content; this host
+///                has no copy to compare (`fencepost cat` prints it)
 ///   ahead        (a mirror root) it holds a version the store does not know: the
 ///                store lost history (see "Several hosts" in the README)
+///   behind       (a mirror root) it has not applied the version the store publishes
+///                yet (`fencepost mirror` applies it)
 ///   interrupted  a crashed write awaits recovery (any change or `fencepost recover`)
+///   in-progress  a writer is between its rename and its clean-up
 ///   not-a-file   a symlink, folder or special file stands at the document's path
 ///   unreachable  a folder on its path is a file, a symlink leading outside the root,
 ///                or another publish root (it has .fencepost/)
