@@ -897,7 +897,7 @@ fn a_run_stopped_while_its_command_exits_says_the_command_had_exited() {
 /// the new holder.
 #[test]
 fn run_lost_past_its_deadline_says_who_took_over() {
-    let env = Env::new();
+    let env = Env::with_root();
     let script = "echo $PPID > \"$FENCEPOST_ROOT/runpid\"; echo $$ > \"$FENCEPOST_ROOT/pid\"; \
                   sleep 30";
     let run = run_sh(&env, "doc.md", "O", "1s", &["--grace", "500ms"], script);
