@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every name `fp_missing` may take, with what it stands for.
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 9] = [
     "postgres",  // PostgreSQL's server programs (initdb, pg_ctl, postgres) and psql
     "pgbouncer", // PgBouncer
     "root",      // running as root (other users, mounts, network namespaces)
@@ -23,6 +23,7 @@ const NAMES: [&str; 8] = [
     "loop",      // root, losetup and mkfs.ext4, for the disk-full tests
     "powerloss", // root, QEMU, busybox, dmsetup, mke2fs, for the power-loss test
     "hardlinks", // the kernel's fs.protected_hardlinks=1, which one test is about
+    "package",   // fencepost installed by its Debian package (tools/deb.sh), /usr/bin/fencepost
 ];
 
 fn main() {
@@ -77,6 +78,12 @@ fn main() {
             }
             "hardlinks" => std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
                 .is_ok_and(|v| v.trim() == "1"),
+            // dpkg's list of the package's files: a /usr/bin/fencepost copied there by hand
+            // is not the package.
+            "package" => {
+                Path::new("/usr/bin/fencepost").is_file()
+                    && Path::new("/var/lib/dpkg/info/fencepost.list").is_file()
+            }
             _ => unreachable!("every name is matched"),
         };
         if !present || pretend.split(',').any(|p| p.trim() == name) {

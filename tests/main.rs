@@ -20,6 +20,7 @@ mod mirror_service;
 mod mirrors;
 mod model;
 mod operator;
+mod package;
 mod partition;
 mod paths;
 mod pg_support;

@@ -46,14 +46,31 @@ fn block(lang: &str, marker: &str) -> String {
 /// A folder of programs for the recipes: `fencepost` (this build) and the stand-ins.
 struct Tools {
     dir: tempfile::TempDir,
+    /// PATH: the folder, then the system's; or, for the installed package, cron's alone.
+    path: String,
 }
 
 impl Tools {
     fn new() -> Tools {
-        let tools = Tools {
-            dir: tempfile::tempdir().expect("temp dir"),
-        };
+        let tools = Tools::stand_ins(None);
         std::os::unix::fs::symlink(harness::bin(), tools.path("fencepost")).expect("symlink");
+        tools
+    }
+
+    /// The stand-ins alone, and cron's PATH, `/usr/bin:/bin`: `fencepost` is the one the
+    /// Debian package installed (the recipes name the stand-ins by their full paths).
+    fn installed() -> Tools {
+        crate::support::needs::package();
+        Tools::stand_ins(Some("/usr/bin:/bin"))
+    }
+
+    fn stand_ins(path: Option<&str>) -> Tools {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = path.map_or_else(
+            || format!("{}:/usr/bin:/bin", dir.path().display()),
+            str::to_string,
+        );
+        let tools = Tools { dir, path };
         // The README's report generator: three lines of report.
         tools.script("render-report", "#!/bin/sh\nprintf 'rows\\n1\\n2\\n'\n");
         // The cron line's and the unit's job: render to a file, publish it.
@@ -77,9 +94,9 @@ impl Tools {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
 
-    /// PATH with these tools first.
+    /// PATH with these tools first (none for the installed package).
     fn path_env(&self) -> String {
-        format!("{}:/usr/bin:/bin", self.dir.path().display())
+        self.path.clone()
     }
 
     /// `bash -c SCRIPT` in `cwd` with a clean environment and these tools on PATH.
@@ -129,7 +146,20 @@ fn the_first_command_builds_a_plain_fencepost_and_the_reproduction_its_own() {
 
 #[test]
 fn the_quick_start_runs_as_written() {
-    let tools = Tools::new();
+    quick_start(&Tools::new(), "fencepost");
+}
+
+#[test]
+#[cfg_attr(
+    fp_missing = "package",
+    ignore = "needs fencepost installed by its package (tools/deb.sh, then apt install ./target/debian/fencepost_*.deb)"
+)]
+fn the_quick_start_runs_as_written_with_the_installed_package() {
+    quick_start(&Tools::installed(), "/usr/bin/fencepost");
+}
+
+/// The Quick start, run by `tools`, whose `fencepost` is `program`.
+fn quick_start(tools: &Tools, program: &str) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let out = tools.bash(
         &format!("set -euo pipefail\n{}", block("sh", "cd \"$(mktemp -d)\"")),
@@ -140,6 +170,9 @@ fn the_quick_start_runs_as_written() {
     assert!(stdout.contains("written"), "{stdout}");
     assert!(stdout.contains("reports/daily.md"), "status: {stdout}");
     assert!(stdout.contains("complete e1"), "timeline: {stdout}");
+    let out = tools.bash("command -v fencepost", tmp.path(), tmp.path());
+    let (found, _) = succeeded(&out);
+    assert!(found.trim_end().ends_with(program), "{found}");
 }
 
 /// The scripting recipe with its root in `root`.
@@ -244,10 +277,26 @@ fn as_cron(command: &str, tools: &Tools, home: &Path) -> Output {
 
 #[test]
 fn the_cron_line_publishes_and_is_silent_when_another_host_has_the_lease() {
-    let tools = Tools::new();
+    cron_line(&Tools::new());
+}
+
+/// The cron line as cron runs it, `PATH=/usr/bin:/bin` and nothing else: where `cargo
+/// install` puts fencepost (`~/.cargo/bin`) it fails with exit 127, `fencepost: not found`.
+#[test]
+#[cfg_attr(
+    fp_missing = "package",
+    ignore = "needs fencepost installed by its package (tools/deb.sh, then apt install ./target/debian/fencepost_*.deb)"
+)]
+fn the_cron_line_runs_with_crons_path_and_the_installed_package() {
+    cron_line(&Tools::installed());
+}
+
+/// The cron line run by `tools` wins the lease, publishes and says nothing; then it loses
+/// the race, still exits 0 and still says nothing.
+fn cron_line(tools: &Tools) {
     let env = Env::new();
-    let command = cron_command(env.root(), &tools);
-    let out = as_cron(&command, &tools, env.root());
+    let command = cron_command(env.root(), tools);
+    let out = as_cron(&command, tools, env.root());
     let (stdout, stderr) = succeeded(&out);
     // Anything printed would be mailed.
     assert_eq!((&*stdout, &*stderr), ("", ""));
@@ -262,7 +311,7 @@ fn the_cron_line_publishes_and_is_silent_when_another_host_has_the_lease() {
         "1h",
     ])
     .expect(0);
-    let out = as_cron(&command, &tools, env.root());
+    let out = as_cron(&command, tools, env.root());
     let (stdout, stderr) = succeeded(&out);
     assert_eq!((&*stdout, &*stderr), ("", ""));
 }

@@ -75,3 +75,9 @@ pub(crate) fn powerloss() {
 pub(crate) fn protected_hardlinks() {
     present("hardlinks", cfg!(fp_missing = "hardlinks"));
 }
+
+/// fencepost installed by its Debian package (`/usr/bin/fencepost`, known to dpkg).
+#[track_caller]
+pub(crate) fn package() {
+    present("package", cfg!(fp_missing = "package"));
+}
