@@ -16,7 +16,7 @@ use crate::support::sha256_hex;
 
 /// Publishes `bytes` to `res` from a host with no root, on the wall clock: claim, write,
 /// complete, as `owner`. Returns the epoch.
-fn publish(url: &str, res: &str, owner: &str, bytes: &str) -> i64 {
+pub(crate) fn publish(url: &str, res: &str, owner: &str, bytes: &str) -> i64 {
     let dir = Env::new();
     let run = |args: &[&str]| dir.fp(args).inside(dir.root()).env("FENCEPOST_STORE", url);
     let epoch = run(&["claim", res, "--owner", owner, "--ttl", "60"])

@@ -13,24 +13,8 @@ use serde_json::Value;
 
 use crate::harness::Env;
 use crate::hosts::{Follower, Host, wait_for_file};
+use crate::mirror_edges::publish;
 use crate::support::pg;
-
-/// Publishes `bytes` to `res` from a host with no root, on the wall clock: claim, write,
-/// complete, as `owner`. Returns the epoch.
-fn publish(url: &str, res: &str, owner: &str, bytes: &str) -> i64 {
-    let dir = Env::new();
-    let run = |args: &[&str]| dir.fp(args).inside(dir.root()).env("FENCEPOST_STORE", url);
-    let epoch = run(&["claim", res, "--owner", owner, "--ttl", "60"])
-        .expect(0)
-        .stdout
-        .trim()
-        .to_string();
-    run(&["write", res, "--epoch", &epoch, "--owner", owner])
-        .stdin(bytes)
-        .expect_stdout(0, "written");
-    run(&["complete", res, "--owner", owner, "--epoch", &epoch]).expect(0);
-    epoch.parse().expect("an epoch")
-}
 
 /// `2026-12-02T18:30:01.123Z `, the start of every plain line a follower prints.
 fn starts_with_a_utc_time(line: &str) -> bool {

@@ -341,24 +341,16 @@ impl Held {
     /// run got `signal` and passed it on: the lease was released, and run dies by the
     /// signal (128 + N for a shell).
     fn stopped_by(&self, signal: Signal, message: String) -> Error {
-        let code = 128 + signal as i32;
-        Error::Child {
-            code,
-            message,
-            ran: RunFailed {
-                resource: self.resource.clone(),
-                epoch: self.holder.epoch,
-                owner: self.holder.owner.clone(),
-                exit: Exit {
-                    exit_code: code,
-                    exit_from: EXIT_FROM_SIGNAL,
-                },
-            },
-        }
+        self.ended(128 + signal as i32, EXIT_FROM_SIGNAL, message)
     }
 
     /// The command failed with `code`: run exits with it.
     fn child_failed(&self, code: i32, message: String) -> Error {
+        self.ended(code, "command", message)
+    }
+
+    /// run's answer when the command ended with `code`, which `exit_from` explains.
+    fn ended(&self, code: i32, exit_from: &'static str, message: String) -> Error {
         Error::Child {
             code,
             message,
@@ -368,7 +360,7 @@ impl Held {
                 owner: self.holder.owner.clone(),
                 exit: Exit {
                     exit_code: code,
-                    exit_from: "command",
+                    exit_from,
                 },
             },
         }
