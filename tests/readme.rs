@@ -590,3 +590,56 @@ fn serving_host(tools: &Tools, on_this_server: &dyn Fn(&str) -> String, scratch:
     let status = follower.wait().expect("wait");
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
+
+/// The queue worker's handler as written, run in a publish root (`FENCEPOST_ROOT`) with a
+/// `do-job` stand-in; `timing` swaps its `--ttl 5m --wait 6m` for a test's (the one thing
+/// changed). Its exit status and the document afterwards.
+fn handle_job(env: &Env, tools: &Tools, timing: &str, job: &str) -> (i32, Option<String>) {
+    let script = block("sh", "# handle-job JOB:").replace("--ttl 5m --wait 6m", timing);
+    let path = tools.path("handle-job");
+    std::fs::write(&path, script).expect("write the handler");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = Command::new("bash")
+        .arg(&path)
+        .arg(job)
+        .env_clear()
+        .env("PATH", tools.path_env())
+        .env("FENCEPOST_ROOT", env.root())
+        .env("HOME", tmp.path())
+        .current_dir(tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the handler");
+    let code = out.status.code().expect("an exit code");
+    let doc = env.read(&format!("jobs/{job}.out"));
+    (code, doc.map(|d| String::from_utf8(d).expect("utf-8")))
+}
+
+#[test]
+fn the_queue_workers_handler_acks_retries_and_drops_as_its_table_says() {
+    let tools = Tools::new();
+    tools.script("do-job", "#!/bin/sh\necho \"result of $1\"\n");
+    let env = Env::with_root();
+    // Its own job: done, written, completed, acked.
+    let (code, doc) = handle_job(&env, &tools, "--ttl 5m --wait 6m", "a");
+    assert_eq!((code, doc.as_deref()), (0, Some("result of a\n")));
+    // Held by a live delivery past the wait: retry later (75), nothing written.
+    env.fp(&["claim", "jobs/b.out", "--owner", "other", "--ttl", "1h"])
+        .expect(0);
+    let (code, doc) = handle_job(&env, &tools, "--ttl 5m --wait 0.2s", "b");
+    assert_eq!((code, doc), (75, None));
+    // Taken over while the job ran (its lease ran out, another delivery claimed and
+    // wrote): the write is stale, the result dropped, the message acked.
+    let root = env.root().display().to_string();
+    tools.script(
+        "do-job",
+        &format!(
+            "#!/bin/sh\nsleep 1.5\n\
+             e=$(FENCEPOST_ROOT={root} fencepost claim jobs/$1.out --owner other --ttl 1m)\n\
+             echo theirs | FENCEPOST_ROOT={root} fencepost -q write jobs/$1.out --epoch \"$e\"\n\
+             echo ours\n"
+        ),
+    );
+    let (code, doc) = handle_job(&env, &tools, "--ttl 1s --wait 6m", "c");
+    assert_eq!((code, doc.as_deref()), (0, Some("theirs\n")));
+}
