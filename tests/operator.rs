@@ -760,7 +760,22 @@ fn run_kills_the_child_when_the_state_file_stays_locked_past_the_deadline() {
         done.stdout, done.stderr
     );
     assert!(took < Duration::from_secs(15), "run took {took:?}");
-    assert_one_error_line(&done);
+    // run logs its loss waiting at most 2 s for the state file, which this test holds
+    // until the child is gone: on a loaded machine that wait can run out first, and run
+    // then says so in a warning before its error line.
+    let lines: Vec<&str> = done.stderr.lines().collect();
+    let lost = match lines.as_slice() {
+        [lost] => lost,
+        [warning, lost] => {
+            assert!(
+                warning.starts_with("fencepost: warning: refusal not logged: "),
+                "{warning}"
+            );
+            lost
+        }
+        _ => panic!("stderr: {:?}", done.stderr),
+    };
+    assert!(lost.starts_with("fencepost: lost: "), "{lost}");
     // The lease ran out on its deadline: anyone can take it over now, and the old epoch
     // is fenced off.
     assert_eq!(env.claim_wall("doc.md", "X"), 2);
