@@ -343,48 +343,30 @@ fn status_on_a_mirror_root_gives_each_documents_epoch_on_the_mirror_and_in_the_s
     assert!(j["resources"][0].get("mirror_epoch").is_none(), "{j}");
 }
 
-/// The unit's `[Service]` settings, by name (a name set twice keeps its last value).
-fn unit_settings(text: &str) -> std::collections::BTreeMap<String, String> {
-    let mut in_service = false;
-    let mut settings = std::collections::BTreeMap::new();
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_service = line == "[Service]";
-        } else if in_service
-            && !line.starts_with('#')
-            && let Some((key, value)) = line.split_once('=')
-        {
-            settings.insert(key.trim().to_string(), value.trim().to_string());
-        }
-    }
-    settings
-}
-
 #[test]
 fn the_systemd_unit_runs_options_the_binary_has() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("dist/systemd/fencepost-mirror@.service");
     let text = std::fs::read_to_string(&path).expect("the systemd unit");
-    let unit = unit_settings(&text);
+    let unit = crate::package::settings(&text, "Service");
+    let setting = |key| crate::package::setting(&unit, key);
     for (key, want) in [
         ("Restart", "on-failure"),
         ("KillMode", "mixed"),
         ("KillSignal", "SIGTERM"),
         ("EnvironmentFile", "/etc/fencepost/mirror.env"),
     ] {
-        assert_eq!(unit.get(key).map(String::as_str), Some(want), "{key}");
+        assert_eq!(setting(key), want, "{key}");
     }
     // Held (another follower) is not restarted into.
-    let prevent = unit
-        .get("RestartPreventExitStatus")
-        .expect("RestartPreventExitStatus");
+    let prevent = setting("RestartPreventExitStatus");
     assert!(prevent.split_whitespace().any(|c| c == "3"), "{prevent}");
     // The variable the environment file sets is the one --store reads.
     let help = Env::new().fp(&["mirror", "--help"]).expect(0).stdout;
     assert!(help.contains("[env: FENCEPOST_STORE]"), "{help}");
     // The command line: fencepost, each option one `mirror --help` lists, and the whole
     // line accepted (with --help after it, so it parses and does not run).
-    let exec = unit.get("ExecStart").expect("ExecStart");
+    let exec = setting("ExecStart");
     let words: Vec<&str> = exec.split_whitespace().collect();
     let (program, args) = words.split_first().expect("a command");
     assert!(program.ends_with("/fencepost"), "{exec}");

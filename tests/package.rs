@@ -22,8 +22,9 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// A section's settings, in order (a name may repeat: `Environment=`).
-fn settings(text: &str, section: &str) -> Vec<(String, String)> {
+/// A unit's section's settings, in order (a name may repeat: `Environment=`); the
+/// unit tests of `readme` and `mirror_service` read units with it too.
+pub(crate) fn settings(text: &str, section: &str) -> Vec<(String, String)> {
     let mut inside = false;
     let mut found = Vec::new();
     for line in text.lines().map(str::trim) {
@@ -39,7 +40,8 @@ fn settings(text: &str, section: &str) -> Vec<(String, String)> {
     found
 }
 
-fn setting(settings: &[(String, String)], key: &str) -> String {
+/// The value of `key` in `settings` (its last, as systemd takes a name set twice).
+pub(crate) fn setting(settings: &[(String, String)], key: &str) -> String {
     settings
         .iter()
         .rev()
@@ -49,7 +51,7 @@ fn setting(settings: &[(String, String)], key: &str) -> String {
 }
 
 /// Seconds in a systemd or fencepost duration (`30s`, `20s`, `2m`).
-fn seconds(text: &str) -> u64 {
+pub(crate) fn seconds(text: &str) -> u64 {
     let (number, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),

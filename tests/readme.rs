@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::harness::{self, Env};
+use crate::package::{seconds, setting, settings};
 
 fn readme() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
@@ -316,21 +317,9 @@ fn cron_line(tools: &Tools) {
     assert_eq!((&*stdout, &*stderr), ("", ""));
 }
 
-/// The unit's settings: (key, value) for every `Key=Value` line, in order.
+/// The README unit's `[Service]` settings, in order.
 fn unit() -> Vec<(String, String)> {
-    block("ini", "[Service]")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with('['))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn setting(unit: &[(String, String)], key: &str) -> String {
-    unit.iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("the unit has no {key}="))
+    settings(&block("ini", "[Service]"), "Service")
 }
 
 /// The unit's ExecStart, as systemd would run it here: its words (it quotes nothing),
@@ -358,20 +347,6 @@ fn exec_start(unit: &[(String, String)], tools: &Tools, root: &Path) -> Command 
     );
     command.current_dir("/").stdin(Stdio::null());
     command
-}
-
-/// Seconds in a systemd or fencepost duration of the unit (`30s`, `20s`, `2m`).
-fn seconds(text: &str) -> u64 {
-    let (number, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let n: u64 = number.parse().expect("a number");
-    match unit {
-        "s" | "" => n,
-        "m" | "min" => n * 60,
-        other => panic!("unit {other} in {text}"),
-    }
 }
 
 #[test]
