@@ -169,9 +169,19 @@ pub struct WriteOptions {
     pub owner: Option<String>,
     /// Publish empty content, which is refused without it.
     pub allow_empty: bool,
+    /// The version's place within the epoch (0: the epoch's only version): a lease that
+    /// publishes several versions gives each a higher seq, and a retry the same one.
+    pub seq: i64,
 }
 
 impl WriteOptions {
+    /// As version `seq` of the epoch (at least 1; 0 is the epoch's only version).
+    #[must_use]
+    pub fn seq(mut self, seq: i64) -> WriteOptions {
+        self.seq = seq;
+        self
+    }
+
     /// As `owner`, to whom the epoch must have been issued.
     #[must_use]
     pub fn owner(mut self, owner: impl Into<String>) -> WriteOptions {
@@ -455,6 +465,7 @@ impl Client {
         let request = WriteRequest {
             resource: OsStr::new(resource),
             epoch,
+            seq: options.seq,
             owner: options.owner.as_deref(),
             from,
             allow_empty: options.allow_empty,

@@ -671,8 +671,8 @@ pub struct LinkSet {
     token: OsString,
 }
 
-/// The kinds of recovery link.
-const LINKS: [&str; 3] = ["pre", "new", "sum"];
+/// The kinds of recovery link (`gone`: a removal's, the document it took away).
+const LINKS: [&str; 4] = ["pre", "new", "sum", "gone"];
 
 fn link_name(doc: &DocPath, what: &str, token: &OsStr) -> OsString {
     let mut name = doc.sibling_name(what);
@@ -718,22 +718,26 @@ pub fn leftovers(doc: &DocPath, set: &LinkSet) -> Result<Leftovers> {
     Ok(Leftovers {
         new: id_of(link_name(doc, "new", &set.token))?,
         pre: id_of(link_name(doc, "pre", &set.token))?.is_some(),
+        gone: id_of(link_name(doc, "gone", &set.token))?,
         doc: id_of(doc.name.clone())?,
     })
 }
 
 /// Whether the writer of a link set is still running (or paused): it holds the `flock`
-/// of its staged file, which `-new-<ino>` names.
+/// of its staged file, which `-new-<ino>` names (a removal's: of the file `-gone-<ino>`
+/// names).
 #[must_use]
 pub fn writer_alive(doc: &DocPath, set: &LinkSet) -> bool {
-    doc.folder
-        .open_file(&link_name(doc, "new", &set.token))
-        .is_ok_and(|file| {
-            matches!(
-                file.try_lock_shared(),
-                Err(std::fs::TryLockError::WouldBlock)
-            )
-        })
+    ["new", "gone"].iter().any(|what| {
+        doc.folder
+            .open_file(&link_name(doc, what, &set.token))
+            .is_ok_and(|file| {
+                matches!(
+                    file.try_lock_shared(),
+                    Err(std::fs::TryLockError::WouldBlock)
+                )
+            })
+    })
 }
 
 /// How much of the staged content's SHA-256 (hex) the `-sum` symlink keeps: 128 bits,
@@ -758,7 +762,7 @@ pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
 /// Removes a link set (after a commit, or a rollback). Leftovers are harmless: the next
 /// recovery removes them.
 pub fn drop_set(doc: &DocPath, set: &LinkSet) {
-    for what in ["sum", "new", "pre"] {
+    for what in ["sum", "new", "pre", "gone"] {
         let _ = doc.folder.remove(&link_name(doc, what, &set.token));
     }
 }
@@ -772,6 +776,83 @@ pub fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
     doc.folder.sync()?;
     drop_set(doc, set);
     Ok(())
+}
+
+/// Puts back a document whose removal never committed.
+pub fn restore_removed(doc: &DocPath, set: &LinkSet) -> Result<()> {
+    let gone = link_name(doc, "gone", &set.token);
+    doc.folder
+        .rename(&gone, &doc.name)
+        .map_err(Error::io("cannot restore removed document", doc.folder.join(&gone)))?;
+    doc.folder.sync()?;
+    drop_set(doc, set);
+    Ok(())
+}
+
+/// A removal in progress: the document renamed to `-gone-<ino>` beside its name, the
+/// file kept open and locked (`flock`, as a staged file is) so `status` tells a removal
+/// in progress from one that crashed.
+#[derive(Debug)]
+pub struct Removal<'d> {
+    doc: &'d DocPath,
+    /// The removed file's identity, which the tombstone records.
+    pub id: FileId,
+    token: OsString,
+    _file: File,
+}
+
+impl<'d> Removal<'d> {
+    /// Takes the document away under the state file's lock: renames it to its `-gone`
+    /// link and fsyncs the folder, so the removal is durable before the caller commits.
+    /// `None`: there was no document.
+    pub fn take(doc: &'d DocPath) -> Result<Option<Removal<'d>>> {
+        let Some(entry) = inspect_document(doc)? else {
+            return Ok(None);
+        };
+        let file = doc
+            .folder
+            .open_file(&doc.name)
+            .map_err(Error::io("cannot open", doc.path()))?;
+        // The file may still be locked by the writer that placed it, in its clean-up:
+        // then `status` takes this removal for that writer's, in progress, until it is
+        // done.
+        let _ = file.try_lock();
+        let opened = folder::entry_of(&file).map_err(Error::io("cannot inspect", doc.path()))?;
+        if opened.ino != entry.ino {
+            return Err(Error::io("cannot remove", doc.path())(io::Error::other(
+                "the document was replaced while it was being removed",
+            )));
+        }
+        let id = file_id(&opened);
+        let token: OsString = id.ino.to_string().into();
+        let gone = link_name(doc, "gone", &token);
+        doc.folder.remove_if_present(&gone)?;
+        doc.folder
+            .rename(&doc.name, &gone)
+            .map_err(Error::io("cannot remove", doc.path()))?;
+        crate::failpoints::failpoint!("remove.after_rename");
+        doc.folder.sync()?;
+        crate::failpoints::failpoint!("remove.after_dir_fsync");
+        Ok(Some(Removal {
+            doc,
+            id,
+            token,
+            _file: file,
+        }))
+    }
+
+    /// The link set of this removal, as recovery sees it.
+    #[must_use]
+    pub fn links(&self) -> LinkSet {
+        LinkSet {
+            token: self.token.clone(),
+        }
+    }
+
+    /// Removes the `-gone` file once the removal committed. Runs without the lock.
+    pub fn drop_links(&self) {
+        drop_set(self.doc, &self.links());
+    }
 }
 
 /// Removes a first document whose write never committed.

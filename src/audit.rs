@@ -25,6 +25,8 @@ pub enum EventKind {
     Write,
     /// An accepted write of the bytes already written under this epoch.
     Replay,
+    /// An accepted removal (`fencepost remove`): the document is gone, its fence kept.
+    Remove,
     /// A write whose COMMIT returned an error; recovery decided what stands.
     CommitFailed,
     /// A refusal: held, lost, stale, conflict, unissued.
@@ -45,6 +47,7 @@ impl EventKind {
             EventKind::Release => "release",
             EventKind::Write => "write",
             EventKind::Replay => "replay",
+            EventKind::Remove => "remove",
             EventKind::CommitFailed => "commit-failed",
             EventKind::Refused(kind) => kind.outcome(),
             EventKind::Other(word) => word,
@@ -72,6 +75,7 @@ impl EventKind {
             ("release", _) => EventKind::Release,
             ("write", _) => EventKind::Write,
             ("replay", _) => EventKind::Replay,
+            ("remove", _) => EventKind::Remove,
             ("commit-failed", _) => EventKind::CommitFailed,
             (other, None) => EventKind::Other(other.to_string()),
         }
@@ -104,6 +108,10 @@ pub struct Event {
     pub pid: u32,
     pub host: String,
     pub detail: Option<String>,
+    /// The version's seq within its epoch (`write --seq`), for writes, removals and
+    /// their refusals; absent when 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
 }
 
 impl Event {
@@ -123,7 +131,15 @@ impl Event {
             pid: std::process::id(),
             host: hostname(),
             detail: None,
+            seq: None,
         }
+    }
+
+    /// The version's seq, kept only when it is not 0.
+    #[must_use]
+    pub fn seq(mut self, seq: i64) -> Event {
+        self.seq = (seq != 0).then_some(seq);
+        self
     }
 
     pub fn owner(mut self, owner: Option<&str>) -> Event {
@@ -162,7 +178,11 @@ impl Event {
     /// A short description for tables and lanes: `write e2`, `STALE e1 (fence 2)`.
     #[must_use]
     pub fn summary(&self) -> String {
-        let epoch = self.epoch.map(|e| format!(" e{e}")).unwrap_or_default();
+        let seq = self.seq.map(|s| format!(" seq {s}")).unwrap_or_default();
+        let epoch = self
+            .epoch
+            .map(|e| format!(" e{e}{seq}"))
+            .unwrap_or_default();
         let word = self.kind.as_str();
         let kind = if self.is_refusal() {
             word.to_uppercase()

@@ -22,6 +22,10 @@ pub enum DocState {
     Drifted,
     /// The recorded document is gone.
     Missing,
+    /// The resource was removed (`fencepost remove`), and no file is there.
+    Removed,
+    /// The resource was removed, and a file is there again with no write recorded.
+    Reappeared,
     /// A file exists but no write was recorded.
     Untracked,
     /// No file and no record.
@@ -58,6 +62,8 @@ impl DocState {
             DocState::Matches => "matches",
             DocState::Drifted => "drifted",
             DocState::Missing => "missing",
+            DocState::Removed => "removed",
+            DocState::Reappeared => "reappeared",
             DocState::Untracked => "untracked",
             DocState::Absent => "absent",
             DocState::Ahead => "ahead",
@@ -74,13 +80,14 @@ impl DocState {
         }
     }
 
-    /// `Missing` when a document was recorded, else `Absent`.
+    /// The state of no file: `Removed` when the record is a removal, `Missing` when a
+    /// document was recorded, else `Absent`.
     #[must_use]
     pub fn gone(recorded: Option<&Content>) -> DocState {
-        if recorded.is_some() {
-            DocState::Missing
-        } else {
-            DocState::Absent
+        match recorded {
+            Some(c) if c.removed => DocState::Removed,
+            Some(_) => DocState::Missing,
+            None => DocState::Absent,
         }
     }
 }
@@ -188,7 +195,10 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
     let doc = found.doc.insert(doc);
     let entry = atomic::inspect_document(doc);
     if what.recovery {
-        found.pending = Some(recovery::pending(doc, recorded.and_then(|c| c.file))?);
+        found.pending = Some(recovery::pending(
+            doc,
+            recorded.and_then(crate::sink::Recorded::of),
+        )?);
     }
     if what.debris {
         found.temps = Some(atomic::abandoned_temps(doc)?);
@@ -196,7 +206,11 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
     let entry = match entry {
         Ok(Some(entry)) => entry,
         Ok(None) => {
-            found.state = DocState::gone(recorded);
+            found.state = match found.pending {
+                Some(p) if p.action == Recovery::RestoreRemoved => DocState::Interrupted,
+                Some(p) if p.in_progress => DocState::InProgress,
+                _ => DocState::gone(recorded),
+            };
             return Ok(());
         }
         Err(e) => {
@@ -212,7 +226,7 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
     let interrupted = matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc);
     let hash = match what.look {
         Look::HashAny => true,
-        Look::Hash => recorded.is_some() && !interrupted,
+        Look::Hash => recorded.is_some_and(|c| !c.removed) && !interrupted,
         Look::Identity => false,
     };
     if hash {
@@ -227,6 +241,7 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
     } else {
         match recorded {
             None => DocState::Untracked,
+            Some(c) if c.removed => DocState::Reappeared,
             Some(c) => {
                 let same = if what.look == Look::Identity {
                     c.file

@@ -269,6 +269,7 @@ fn apply(
     let request = WriteRequest {
         resource: std::ffi::OsStr::new(&published.resource),
         epoch: published.epoch,
+        seq: published.seq,
         owner: published.owner.as_deref(),
         from: Some(&incoming.path),
         allow_empty: true,
@@ -324,7 +325,7 @@ pub fn roll_forward(
     let recorded = record
         .as_ref()
         .and_then(|r| r.content.as_ref())
-        .and_then(|c| c.file);
+        .and_then(crate::sink::Recorded::of);
     for set in sets {
         if crate::atomic::writer_alive(&doc, &set) {
             continue;
@@ -340,6 +341,8 @@ pub fn roll_forward(
         }
         let content = Content {
             epoch: published.epoch,
+            seq: published.seq,
+            removed: false,
             sha256,
             size,
             written_at: mirror.now(),

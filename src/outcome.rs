@@ -436,10 +436,17 @@ pub enum RefusalDetail {
     /// run: the lease was lost while the command ran. `lease`: the lease of whoever took
     /// it over (another epoch), when run could read it at the loss.
     LostWhileRunning { lease: Option<LeaseView> },
-    /// write: a newer epoch was accepted (`fence`).
-    Stale { fence: i64 },
-    /// write: this epoch already wrote other bytes.
-    Conflict { fence: i64, recorded_sha256: String },
+    /// write, remove: a newer version was accepted: a newer epoch (`fence`), or a higher
+    /// seq of this one (`fence` is this epoch); `seq` is the seq the sink holds of epoch
+    /// `fence` (0 if none).
+    Stale { fence: i64, seq: i64 },
+    /// write, remove: this version (epoch `fence`, `seq`) already published another body:
+    /// other bytes (`recorded_sha256`), or a removal (`recorded_sha256` null).
+    Conflict {
+        fence: i64,
+        seq: i64,
+        recorded_sha256: Option<String>,
+    },
     /// write: `claim` never issued this epoch (`issued`: the highest it did).
     Unissued { issued: Option<i64> },
     /// write --owner: the epoch was issued to another owner.
@@ -476,7 +483,7 @@ impl RefusalDetail {
                 lease.as_ref().map(|l| l.owner.as_str()),
                 lease.as_ref().map(|l| l.epoch),
             ),
-            RefusalDetail::Stale { fence } | RefusalDetail::Conflict { fence, .. } => {
+            RefusalDetail::Stale { fence, .. } | RefusalDetail::Conflict { fence, .. } => {
                 (None, Some(*fence))
             }
             RefusalDetail::Unissued { issued } => (None, *issued),

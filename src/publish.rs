@@ -23,7 +23,9 @@ use crate::lease::Lease;
 use crate::outcome::{Outcome, RefusalDetail, Written};
 use crate::resource::{DocPath, Resource};
 use crate::session::{Ctx, check_epoch, check_owner};
-use crate::sink::{Content, SinkRecord, WriteDecision, decide, fence_after_write};
+use crate::sink::{
+    Body, Content, Offer, Recorded, SinkRecord, WriteDecision, decide, fence_after_write,
+};
 use crate::store::{ReadTxn, Txn, WriteRecord};
 
 mod store;
@@ -36,6 +38,9 @@ pub struct WriteRequest<'a> {
     pub resource: &'a OsStr,
     /// The epoch `claim` gave the writer.
     pub epoch: i64,
+    /// The version's place within the epoch (`--seq`; 0 without): a retry of one version
+    /// keeps its seq, the next version of the same lease passes a higher one.
+    pub seq: i64,
     /// The writer's owner name; if given, the epoch must have been issued to it.
     pub owner: Option<&'a str>,
     /// Where the content comes from, when it is a file (named in messages, and its size
@@ -131,8 +136,7 @@ fn refuse_early(
     if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
         record.as_ref(),
         issued(lease.as_ref(), args),
-        args.epoch,
-        "",
+        &offer(args, Body::Bytes("")),
         args.unfenced,
     ) {
         let owner = writer(tx, resource, args)?;
@@ -394,8 +398,7 @@ fn decide_locked(
     let decision = decide(
         record.as_ref(),
         issued(lease.as_ref(), args),
-        args.epoch,
-        sha256,
+        &offer(args, Body::Bytes(sha256)),
         args.unfenced,
     );
     let written = Written {
@@ -414,6 +417,15 @@ fn decide_locked(
         record,
         written,
     })
+}
+
+/// The version `args` offers, of `body`.
+fn offer<'b>(args: &WriteRequest<'_>, body: Body<'b>) -> Offer<'b> {
+    Offer {
+        epoch: args.epoch,
+        seq: args.seq,
+        body,
+    }
 }
 
 /// The answer of a write that publishes nothing: a replay (logged, committed) or a
@@ -455,6 +467,8 @@ fn publish(
     let (ctx, doc, resource) = (target.ctx, target.doc, target.resource);
     let content = Content {
         epoch: target.args.epoch,
+        seq: target.args.seq,
+        removed: false,
         sha256: staged.sha256.clone(),
         size: staged.size,
         written_at: how.now,
@@ -463,7 +477,7 @@ fn publish(
     let recorded_before = how
         .record
         .and_then(|r| r.content.as_ref())
-        .and_then(|c| c.file);
+        .and_then(Recorded::of);
     // Checked before the recovery links are made (so none lands in a folder moved out of
     // the root), and again just before the rename.
     doc.check_unmoved(&ctx.root, resource)?;
@@ -646,14 +660,30 @@ fn refusal(
 ) -> Error {
     let epoch = args.epoch;
     let (message, detail) = match decision {
-        WriteDecision::Stale { fence } => (
+        WriteDecision::Stale { fence, seq } if fence == epoch => (
+            format!(
+                "epoch {epoch} seq {} of {resource} is superseded by epoch {fence} seq {seq}",
+                args.seq
+            ),
+            RefusalDetail::Stale { fence, seq },
+        ),
+        WriteDecision::Stale { fence, seq } => (
             format!("epoch {epoch} is older than epoch {fence} already accepted for {resource}"),
-            RefusalDetail::Stale { fence },
+            RefusalDetail::Stale { fence, seq },
         ),
         WriteDecision::Conflict { recorded_sha256 } => (
-            format!("epoch {epoch} already wrote different content to {resource}"),
+            format!(
+                "{} already {} {resource}",
+                version_words(epoch, args.seq),
+                if recorded_sha256.is_some() {
+                    "wrote different content to"
+                } else {
+                    "removed"
+                }
+            ),
             RefusalDetail::Conflict {
                 fence: epoch,
+                seq: args.seq,
                 recorded_sha256,
             },
         ),
@@ -677,6 +707,15 @@ fn refusal(
         owner,
         detail,
     ))
+}
+
+/// "epoch E", or "epoch E seq N" for a version with a seq.
+fn version_words(epoch: i64, seq: i64) -> String {
+    if seq == 0 {
+        format!("epoch {epoch}")
+    } else {
+        format!("epoch {epoch} seq {seq}")
+    }
 }
 
 /// Refuses empty content unless `--allow-empty`: under cron stdin is /dev/null, and a
@@ -763,6 +802,7 @@ mod tests {
         let args = WriteRequest {
             resource: std::ffi::OsStr::new("doc.md"),
             epoch: 1,
+            seq: 0,
             owner: None,
             from: None,
             allow_empty: false,

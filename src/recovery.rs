@@ -14,7 +14,7 @@ use crate::atomic::{self, LinkSet};
 use crate::error::Result;
 use crate::failpoints::failpoint;
 use crate::resource::{DocPath, Resource, locate};
-use crate::sink::{FileId, Recovery, recovery};
+use crate::sink::{Recorded, Recovery, recovery};
 
 /// What recovery did for one resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct Done {
 pub fn recover(
     root: &Path,
     resource: &Resource,
-    recorded: impl FnOnce() -> Result<Option<FileId>>,
+    recorded: impl FnOnce() -> Result<Option<Recorded>>,
     mirror: impl FnOnce() -> Result<bool>,
 ) -> Result<Done> {
     let Some(doc) = locate(root, resource, false)? else {
@@ -55,7 +55,7 @@ pub fn recover(
         }
         let rollback = plan
             .iter()
-            .any(|(_, a)| matches!(a, Recovery::RestorePre | Recovery::RemoveDoc));
+            .any(|(_, a)| is_rollback(*a));
         if rollback && mirror()? {
             for (_, action) in &mut plan {
                 *action = crate::sink::on_mirror(*action);
@@ -69,7 +69,7 @@ pub fn recover(
 
 /// Undoes this writer's own uncommitted rename (its link set `own`) against the record as
 /// it was before the write. Under the lock, after the write failed.
-pub fn undo(doc: &DocPath, recorded: Option<FileId>, own: &LinkSet) -> Result<Recovery> {
+pub fn undo(doc: &DocPath, recorded: Option<Recorded>, own: &LinkSet) -> Result<Recovery> {
     let action = decide(doc, recorded, own)?;
     apply_all(doc, vec![(own.clone(), action)])
 }
@@ -85,7 +85,7 @@ pub struct Pending {
 }
 
 /// What recovery would do for this document (see [`Pending`]).
-pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
+pub fn pending(doc: &DocPath, recorded: Option<Recorded>) -> Result<Pending> {
     let mut found = Pending {
         action: Recovery::Nothing,
         in_progress: false,
@@ -107,9 +107,11 @@ pub fn pending(doc: &DocPath, recorded: Option<FileId>) -> Result<Pending> {
 /// uncommitted document that was edited in place since the crash no longer holds the
 /// staged bytes (its hash differs from the `-sum` link); it is someone's edit, kept and
 /// reported as drifted.
-fn decide(doc: &DocPath, recorded: Option<FileId>, set: &LinkSet) -> Result<Recovery> {
+fn decide(doc: &DocPath, recorded: Option<Recorded>, set: &LinkSet) -> Result<Recovery> {
     let action = recovery(recorded, atomic::leftovers(doc, set)?);
     if !matches!(action, Recovery::RestorePre | Recovery::RemoveDoc) {
+        // A removal's rollback puts back the file it took away, which nobody can have
+        // edited under its `-gone` name but by hand.
         return Ok(action);
     }
     let (sha256, _) = atomic::hash_document(doc)?;
@@ -132,6 +134,7 @@ fn apply_all(doc: &DocPath, mut plan: Vec<(LinkSet, Recovery)>) -> Result<Recove
             Recovery::DropLinks | Recovery::KeepApplied => atomic::drop_set(doc, set),
             Recovery::RestorePre => atomic::restore_pre(doc, set)?,
             Recovery::RemoveDoc => atomic::remove_uncommitted(doc, set)?,
+            Recovery::RestoreRemoved => atomic::restore_removed(doc, set)?,
         }
         done = *action;
     }
@@ -143,8 +146,19 @@ fn weight(action: Recovery) -> u8 {
     match action {
         Recovery::Nothing => 0,
         Recovery::DropLinks => 1,
-        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::KeepApplied => 2,
+        Recovery::RestorePre
+        | Recovery::RemoveDoc
+        | Recovery::RestoreRemoved
+        | Recovery::KeepApplied => 2,
     }
+}
+
+/// Whether an action rolls an uncommitted change back.
+fn is_rollback(action: Recovery) -> bool {
+    matches!(
+        action,
+        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::RestoreRemoved
+    )
 }
 
 /// What an action did, in words (`recover`'s report).
@@ -155,6 +169,7 @@ pub fn describe(action: Recovery) -> &'static str {
         Recovery::DropLinks => "removed leftover recovery links",
         Recovery::RestorePre => "rolled back an uncommitted write (previous document restored)",
         Recovery::RemoveDoc => "rolled back an uncommitted first write (document removed)",
+        Recovery::RestoreRemoved => "rolled back an uncommitted removal (document restored)",
         Recovery::KeepApplied => {
             "rolled forward a crashed apply (the store's committed version kept; the next \
              `mirror` records it)"

@@ -717,7 +717,8 @@ impl Ctx {
                 Ok(tx
                     .sink(resource)?
                     .and_then(|r| r.content)
-                    .and_then(|c| c.file))
+                    .as_ref()
+                    .and_then(crate::sink::Recorded::of))
             },
             || Ok(tx.meta_bytes(MIRROR_OF)?.is_some()),
         )

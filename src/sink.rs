@@ -16,12 +16,20 @@ pub struct FileId {
     pub size: u64,
 }
 
-/// What the sink recorded about the content it wrote last.
+/// What the sink recorded about the version it published last: a document's bytes, or
+/// a removal (a tombstone).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Content {
-    /// The epoch the content was written under.
+    /// The epoch the version was published under.
     pub epoch: i64,
-    /// Lower-case hex SHA-256 of the bytes.
+    /// Its place within the epoch (`write --seq`; 0 without): versions are ordered by
+    /// `(epoch, seq)`.
+    pub seq: i64,
+    /// The version removed the document (`fencepost remove`): `sha256` is empty, `size`
+    /// 0, and `file` names the removed file while it waits beside the document for the
+    /// COMMIT (recovery's proof that the removal committed).
+    pub removed: bool,
+    /// Lower-case hex SHA-256 of the bytes (empty for a removal).
     pub sha256: String,
     pub size: u64,
     /// When it was written, on the state file's clock.
@@ -39,31 +47,71 @@ pub struct SinkRecord {
     pub content: Option<Content>,
 }
 
+impl Content {
+    /// The version's place in the order.
+    #[must_use]
+    pub fn version(&self) -> (i64, i64) {
+        (self.epoch, self.seq)
+    }
+}
+
+/// What a request offers the sink: a document's bytes (their SHA-256), or its removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body<'a> {
+    Bytes(&'a str),
+    Removal,
+}
+
+impl Body<'_> {
+    /// Whether `content` is this body: the same bytes, or a removal too.
+    #[must_use]
+    pub fn is(&self, content: &Content) -> bool {
+        match self {
+            Body::Bytes(sha256) => !content.removed && content.sha256 == *sha256,
+            Body::Removal => content.removed,
+        }
+    }
+}
+
+/// A version offered to the sink: `(epoch, seq)` and what it publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer<'a> {
+    pub epoch: i64,
+    /// 0 when the writer gave no `--seq`.
+    pub seq: i64,
+    pub body: Body<'a>,
+}
+
 /// What the sink does with a write request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteDecision {
-    /// Replace the document and record the epoch.
+    /// Publish the version and record it.
     Write,
-    /// Same epoch, same bytes: success, the file is not rewritten.
+    /// Same version, same body: success, the file is not rewritten.
     Replay,
-    /// A newer epoch was accepted already.
-    Stale { fence: i64 },
-    /// Same epoch, different bytes: one value per epoch.
-    Conflict { recorded_sha256: String },
+    /// A newer version was accepted already: a newer epoch (`fence`; `seq` is the seq the
+    /// sink holds of that epoch, 0 if none), or a higher seq of this epoch (`fence` is
+    /// this epoch, `seq` the recorded one).
+    Stale { fence: i64, seq: i64 },
+    /// Same version, another body: one body per `(epoch, seq)`. `recorded_sha256` is
+    /// `None` when the recorded version was a removal.
+    Conflict { recorded_sha256: Option<String> },
     /// `claim` never issued this epoch for this resource.
     Unissued { issued: Option<i64> },
 }
 
 /// The fencing rule. `issued` is the highest epoch `claim` has issued for the resource
-/// (`None` if never claimed); `sha256` is the hash of the bytes offered.
+/// (`None` if never claimed). Versions are ordered by `(epoch, seq)`: an epoch under the
+/// fence is stale; within the recorded content's epoch a lower seq is stale (`<`, not
+/// `!=`: a retry of the recorded seq is a replay or a conflict), a higher one is written.
 #[must_use]
 pub fn decide(
     record: Option<&SinkRecord>,
     issued: Option<i64>,
-    epoch: i64,
-    sha256: &str,
+    offer: &Offer<'_>,
     unfenced: bool,
 ) -> WriteDecision {
+    let epoch = offer.epoch;
     if unfenced {
         return WriteDecision::Write;
     }
@@ -74,16 +122,27 @@ pub fn decide(
         return WriteDecision::Write;
     };
     if epoch < record.fence {
+        let seq = record
+            .content
+            .as_ref()
+            .filter(|c| c.epoch == record.fence)
+            .map_or(0, |c| c.seq);
         return WriteDecision::Stale {
             fence: record.fence,
+            seq,
         };
     }
     match &record.content {
-        Some(content) if content.epoch == epoch && content.sha256 == sha256 => {
-            WriteDecision::Replay
-        }
-        Some(content) if content.epoch == epoch => WriteDecision::Conflict {
-            recorded_sha256: content.sha256.clone(),
+        Some(content) if content.epoch == epoch => match offer.seq.cmp(&content.seq) {
+            std::cmp::Ordering::Greater => WriteDecision::Write,
+            std::cmp::Ordering::Less => WriteDecision::Stale {
+                fence: epoch,
+                seq: content.seq,
+            },
+            std::cmp::Ordering::Equal if offer.body.is(content) => WriteDecision::Replay,
+            std::cmp::Ordering::Equal => WriteDecision::Conflict {
+                recorded_sha256: (!content.removed).then(|| content.sha256.clone()),
+            },
         },
         _ => WriteDecision::Write,
     }
@@ -105,8 +164,31 @@ pub struct Leftovers {
     pub new: Option<FileId>,
     /// Whether the `-pre` link (the document before that write) exists.
     pub pre: bool,
+    /// The `-gone` link: the document a removal took away, waiting for its COMMIT.
+    pub gone: Option<FileId>,
     /// The document as it is now.
     pub doc: Option<FileId>,
+}
+
+/// What the sink's record says of the document's file: the identity of the file the last
+/// version renamed into place, or of the file a removal took away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Placed(FileId),
+    Removed(FileId),
+}
+
+impl Recorded {
+    /// The record of `content`, if it names a file.
+    #[must_use]
+    pub fn of(content: &Content) -> Option<Recorded> {
+        let file = content.file?;
+        Some(if content.removed {
+            Recorded::Removed(file)
+        } else {
+            Recorded::Placed(file)
+        })
+    }
 }
 
 /// What recovery must do.
@@ -120,8 +202,10 @@ pub enum Recovery {
     RestorePre,
     /// Same, for a first write: the document did not exist before, so remove it.
     RemoveDoc,
-    /// On a mirror root, what would be either of the two above: the write was an apply of
-    /// a version the shared store committed, so its document is kept (rolled forward,
+    /// A removal took the document away but did not commit: put it back.
+    RestoreRemoved,
+    /// On a mirror root, what would be any of the three above: the write was an apply of
+    /// a version the shared store committed, so its result is kept (rolled forward,
     /// never back) and only the links are removed; the next apply records it.
     KeepApplied,
 }
@@ -129,10 +213,20 @@ pub enum Recovery {
 /// The recovery rule. A write links `-pre` to the old document and `-new` to its staged
 /// file, renames, and commits the new file's identity. So: if the record names the `-new`
 /// file, the commit happened; if the document is the `-new` file but the record does not
-/// name it, the rename happened without a commit and must be undone. Anything else (a
+/// name it, the rename happened without a commit and must be undone. A removal renames
+/// the document to `-gone` and commits a tombstone naming that file: a `-gone` file the
+/// record does not name, with no document in its place, is put back. Anything else (a
 /// document edited or replaced by someone else) is left alone for `status` to report.
 #[must_use]
-pub fn recovery(recorded: Option<FileId>, found: Leftovers) -> Recovery {
+pub fn recovery(recorded: Option<Recorded>, found: Leftovers) -> Recovery {
+    if let Some(gone) = found.gone {
+        let committed = recorded == Some(Recorded::Removed(gone));
+        return if committed || found.doc.is_some() {
+            Recovery::DropLinks
+        } else {
+            Recovery::RestoreRemoved
+        };
+    }
     let Some(new) = found.new else {
         return if found.pre {
             Recovery::DropLinks
@@ -140,7 +234,7 @@ pub fn recovery(recorded: Option<FileId>, found: Leftovers) -> Recovery {
             Recovery::Nothing
         };
     };
-    let committed = recorded == Some(new);
+    let committed = recorded == Some(Recorded::Placed(new));
     if committed || found.doc != Some(new) {
         Recovery::DropLinks
     } else if found.pre {
@@ -155,7 +249,9 @@ pub fn recovery(recorded: Option<FileId>, found: Leftovers) -> Recovery {
 #[must_use]
 pub fn on_mirror(action: Recovery) -> Recovery {
     match action {
-        Recovery::RestorePre | Recovery::RemoveDoc => Recovery::KeepApplied,
+        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::RestoreRemoved => {
+            Recovery::KeepApplied
+        }
         other => other,
     }
 }
@@ -168,12 +264,22 @@ mod tests {
     const H2: &str = "bb";
 
     /// Refused: epoch 2 was accepted already.
-    const STALE_AT_2: WriteDecision = WriteDecision::Stale { fence: 2 };
+    const STALE_AT_2: WriteDecision = WriteDecision::Stale { fence: 2, seq: 0 };
 
     /// `decide` for a fenced write of `sha256` under `epoch`, `issued` being the highest
     /// epoch claimed.
     fn fenced(record: Option<&SinkRecord>, issued: i64, epoch: i64, sha256: &str) -> WriteDecision {
-        decide(record, Some(issued), epoch, sha256, false)
+        versioned(record, issued, (epoch, 0), Body::Bytes(sha256))
+    }
+
+    /// `decide` for a fenced offer of `body` at `(epoch, seq)`.
+    fn versioned(
+        record: Option<&SinkRecord>,
+        issued: i64,
+        (epoch, seq): (i64, i64),
+        body: Body<'_>,
+    ) -> WriteDecision {
+        decide(record, Some(issued), &Offer { epoch, seq, body }, false)
     }
 
     fn record(fence: i64, content_epoch: Option<i64>) -> SinkRecord {
@@ -181,6 +287,8 @@ mod tests {
             fence,
             content: content_epoch.map(|epoch| Content {
                 epoch,
+                seq: 0,
+                removed: false,
                 sha256: H1.into(),
                 size: 2,
                 written_at: 0,
@@ -210,9 +318,117 @@ mod tests {
         let r = record(2, Some(2));
         assert_eq!(fenced(Some(&r), 2, 2, H1), WriteDecision::Replay);
         let conflict = WriteDecision::Conflict {
-            recorded_sha256: H1.into(),
+            recorded_sha256: Some(H1.into()),
         };
         assert_eq!(fenced(Some(&r), 2, 2, H2), conflict);
+    }
+
+    /// A record whose content is `body` at `(epoch, seq)`, the fence at `epoch`.
+    fn at(epoch: i64, seq: i64, removed: bool) -> SinkRecord {
+        SinkRecord {
+            fence: epoch,
+            content: Some(Content {
+                epoch,
+                seq,
+                removed,
+                sha256: if removed { String::new() } else { H1.into() },
+                size: 2,
+                written_at: 0,
+                file: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn versions_are_ordered_by_epoch_then_seq() {
+        let r = at(2, 3, false);
+        let bytes = Body::Bytes(H2);
+        assert_eq!(versioned(Some(&r), 2, (2, 4), bytes), WriteDecision::Write);
+        assert_eq!(
+            versioned(Some(&r), 2, (2, 2), bytes),
+            WriteDecision::Stale { fence: 2, seq: 3 }
+        );
+        // A takeover's epoch beats any seq of the old one, whatever its own seq.
+        assert_eq!(versioned(Some(&r), 3, (3, 0), bytes), WriteDecision::Write);
+        // An older epoch is stale whatever its seq; the refusal names the recorded seq.
+        assert_eq!(
+            versioned(Some(&r), 2, (1, 99), bytes),
+            WriteDecision::Stale { fence: 2, seq: 3 }
+        );
+        assert_eq!(
+            versioned(Some(&r), 2, (2, 3), Body::Bytes(H1)),
+            WriteDecision::Replay
+        );
+        assert_eq!(
+            versioned(Some(&r), 2, (2, 3), bytes),
+            WriteDecision::Conflict {
+                recorded_sha256: Some(H1.into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_removal_is_one_more_version() {
+        let written = at(2, 1, false);
+        let removed = at(2, 2, true);
+        assert_eq!(
+            versioned(Some(&written), 2, (2, 2), Body::Removal),
+            WriteDecision::Write
+        );
+        assert_eq!(
+            versioned(Some(&written), 2, (2, 1), Body::Removal),
+            WriteDecision::Conflict {
+                recorded_sha256: Some(H1.into())
+            }
+        );
+        assert_eq!(
+            versioned(Some(&removed), 2, (2, 2), Body::Removal),
+            WriteDecision::Replay
+        );
+        assert_eq!(
+            versioned(Some(&removed), 2, (2, 2), Body::Bytes(H1)),
+            WriteDecision::Conflict {
+                recorded_sha256: None
+            }
+        );
+        assert_eq!(
+            versioned(Some(&removed), 2, (2, 3), Body::Bytes(H1)),
+            WriteDecision::Write
+        );
+        assert_eq!(
+            versioned(Some(&removed), 2, (1, 5), Body::Bytes(H1)),
+            WriteDecision::Stale { fence: 2, seq: 2 }
+        );
+    }
+
+    #[test]
+    fn an_uncommitted_removal_is_put_back_and_a_committed_one_only_drops_its_link() {
+        let found = Leftovers {
+            new: None,
+            pre: false,
+            gone: Some(OLD),
+            doc: None,
+        };
+        let placed = Some(Recorded::Placed(OLD));
+        assert_eq!(recovery(placed, found), Recovery::RestoreRemoved);
+        assert_eq!(recovery(None, found), Recovery::RestoreRemoved);
+        let removed = Some(Recorded::Removed(OLD));
+        assert_eq!(recovery(removed, found), Recovery::DropLinks);
+        // A document put there since (by hand) is never replaced.
+        let hand = Leftovers {
+            doc: Some(NEW),
+            ..found
+        };
+        assert_eq!(recovery(placed, hand), Recovery::DropLinks);
+        // The links of the write that placed the removed file, left with the same token.
+        let shared = Leftovers {
+            new: Some(OLD),
+            pre: true,
+            ..found
+        };
+        assert_eq!(recovery(placed, shared), Recovery::RestoreRemoved);
+        assert_eq!(recovery(removed, shared), Recovery::DropLinks);
+        assert_eq!(on_mirror(Recovery::RestoreRemoved), Recovery::KeepApplied);
     }
 
     #[test]
@@ -233,7 +449,16 @@ mod tests {
     #[test]
     fn never_issued_epoch_is_refused() {
         assert_eq!(
-            decide(None, None, 1, H1, false),
+            decide(
+                None,
+                None,
+                &Offer {
+                    epoch: 1,
+                    seq: 0,
+                    body: Body::Bytes(H1)
+                },
+                false
+            ),
             WriteDecision::Unissued { issued: None }
         );
         assert_eq!(
@@ -245,7 +470,12 @@ mod tests {
     #[test]
     fn unfenced_accepts_anything_and_never_raises_the_fence() {
         let r = record(5, Some(5));
-        assert_eq!(decide(Some(&r), Some(5), 1, H2, true), WriteDecision::Write);
+        let offer = Offer {
+            epoch: 1,
+            seq: 0,
+            body: Body::Bytes(H2),
+        };
+        assert_eq!(decide(Some(&r), Some(5), &offer, true), WriteDecision::Write);
         assert_eq!(fence_after_write(Some(&r), 1, true), 5);
         assert_eq!(fence_after_write(Some(&r), 7, false), 7);
         assert_eq!(fence_after_write(None, 3, false), 3);
@@ -253,7 +483,12 @@ mod tests {
 
     /// What recovery finds: the `-new` link, whether `-pre` exists, the document.
     fn leftovers(new: Option<FileId>, pre: bool, doc: Option<FileId>) -> Leftovers {
-        Leftovers { new, pre, doc }
+        Leftovers {
+            new,
+            pre,
+            gone: None,
+            doc,
+        }
     }
 
     const OLD: FileId = FileId { ino: 10, size: 3 };
@@ -262,7 +497,7 @@ mod tests {
     #[test]
     fn renamed_but_uncommitted_write_is_rolled_back() {
         let found = leftovers(Some(NEW), true, Some(NEW));
-        assert_eq!(recovery(Some(OLD), found), Recovery::RestorePre);
+        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::RestorePre);
         let first = Leftovers {
             pre: false,
             ..found
@@ -273,28 +508,28 @@ mod tests {
     #[test]
     fn committed_write_keeps_its_document() {
         let found = leftovers(Some(NEW), true, Some(NEW));
-        assert_eq!(recovery(Some(NEW), found), Recovery::DropLinks);
+        assert_eq!(recovery(Some(Recorded::Placed(NEW)), found), Recovery::DropLinks);
     }
 
     #[test]
     fn write_that_never_renamed_only_drops_links() {
         let found = leftovers(Some(NEW), true, Some(OLD));
-        assert_eq!(recovery(Some(OLD), found), Recovery::DropLinks);
+        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::DropLinks);
         let only_pre = leftovers(None, true, Some(OLD));
-        assert_eq!(recovery(Some(OLD), only_pre), Recovery::DropLinks);
+        assert_eq!(recovery(Some(Recorded::Placed(OLD)), only_pre), Recovery::DropLinks);
     }
 
     #[test]
     fn document_replaced_by_hand_is_never_rolled_back() {
         let hand = FileId { ino: 99, size: 7 };
         let found = leftovers(Some(NEW), true, Some(hand));
-        assert_eq!(recovery(Some(NEW), found), Recovery::DropLinks);
-        assert_eq!(recovery(Some(OLD), found), Recovery::DropLinks);
+        assert_eq!(recovery(Some(Recorded::Placed(NEW)), found), Recovery::DropLinks);
+        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::DropLinks);
     }
 
     #[test]
     fn nothing_in_flight_does_nothing() {
         let found = leftovers(None, false, Some(OLD));
-        assert_eq!(recovery(Some(OLD), found), Recovery::Nothing);
+        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::Nothing);
     }
 }

@@ -120,7 +120,7 @@ fn race(root: &Path, me: &str, barrier: &Barrier, rounds: i64) -> Vec<Round> {
             this.late = Some(
                 match client.write("race.md", old, Content::Bytes(late.as_bytes())) {
                     Err(Error::Refused(r)) => match r.detail {
-                        RefusalDetail::Stale { fence } => Ok(fence),
+                        RefusalDetail::Stale { fence, .. } => Ok(fence),
                         other => Err(format!("refused with {other:?}")),
                     },
                     other => Err(format!("{other:?}")),
@@ -468,11 +468,12 @@ fn refusals_are_typed_and_carry_their_facts() {
     let RefusalDetail::Conflict {
         fence,
         recorded_sha256,
+        ..
     } = &conflict.detail
     else {
         panic!("conflict with {:?}", conflict.detail);
     };
-    assert_eq!((*fence, recorded_sha256), (1, &first.sha256));
+    assert_eq!((*fence, recorded_sha256), (1, &Some(first.sha256.clone())));
 
     // unissued: an epoch no claim gave out.
     let unissued = refused(
@@ -495,7 +496,7 @@ fn refusals_are_typed_and_carry_their_facts() {
     );
     assert!(stale.is_stale());
     assert!(
-        matches!(stale.detail, RefusalDetail::Stale { fence } if fence == taken.epoch),
+        matches!(stale.detail, RefusalDetail::Stale { fence, .. } if fence == taken.epoch),
         "{:?}",
         stale.detail
     );

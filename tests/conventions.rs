@@ -235,6 +235,8 @@ fn document_state_words() -> Vec<&'static str> {
         DocState::Matches,
         DocState::Drifted,
         DocState::Missing,
+        DocState::Removed,
+        DocState::Reappeared,
         DocState::Untracked,
         DocState::Absent,
         DocState::Ahead,
@@ -254,6 +256,8 @@ fn document_state_words() -> Vec<&'static str> {
             DocState::Matches
             | DocState::Drifted
             | DocState::Missing
+            | DocState::Removed
+            | DocState::Reappeared
             | DocState::Untracked
             | DocState::Absent
             | DocState::Ahead

@@ -31,7 +31,8 @@ use std::time::Instant;
 
 use fencepost::lease::{Lease, LeaseState, next_epoch};
 use fencepost::sink::{
-    self, Content, FileId, Leftovers, Recovery, SinkRecord, WriteDecision, fence_after_write,
+    self, Body, Content, FileId, Leftovers, Offer, Recorded, Recovery, SinkRecord, WriteDecision,
+    fence_after_write,
 };
 use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
@@ -504,6 +505,8 @@ impl WriteModel {
             fence: i64::from(row.fence),
             content: row.content.map(|c| Content {
                 epoch: i64::from(c.epoch),
+                seq: 0,
+                removed: false,
                 sha256: hash(c.writer),
                 size: 2,
                 written_at: 0,
@@ -533,7 +536,7 @@ impl WriteModel {
         let recorded = s
             .sink
             .and_then(|row| row.content)
-            .map(|c| self.file_id(c.writer, c.dev));
+            .map(|c| Recorded::Placed(self.file_id(c.writer, c.dev)));
         let tokens: BTreeSet<u8> = names
             .iter()
             .filter_map(|(name, _)| match name {
@@ -547,6 +550,7 @@ impl WriteModel {
             let found = Leftovers {
                 new: id(Name::New(t)),
                 pre: names.get(Name::Pre(t)).is_some(),
+                gone: None,
                 doc: id(Name::Doc),
             };
             let drop_set = [Op::Unlink(Name::New(t)), Op::Unlink(Name::Pre(t))];
@@ -567,6 +571,7 @@ impl WriteModel {
                     rollbacks.extend([Op::Unlink(Name::Doc), Op::Fsync]);
                     rollbacks.extend(drop_set);
                 }
+                Recovery::RestoreRemoved => unreachable!("the model makes no removals"),
             }
         }
         let mut plan = drops;
@@ -594,8 +599,11 @@ impl WriteModel {
         sink::decide(
             self.record(s).as_ref(),
             s.lease.map(|row| i64::from(row.epoch)),
-            i64::from(s.workers[usize::from(w)].epoch),
-            sha256,
+            &Offer {
+                epoch: i64::from(s.workers[usize::from(w)].epoch),
+                seq: 0,
+                body: Body::Bytes(sha256),
+            },
             !self.protocol.fenced,
         )
     }

@@ -116,3 +116,14 @@ impl HolderArgs {
         Ok((held, changed))
     }
 }
+
+/// `--seq`: a whole number from 1 (0 is what no `--seq` means, and is refused as one).
+pub(crate) fn parse_seq(value: &str) -> std::result::Result<i64, String> {
+    match value.parse::<i64>() {
+        Ok(seq) if seq >= 1 => Ok(seq),
+        Ok(_) => Err(format!(
+            "a seq is a whole number from 1 (0 is what no --seq means), not {value}"
+        )),
+        Err(_) => Err(format!("a seq is a whole number from 1, not {value:?}")),
+    }
+}

@@ -56,6 +56,15 @@ pub(crate) struct WriteArgs {
     #[arg(short, long, env = "FENCEPOST_OWNER")]
     pub owner: Option<String>,
 
+    /// This version's number within the epoch, for a lease that publishes several: a
+    /// whole number from 1, higher for each new version, the same when retrying one.
+    ///
+    /// Versions are ordered by (epoch, seq): a lower seq than the one recorded under
+    /// this epoch is stale (exit 5), the same seq is a replay or a conflict as for an
+    /// epoch. Without --seq a write is seq 0: the epoch's one version.
+    #[arg(long, env = "FENCEPOST_SEQ", value_parser = super::parse_seq)]
+    pub seq: Option<i64>,
+
     /// Read the content from FILE instead of stdin.
     #[arg(short, long, value_name = "FILE")]
     pub from: Option<PathBuf>,
@@ -79,6 +88,7 @@ impl WriteArgs {
         WriteRequest {
             resource: &self.resource,
             epoch: self.epoch,
+            seq: self.seq.unwrap_or(0),
             owner: self.owner.as_deref(),
             from: self.from.as_deref(),
             allow_empty: self.allow_empty,

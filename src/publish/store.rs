@@ -194,6 +194,8 @@ fn publish(
     };
     let content = Content {
         epoch: args.epoch,
+        seq: args.seq,
+        removed: false,
         sha256: sha256.to_string(),
         size,
         written_at: now,

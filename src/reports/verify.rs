@@ -159,9 +159,12 @@ fn check_document(
 /// A crashed write awaiting recovery, or the links a finished one left.
 fn check_pending(pending: Pending, found: &mut impl FnMut(&'static str, String)) {
     match pending.action {
-        Recovery::RestorePre | Recovery::RemoveDoc | Recovery::KeepApplied => found(
+        Recovery::RestorePre
+        | Recovery::RemoveDoc
+        | Recovery::RestoreRemoved
+        | Recovery::KeepApplied => found(
             "interrupted",
-            "a crashed write awaits recovery (run `fencepost recover`)".into(),
+            "a crashed write or removal awaits recovery (run `fencepost recover`)".into(),
         ),
         Recovery::DropLinks => found(
             "leftover-links",

@@ -85,9 +85,14 @@ pub struct Blob {
 pub struct Published {
     pub resource: String,
     pub epoch: i64,
+    /// The version's seq within its epoch (0 without `--seq`).
+    pub seq: i64,
+    /// The version removed the resource: no blob, no bytes.
+    pub removed: bool,
     pub sha256: String,
     pub size: u64,
-    pub blob: i64,
+    /// The blob holding the content (`None` for a removal).
+    pub blob: Option<i64>,
     pub owner: Option<String>,
     /// Published by an `--unfenced` write: mirrors apply it unfenced too, as the
     /// reproduction of the unprotected sink needs.

@@ -171,10 +171,19 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (resource, mirror)
     );
 ",
+    "
+    -- Several versions per epoch (`write --seq`) and removals (tombstones).
+    ALTER TABLE fencepost_sink ADD COLUMN seq bigint NOT NULL DEFAULT 0 CHECK (seq >= 0);
+    ALTER TABLE fencepost_sink ADD COLUMN removed boolean NOT NULL DEFAULT false;
+    ALTER TABLE fencepost_log ADD COLUMN seq bigint;
+",
 ];
 
 /// The first schema version with `fencepost_seen`.
 const SEEN_SCHEMA: usize = 2;
+
+/// The first schema version with versions' seqs and removals.
+const VERSIONS_SCHEMA: usize = 3;
 
 /// The tables a fencepost store consists of; one of them in a database without
 /// `fencepost_meta` is someone else's.
@@ -1279,6 +1288,7 @@ impl PgStore {
             shown,
             busy,
             seen: self.schema >= SEEN_SCHEMA,
+            versions: self.schema >= VERSIONS_SCHEMA,
             open: Cell::new(true),
             now: Cell::new(None),
             url: &self.url,
@@ -1304,6 +1314,8 @@ pub struct PgTxn<'a> {
     busy: Duration,
     /// The store has `fencepost_seen`.
     seen: bool,
+    /// The schema has the sink's `seq` and `removed` (version [`VERSIONS_SCHEMA`]).
+    versions: bool,
     open: Cell<bool>,
     /// The server's clock once the resource's lock was granted.
     now: Cell<Option<i64>>,
@@ -1687,8 +1699,11 @@ impl ReadTxn for PgTxn<'_> {
 
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         let row = self.query_opt(
-            "SELECT fence, content_epoch, sha256, size, written_at
-             FROM fencepost_sink WHERE resource = $1",
+            &format!(
+                "SELECT fence, content_epoch, sha256, size, written_at, {}
+                 FROM fencepost_sink WHERE resource = $1",
+                self.version_columns()
+            ),
             args![name],
         )?;
         Ok(row.map(|r| sink_row(&r)))
@@ -1696,11 +1711,18 @@ impl ReadTxn for PgTxn<'_> {
 
     fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>> {
         let rows = self.query(
-            "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
-                    pid, host, detail
-             FROM fencepost_log
-             WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
-             ORDER BY id",
+            &format!(
+                "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
+                        pid, host, detail, {}
+                 FROM fencepost_log
+                 WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
+                 ORDER BY id",
+                if self.versions {
+                    "seq"
+                } else {
+                    "NULL::bigint"
+                }
+            ),
             args![resource.map(Resource::as_str), since],
         )?;
         Ok(rows
@@ -1718,6 +1740,7 @@ impl ReadTxn for PgTxn<'_> {
                 pid: u32::try_from(r.get::<_, i64>(9)).unwrap_or(0),
                 host: r.get(10),
                 detail: r.get(11),
+                seq: r.get(12),
             })
             .collect())
     }
@@ -1757,39 +1780,28 @@ impl ReadTxn for PgTxn<'_> {
 
     fn published(&self, resource: &str) -> Result<Option<Published>> {
         let row = self.query_opt(
-            "SELECT s.content_epoch, s.sha256, s.size, s.blob, s.owner, s.unfenced
-             FROM fencepost_sink s WHERE s.resource = $1 AND s.blob IS NOT NULL",
+            &format!(
+                "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced, {}
+                 FROM fencepost_sink WHERE resource = $1 AND {}",
+                self.version_columns(),
+                self.published_rows()
+            ),
             args![resource],
         )?;
-        Ok(row.map(|r| Published {
-            resource: resource.to_string(),
-            epoch: r.get(0),
-            sha256: r.get(1),
-            size: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
-            blob: r.get(3),
-            owner: r.get(4),
-            unfenced: r.get(5),
-        }))
+        Ok(row.map(|r| published_row(&r)))
     }
 
     fn all_published(&self) -> Result<Vec<Published>> {
         let rows = self.query(
-            "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced
-             FROM fencepost_sink WHERE blob IS NOT NULL ORDER BY resource",
+            &format!(
+                "SELECT resource, content_epoch, sha256, size, blob, owner, unfenced, {}
+                 FROM fencepost_sink WHERE {} ORDER BY resource",
+                self.version_columns(),
+                self.published_rows()
+            ),
             args![],
         )?;
-        Ok(rows
-            .iter()
-            .map(|r| Published {
-                resource: r.get(0),
-                epoch: r.get(1),
-                sha256: r.get(2),
-                size: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
-                blob: r.get(4),
-                owner: r.get(5),
-                unfenced: r.get(6),
-            })
-            .collect())
+        Ok(rows.iter().map(published_row).collect())
     }
 
     fn epoch_floor(&self, resource: &Resource) -> Result<i64> {
@@ -1946,38 +1958,52 @@ impl Txn for PgTxn<'_> {
             blob,
             unfenced,
         } = *write;
+        self.check_versions(content)?;
         let size = i64::try_from(content.size).unwrap_or(i64::MAX);
-        // One statement, one round trip: the blob the resource pointed at is marked
-        // released (its subquery reads the sink row as it was before this statement, as
-        // every part of a statement reads one snapshot), the sink points at the new one,
-        // and the notification goes out with the COMMIT (the upsert returns one row, so
-        // it notifies once).
-        let sent = Instant::now();
-        let pointed = self.client.borrow_mut().execute_typed(
+        // A schema without versions takes the same statement without their columns
+        // (`check_versions` refused any version it cannot hold).
+        let (columns, values, set) = if self.versions {
+            (", seq, removed", ", $11, $12", ", seq = $11, removed = $12")
+        } else {
+            ("", "", "")
+        };
+        let sql = format!(
             "WITH released AS (
                  UPDATE fencepost_blob SET released_at = now()
                  WHERE id = (SELECT blob FROM fencepost_sink WHERE resource = $1)
                    AND id IS DISTINCT FROM $8
              )
              INSERT INTO fencepost_sink
-                 (resource, fence, content_epoch, sha256, size, written_at, owner, blob, unfenced)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 (resource, fence, content_epoch, sha256, size, written_at, owner, blob,
+                  unfenced{columns})
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9{values})
              ON CONFLICT (resource) DO UPDATE SET fence = $2, content_epoch = $3, sha256 = $4,
-                 size = $5, written_at = $6, owner = $7, blob = $8, unfenced = $9
-             RETURNING pg_notify($10, $1)",
-            args![
-                resource.as_str(),
-                fence,
-                content.epoch,
-                content.sha256,
-                size,
-                content.written_at,
-                owner,
-                blob,
-                unfenced,
-                CHANNEL,
-            ],
+                 size = $5, written_at = $6, owner = $7, blob = $8, unfenced = $9{set}
+             RETURNING pg_notify($10, $1)"
         );
+        let name = resource.as_str();
+        let all = args![
+            name,
+            fence,
+            content.epoch,
+            content.sha256,
+            size,
+            content.written_at,
+            owner,
+            blob,
+            unfenced,
+            CHANNEL,
+            content.seq,
+            content.removed,
+        ];
+        let params = if self.versions { &all[..] } else { &all[..10] };
+        // One statement, one round trip: the blob the resource pointed at is marked
+        // released (its subquery reads the sink row as it was before this statement, as
+        // every part of a statement reads one snapshot), the sink points at the new one
+        // (none for a removal), and the notification goes out with the COMMIT (the
+        // upsert returns one row, so it notifies once).
+        let sent = Instant::now();
+        let pointed = self.client.borrow_mut().execute_typed(&sql, params);
         match pointed {
             Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {
                 return Err(Error::Remote {
@@ -1999,23 +2025,34 @@ impl Txn for PgTxn<'_> {
     }
 
     fn append(&self, event: &Event, keep: i64) -> Result<()> {
-        let row = self.query_opt(
-            "INSERT INTO fencepost_log (at, resource, event, owner, epoch, prev_owner,
-                                        prev_epoch, sha256, pid, host, detail)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
-            args![
+        let (column, value) = if self.versions {
+            (", seq", ", $12")
+        } else {
+            ("", "")
+        };
+        let (kind, pid) = (event.kind.as_str(), i64::from(event.pid));
+        let all = args![
                 event.at,
                 event.resource,
-                event.kind.as_str(),
+                kind,
                 event.owner,
                 event.epoch,
                 event.prev_owner,
                 event.prev_epoch,
                 event.sha256,
-                i64::from(event.pid),
+                pid,
                 event.host,
                 event.detail,
-            ],
+                event.seq,
+        ];
+        let params = if self.versions { &all[..] } else { &all[..11] };
+        let row = self.query_opt(
+            &format!(
+                "INSERT INTO fencepost_log (at, resource, event, owner, epoch, prev_owner,
+                                            prev_epoch, sha256, pid, host, detail{column})
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11{value}) RETURNING id"
+            ),
+            params,
         )?;
         let id: i64 = row.map_or(0, |r| r.get(0));
         if id % PRUNE_EVERY == 0 {
@@ -2100,12 +2137,69 @@ impl Txn for PgTxn<'_> {
     }
 }
 
+/// A published version from `resource, content_epoch, sha256, size, blob, owner,
+/// unfenced, seq, removed`.
+fn published_row(r: &Row) -> Published {
+    Published {
+        resource: r.get(0),
+        epoch: r.get(1),
+        seq: r.get(7),
+        removed: r.get(8),
+        sha256: r.get::<_, Option<String>>(2).unwrap_or_default(),
+        size: u64::try_from(r.get::<_, Option<i64>>(3).unwrap_or(0)).unwrap_or(0),
+        blob: r.get(4),
+        owner: r.get(5),
+        unfenced: r.get(6),
+    }
+}
+
+impl PgTxn<'_> {
+    /// The sink's `seq, removed`, or what they are in a schema without them.
+    fn version_columns(&self) -> &'static str {
+        if self.versions {
+            "seq, removed"
+        } else {
+            "0::bigint, false"
+        }
+    }
+
+    /// The sink rows that publish a version: content, or a removal.
+    fn published_rows(&self) -> &'static str {
+        if self.versions {
+            "content_epoch IS NOT NULL AND (blob IS NOT NULL OR removed)"
+        } else {
+            "blob IS NOT NULL"
+        }
+    }
+
+    /// Refuses a version this store's schema cannot record (a seq, a removal).
+    fn check_versions(&self, content: &Content) -> Result<()> {
+        if self.versions || (content.seq == 0 && !content.removed) {
+            return Ok(());
+        }
+        Err(Error::usage_hint(
+            format!(
+                "the store {} has no place for {} (schema older than version                  {VERSIONS_SCHEMA}, and this role may not upgrade it)",
+                self.shown,
+                if content.removed {
+                    "removals"
+                } else {
+                    "versions' seqs"
+                }
+            ),
+            "run `fencepost store init` as the owner of its tables",
+        ))
+    }
+}
+
 fn sink_row(r: &Row) -> SinkRecord {
     let content_epoch: Option<i64> = r.get(1);
     SinkRecord {
         fence: r.get(0),
         content: content_epoch.map(|epoch| Content {
             epoch,
+            seq: r.get(5),
+            removed: r.get(6),
             sha256: r.get::<_, Option<String>>(2).unwrap_or_default(),
             size: u64::try_from(r.get::<_, Option<i64>>(3).unwrap_or(0)).unwrap_or(0),
             written_at: r.get::<_, Option<i64>>(4).unwrap_or(0),

@@ -89,6 +89,10 @@ const MIGRATIONS: &[&str] = &[
         detail     TEXT
     );
     CREATE INDEX log_by_resource ON log (resource, id);",
+    // 3: several versions per epoch (`write --seq`) and removals (tombstones).
+    "ALTER TABLE sink ADD COLUMN seq INTEGER NOT NULL DEFAULT 0 CHECK (seq >= 0);
+    ALTER TABLE sink ADD COLUMN removed INTEGER NOT NULL DEFAULT 0 CHECK (removed IN (0, 1));
+    ALTER TABLE log ADD COLUMN seq INTEGER;",
 ];
 
 /// Automatic pruning runs when an event id is a multiple of this.
@@ -462,7 +466,7 @@ impl ReadTxn for SqliteTxn<'_> {
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
             .query_row(
-                "SELECT fence, content_epoch, sha256, size, written_at, dev, ino
+                "SELECT fence, content_epoch, sha256, size, written_at, dev, ino, seq, removed
                  FROM sink WHERE resource = ?1",
                 [name],
                 sink_row,
@@ -477,7 +481,7 @@ impl ReadTxn for SqliteTxn<'_> {
             .tx
             .prepare(
                 "SELECT id, at, resource, event, owner, epoch, prev_owner, prev_epoch, sha256,
-                        pid, host, detail
+                        pid, host, detail, seq
                  FROM log
                  WHERE (?1 IS NULL OR resource = ?1) AND (?2 IS NULL OR at >= ?2)
                  ORDER BY id",
@@ -498,6 +502,7 @@ impl ReadTxn for SqliteTxn<'_> {
                     pid: r.get(9)?,
                     host: r.get(10)?,
                     detail: r.get(11)?,
+                    seq: r.get(12)?,
                 })
             })
             .map_err(self.fail())?;
@@ -652,10 +657,12 @@ impl Txn for SqliteTxn<'_> {
         let file = content.file;
         self.tx
             .execute(
-                "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev, ino, owner)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev, ino,
+                                   owner, seq, removed)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (resource) DO UPDATE SET fence = ?2, content_epoch = ?3, sha256 = ?4,
-                     size = ?5, written_at = ?6, dev = ?7, ino = ?8, owner = ?9",
+                     size = ?5, written_at = ?6, dev = ?7, ino = ?8, owner = ?9, seq = ?10,
+                     removed = ?11",
                 params![
                     resource.as_str(),
                     fence,
@@ -667,7 +674,9 @@ impl Txn for SqliteTxn<'_> {
                     // remounts); files of older versions may still hold one, unread.
                     Option::<i64>::None,
                     file.map(|f| f.ino as i64),
-                    owner
+                    owner,
+                    content.seq,
+                    content.removed
                 ],
             )
             .map_err(self.fail())?;
@@ -680,8 +689,8 @@ impl Txn for SqliteTxn<'_> {
         self.tx
             .execute(
                 "INSERT INTO log (at, resource, event, owner, epoch, prev_owner, prev_epoch,
-                                  sha256, pid, host, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                  sha256, pid, host, detail, seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     event.at,
                     event.resource,
@@ -693,7 +702,8 @@ impl Txn for SqliteTxn<'_> {
                     event.sha256,
                     event.pid,
                     event.host,
-                    event.detail
+                    event.detail,
+                    event.seq
                 ],
             )
             .map_err(self.fail())?;
@@ -738,6 +748,8 @@ fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
             let size: i64 = r.get::<_, Option<i64>>(3)?.unwrap_or(0);
             Some(Content {
                 epoch,
+                seq: r.get(7)?,
+                removed: r.get(8)?,
                 sha256: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                 size: size as u64,
                 written_at: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
