@@ -92,6 +92,8 @@ fn pass(
             Err(e) => Applied {
                 resource: published.resource.clone(),
                 epoch: published.epoch,
+                seq: published.seq,
+                removed: published.removed,
                 sha256: published.sha256.clone(),
                 outcome: "failed",
                 error: Some(e.to_string()),
@@ -113,6 +115,8 @@ fn pass(
         done.applied.push(Applied {
             resource: name,
             epoch: held.epoch,
+            seq: held.seq,
+            removed: held.removed,
             sha256: held.sha256,
             outcome: "ahead",
             error: Some(why),
@@ -268,6 +272,8 @@ fn apply(
     let seen = |outcome: &'static str| Applied {
         resource: published.resource.clone(),
         epoch: published.epoch,
+        seq: published.seq,
+        removed: published.removed,
         sha256: published.sha256.clone(),
         outcome,
         error: None,

@@ -428,6 +428,10 @@ pub struct Stopped {
 pub struct Applied {
     pub resource: String,
     pub epoch: i64,
+    /// The version's seq within its epoch (0 without `--seq`).
+    pub seq: i64,
+    /// The version is a removal: applied, the mirror's copy is gone.
+    pub removed: bool,
     pub sha256: String,
     pub outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -9,7 +9,7 @@
 //! it. With a shared store the tombstone is the store's record, and mirrors remove their
 //! copy when they apply it.
 
-use super::{Decided, WriteRequest, decide_locked, refuse_early, refusal};
+use super::{Decided, WriteRequest, decide_locked, refusal, refuse_early};
 
 use crate::atomic::Removal;
 use crate::audit::{Event, EventKind};
@@ -90,7 +90,12 @@ impl Target<'_> {
     /// The part under the lock once the removal is accepted: take the document away
     /// (local root), record the tombstone, COMMIT, then drop the `-gone` file. On any
     /// failure before the COMMIT the document is put back.
-    fn take(self, tx: Box<dyn Txn + '_>, doc: Option<&DocPath>, decided: Decided) -> Result<Outcome> {
+    fn take(
+        self,
+        tx: Box<dyn Txn + '_>,
+        doc: Option<&DocPath>,
+        decided: Decided,
+    ) -> Result<Outcome> {
         let Target { ctx, resource, .. } = self;
         let recorded_before = decided
             .record

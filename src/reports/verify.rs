@@ -448,11 +448,7 @@ fn check_behind(
     });
     match (
         held,
-        standing(
-            held.map(version_of),
-            pair,
-            published.unfenced,
-        ),
+        standing(held.map(version_of), pair, published.unfenced),
     ) {
         (_, Standing::Current) => None,
         (Some(c), Standing::Ahead) => {
