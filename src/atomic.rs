@@ -39,10 +39,10 @@ use crate::text::hex;
 pub mod interrupt;
 
 /// What follows `.<name>.fencepost-` in a staged temp file's name (then random chars).
-const TEMP: &str = "tmp-";
+pub(crate) const TEMP: &str = "tmp-";
 
 /// Random characters in a temp file's name.
-const TEMP_RANDOM: usize = 12;
+pub(crate) const TEMP_RANDOM: usize = 12;
 
 /// Size of the buffer that streams content: memory stays flat whatever the size.
 const CHUNK: usize = 128 * 1024;
@@ -192,7 +192,7 @@ fn keep_mode_and_owner(file: &File, meta: &Entry, temp: &Path) -> Result<()> {
 }
 
 /// `n` random letters and digits.
-fn random_chars(n: usize) -> String {
+pub(crate) fn random_chars(n: usize) -> String {
     (0..n).map(|_| fastrand::alphanumeric()).collect()
 }
 

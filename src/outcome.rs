@@ -192,6 +192,9 @@ pub struct Written {
     pub unfenced: bool,
     /// The fence before this write (null for a first write with no claim's fence).
     pub previous_fence: Option<i64>,
+    /// A tree (`write --tree`): `sha256` is the tree hash (the key is there only then).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tree: bool,
     /// The same epoch had written these bytes: the document was not rewritten (`--json`
     /// says so by its `outcome`, `replay`).
     #[serde(skip)]

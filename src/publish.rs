@@ -30,8 +30,11 @@ use crate::store::{ReadTxn, Txn, WriteRecord};
 
 mod remove;
 mod store;
+mod tree;
 
 pub use remove::remove;
+pub(crate) use tree::retire as retire_tree;
+pub use tree::{TreeRequest, write_tree};
 
 /// A write as the sink takes it: the resource as named, the writer's epoch and owner, and
 /// how to treat the content.
@@ -428,6 +431,7 @@ fn decide_locked(
         size,
         unfenced: args.unfenced,
         previous_fence: record.as_ref().map(|r| r.fence),
+        tree: false,
         replay: false,
     };
     Ok(Decided {
@@ -489,6 +493,7 @@ fn publish(
         epoch: target.args.epoch,
         seq: target.args.seq,
         removed: false,
+        tree: false,
         sha256: staged.sha256.clone(),
         size: staged.size,
         written_at: how.now,
@@ -545,6 +550,7 @@ fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>
         owner: how.owner,
         blob: None,
         unfenced: args.unfenced,
+        manifest: None,
     };
     tx.record_write(resource, &write)?;
     let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)

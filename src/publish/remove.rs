@@ -145,6 +145,12 @@ impl Target<'_> {
             epoch: args.epoch,
             seq: args.seq,
             removed: true,
+            // A removal keeps the resource's kind.
+            tree: decided
+                .record
+                .as_ref()
+                .and_then(|r| r.content.as_ref())
+                .is_some_and(|c| c.tree),
             sha256: String::new(),
             size: 0,
             written_at: decided.now,
@@ -159,6 +165,7 @@ impl Target<'_> {
                 owner,
                 blob: None,
                 unfenced: false,
+                manifest: None,
             },
         )?;
         let mut event = Event::new(decided.now, resource.as_str(), EventKind::Remove)
