@@ -314,6 +314,105 @@ fn write_after_commit() {
     write_point("txn.after_commit");
 }
 
+/// A lease's second version (`--seq 2`, over seq 1's document) stopped at `point` in
+/// `mode`, then `next`. Before its COMMIT seq 1's document and record stand once
+/// recovered, and seq 1 sent again is a replay; from its COMMIT on seq 2's stand, and seq 1
+/// sent again is stale: an acknowledged version never goes back to an earlier one of the
+/// same lease. The retry of seq 2 is written (a replay once committed).
+fn seq_write_case(point: &str, mode: Mode, next: Next) {
+    let what = format!("write --seq 2: {point} {mode:?} then {next:?}");
+    let env = Env::new();
+    let (first, second) = (old(), new());
+    assert_eq!(env.claim(RES, "A", 100, 0), 1);
+    let seq1 = ["write", RES, "--epoch", "1", "--seq", "1"];
+    env.fp(&seq1)
+        .now(1)
+        .stdin(first.clone())
+        .expect_stdout(0, "written");
+    let seq2 = ["write", RES, "--epoch", "1", "--seq", "2"];
+    crash(&env, &seq2, 20, &second, point, mode, &what);
+
+    let stage = stage_of(point);
+    let committed = stage == Stage::Committed;
+    let (first_version, second_version) = ((first.clone(), 1, 1), (second.clone(), 1, 2));
+    let mut standing = if committed {
+        &second_version
+    } else {
+        &first_version
+    };
+
+    // Before any recovery: status only looks.
+    let row = status_row(&env, RES, Some(20));
+    let doc = env.read(RES);
+    if mode != Mode::Error && stage == Stage::Renamed {
+        assert_eq!(row["document"]["state"], "interrupted", "{what}: {row}");
+        assert!(doc == Some(second.clone()), "{what}: not seq 2's bytes");
+    } else {
+        assert_eq!(row["document"]["state"], "matches", "{what}: {row}");
+        assert!(
+            doc.as_ref() == Some(&standing.0),
+            "{what}: document changed"
+        );
+    }
+    assert_record(&row, Some(standing), &what);
+    if mode == Mode::Error {
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    }
+
+    match next {
+        Next::Retry => {
+            let outcome = if committed { "replay" } else { "written" };
+            env.fp(&seq2)
+                .now(21)
+                .stdin(second.clone())
+                .expect_stdout(0, outcome);
+            standing = &second_version;
+        }
+        Next::Claim => {
+            assert_eq!(env.claim(RES, "C", 100, 200), 2, "{what}");
+        }
+        Next::Recover => {
+            env.fp(&["recover"]).now(200).expect(0);
+        }
+    }
+    assert_version(&env, RES, Some(201), Some(borrowed(standing)), &what);
+    env.fp(&["verify"]).now(201).expect(0);
+
+    // Seq 1 again, from a writer that did not hear of seq 2: stale once seq 2 (or a
+    // takeover) stands, else the version that stands, a replay.
+    let late = env.fp(&seq1).now(202).stdin(first.clone());
+    if standing.2 == 2 || next == Next::Claim {
+        late.expect_stdout(5, "stale");
+    } else {
+        late.expect_stdout(0, "replay");
+    }
+    assert_version(&env, RES, Some(203), Some(borrowed(standing)), &what);
+    assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+}
+
+fn seq_write_point(point: &str) {
+    for mode in MODES {
+        for next in [Next::Retry, Next::Claim, Next::Recover] {
+            seq_write_case(point, mode, next);
+        }
+    }
+}
+
+#[test]
+fn seq_write_after_rename() {
+    seq_write_point("write.after_rename");
+}
+
+#[test]
+fn seq_write_before_commit() {
+    seq_write_point("txn.before_commit");
+}
+
+#[test]
+fn seq_write_after_commit() {
+    seq_write_point("txn.after_commit");
+}
+
 /// A takeover claim that stops at a failpoint either happened entirely (new lease, fence
 /// raised) or not at all (old lease, old fence, and the next claim gets the same epoch).
 fn claim_point(point: &str) {
@@ -399,6 +498,11 @@ enum Removing {
 
 /// A version as the tests name it: bytes, epoch, seq.
 type Version = (Vec<u8>, i64, i64);
+
+/// `version` as `assert_version` takes it.
+fn borrowed(version: &Version) -> (&[u8], i64, i64) {
+    (&version.0, version.1, version.2)
+}
 
 impl Removing {
     /// Sets the scene; returns the removal's `(epoch, seq)` and the version standing
@@ -538,8 +642,7 @@ fn remove_case(point: &str, mode: Mode, how: Removing, next: Next) {
             assert_removed(&env, RES, 203, version, &what);
         }
     } else {
-        let want = before.as_ref().map(|(b, e, s)| (b.as_slice(), *e, *s));
-        assert_version(&env, RES, Some(201), want, &what);
+        assert_version(&env, RES, Some(201), before.as_ref().map(borrowed), &what);
         env.fp(&["verify"]).now(201).expect(0);
     }
 
