@@ -30,6 +30,7 @@ pub fn remove(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Outcome> {
         super::refuse_resolved(ctx, args, &resource)?;
     }
     check_epoch(args.epoch)?;
+    super::check_seq(args.seq)?;
     if let Some(owner) = args.owner {
         check_owner(owner)?;
     }
@@ -68,7 +69,10 @@ pub fn remove(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Outcome> {
                 .detail("removal");
             ctx.log(&*tx, &event)?;
             tx.commit()?;
-            Ok(Outcome::RemoveReplay(answer(decided, false)))
+            Ok(Outcome::RemoveReplay(Removed {
+                replay: true,
+                ..answer(decided, false)
+            }))
         }
         refused => Err(refusal(
             &resource,
@@ -199,5 +203,6 @@ fn answer(decided: Decided, had_document: bool) -> Removed {
         previous_fence: written.previous_fence,
         had_document,
         removed: true,
+        replay: false,
     }
 }
