@@ -804,8 +804,9 @@ pub struct Removal<'d> {
 
 impl<'d> Removal<'d> {
     /// Takes the document away under the state file's lock: renames it to its `-gone`
-    /// link and fsyncs the folder, so the removal is durable before the caller commits.
-    /// `None`: there was no document.
+    /// link. `None`: there was no document. The caller makes the rename durable
+    /// ([`Removal::sync`]) before it commits, and puts the document back if anything
+    /// fails before its COMMIT.
     pub fn take(doc: &'d DocPath) -> Result<Option<Removal<'d>>> {
         let Some(entry) = inspect_document(doc)? else {
             return Ok(None);
@@ -831,15 +832,20 @@ impl<'d> Removal<'d> {
         doc.folder
             .rename(&doc.name, &gone)
             .map_err(Error::io("cannot remove", doc.path()))?;
-        crate::failpoints::failpoint!("remove.after_rename");
-        doc.folder.sync()?;
-        crate::failpoints::failpoint!("remove.after_dir_fsync");
         Ok(Some(Removal {
             doc,
             id,
             token,
             _file: file,
         }))
+    }
+
+    /// Fsyncs the folder, so the removal's rename is durable before the caller commits.
+    pub fn sync(&self) -> Result<()> {
+        crate::failpoints::failpoint!("remove.after_rename");
+        self.doc.folder.sync()?;
+        crate::failpoints::failpoint!("remove.after_dir_fsync");
+        Ok(())
     }
 
     /// The link set of this removal, as recovery sees it.

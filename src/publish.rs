@@ -586,15 +586,22 @@ fn after_failed_commit(
         args,
         ..
     } = *target;
+    let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
+        .owner(how.owner)
+        .epoch(Some(args.epoch))
+        .seq(args.seq)
+        .sha256(Some(&content.sha256))
+        .detail(e.to_string());
+    recover_after_failed_commit(ctx, resource, &event)
+}
+
+/// After a failed COMMIT (a write's or a removal's): recovers `resource` in a new
+/// transaction that also commits `event` (see [`after_failed_commit`]). Past opening
+/// the state file, best effort.
+fn recover_after_failed_commit(ctx: &Ctx, resource: &Resource, event: &Event) -> Result<()> {
     let mut store = ctx.store()?;
     let _ = ctx.begin(&mut *store, resource).and_then(|tx| {
-        let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
-            .owner(how.owner)
-            .epoch(Some(args.epoch))
-            .seq(args.seq)
-            .sha256(Some(&content.sha256))
-            .detail(e.to_string());
-        ctx.log(&*tx, &event)?;
+        ctx.log(&*tx, event)?;
         tx.commit()
     });
     Ok(())

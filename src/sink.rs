@@ -224,7 +224,10 @@ pub enum Recovery {
 #[must_use]
 pub fn recovery(recorded: Option<Recorded>, found: Leftovers) -> Recovery {
     if let Some(gone) = found.gone {
-        let committed = recorded == Some(Recorded::Removed(gone));
+        // A tombstone publishes no bytes: its size is 0, and a store gives the removed
+        // file's identity back with that size. The inode number alone names the file (no
+        // other live file has it while the `-gone` name holds it).
+        let committed = matches!(recorded, Some(Recorded::Removed(file)) if file.ino == gone.ino);
         return if committed || found.doc.is_some() {
             Recovery::DropLinks
         } else {
@@ -470,6 +473,13 @@ mod tests {
         assert_eq!(recovery(None, found), Recovery::RestoreRemoved);
         let removed = Some(Recorded::Removed(OLD));
         assert_eq!(recovery(removed, found), Recovery::DropLinks);
+        // The tombstone as a store gives it back: the removed file's size is the
+        // version's, 0.
+        let stored = Some(Recorded::Removed(FileId { size: 0, ..OLD }));
+        assert_eq!(recovery(stored, found), Recovery::DropLinks);
+        // Another removed file (an older removal's) does not make this one committed.
+        let other = Some(Recorded::Removed(NEW));
+        assert_eq!(recovery(other, found), Recovery::RestoreRemoved);
         // A document put there since (by hand) is never replaced.
         let hand = Leftovers {
             doc: Some(NEW),

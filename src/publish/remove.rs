@@ -6,7 +6,8 @@
 //! link (`atomic::Removal`), fsync the folder, record the tombstone (naming the removed
 //! file), COMMIT, then unlink the `-gone` file. A crash before the COMMIT leaves the
 //! `-gone` file, which recovery puts back (`sink::recovery`); after it, recovery removes
-//! it. With a shared store the tombstone is the store's record, and mirrors remove their
+//! it. A removal that fails (an error, not a crash) puts the document back itself before
+//! it exits, as a failed write does. With a shared store the tombstone is the store's record, and mirrors remove their
 //! copy when they apply it.
 
 use super::{Decided, WriteRequest, decide_locked, refusal, refuse_early};
@@ -113,14 +114,30 @@ impl Target<'_> {
             Some(doc) => Removal::take(doc)?,
             None => None,
         };
-        let recorded = self.record(&*tx, &decided, removal.as_ref());
+        let recorded = removal
+            .as_ref()
+            .map_or(Ok(()), Removal::sync)
+            .and_then(|()| self.record(&*tx, &decided, removal.as_ref()));
         if let Err(e) = recorded {
+            // Still under the lock, and the transaction will roll back: put the document
+            // back.
             if let (Some(doc), Some(removal)) = (doc, &removal) {
                 crate::recovery::undo(doc, recorded_before, &removal.links())?;
             }
             return Err(e);
         }
-        tx.commit()?;
+        if let Err(e) = tx.commit() {
+            // The lock went with the transaction: recovery, in a transaction of its own,
+            // puts the document back or, if the COMMIT happened after all, drops the
+            // `-gone` file (as a write's failed COMMIT, `super::after_failed_commit`).
+            let event = Event::new(decided.now, resource.as_str(), EventKind::CommitFailed)
+                .owner(decided.written.owner.as_deref())
+                .epoch(Some(self.args.epoch))
+                .seq(self.args.seq)
+                .detail(format!("removal: {e}"));
+            super::recover_after_failed_commit(ctx, resource, &event)?;
+            return Err(e);
+        }
         let hook = (|| -> Result<()> {
             failpoint!("remove.before_cleanup");
             Ok(())
