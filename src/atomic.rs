@@ -762,9 +762,11 @@ pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
 /// Removes a link set (after a commit, or a rollback). Leftovers are harmless: the next
 /// recovery removes them.
 pub fn drop_set(doc: &DocPath, set: &LinkSet) {
-    for what in ["sum", "new", "pre", "gone"] {
+    for what in ["sum", "new", "pre"] {
         let _ = doc.folder.remove(&link_name(doc, what, &set.token));
     }
+    // A tree's removal takes its folder away under this name.
+    let _ = crate::tree::remove_tree(&doc.folder, &link_name(doc, "gone", &set.token));
 }
 
 /// Puts the pre-image back over a document whose write never committed.
@@ -807,8 +809,22 @@ impl<'d> Removal<'d> {
     /// link. `None`: there was no document. The caller makes the rename durable
     /// ([`Removal::sync`]) before it commits, and puts the document back if anything
     /// fails before its COMMIT.
-    pub fn take(doc: &'d DocPath) -> Result<Option<Removal<'d>>> {
-        let Some(entry) = inspect_document(doc)? else {
+    pub fn take(doc: &'d DocPath, tree: bool) -> Result<Option<Removal<'d>>> {
+        let entry = if tree {
+            match doc.folder.stat(&doc.name)? {
+                Some(e) if e.kind == Kind::Folder => Some(e),
+                Some(_) => {
+                    return Err(Error::usage(format!(
+                        "{} is not a folder, and the resource is a tree",
+                        doc.path().display()
+                    )));
+                }
+                None => None,
+            }
+        } else {
+            inspect_document(doc)?
+        };
+        let Some(entry) = entry else {
             return Ok(None);
         };
         let file = doc
@@ -828,7 +844,7 @@ impl<'d> Removal<'d> {
         let id = file_id(&opened);
         let token: OsString = id.ino.to_string().into();
         let gone = link_name(doc, "gone", &token);
-        doc.folder.remove_if_present(&gone)?;
+        crate::tree::remove_tree(&doc.folder, &gone)?;
         doc.folder
             .rename(&doc.name, &gone)
             .map_err(Error::io("cannot remove", doc.path()))?;
@@ -889,6 +905,22 @@ fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
     let mut removed = 0;
     for name in doc.folder.names()? {
         if !name.as_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        // A staged tree (a folder) is its writer's while the writer holds its lock, and
+        // a tree publish's marker names it from the swap on: recovery resolves markers
+        // before it sweeps, so one left here is a dead writer's.
+        if let Ok(Some(entry)) = doc.folder.stat(&name)
+            && entry.kind == Kind::Folder
+        {
+            let Ok(crate::folder::Child::Folder(dir)) = doc.folder.child(&name) else {
+                continue;
+            };
+            let free =
+                rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok();
+            if free && (!remove || crate::tree::remove_tree(&doc.folder, &name).is_ok()) {
+                removed += 1;
+            }
             continue;
         }
         let Ok(file) = doc.folder.open_file(&name) else {

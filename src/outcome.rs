@@ -269,6 +269,11 @@ pub struct SinkView {
     pub seq: Option<i64>,
     /// The recorded version is a removal (a tombstone).
     pub removed: bool,
+    /// A tree's hash (`write --tree`; `sha256` is then null): SHA-256 over its manifest
+    /// (the sorted paths, kinds, modes and content hashes). The key is there only for a
+    /// tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree_sha256: Option<String>,
     pub sha256: Option<String>,
     pub size: Option<u64>,
     pub written_at: Option<i64>,

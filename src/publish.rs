@@ -87,7 +87,11 @@ pub fn write<'s>(
         Err(source) => source,
     };
     let mut store = ctx.store()?;
-    refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
+    {
+        let snapshot = store.snapshot()?;
+        refuse_early(ctx, &*snapshot, &resource, args)?;
+        refuse_tree(&*snapshot, &resource)?;
+    }
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
 
@@ -158,6 +162,22 @@ fn refuse_early(
     ) {
         let owner = writer(tx, resource, args)?;
         return Err(refusal(resource, args, owner.as_deref(), d));
+    }
+    Ok(())
+}
+
+/// A resource is a document or a tree for its whole life: a document is refused where
+/// the sink recorded a tree (a removed one too).
+fn refuse_tree(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
+    if tx
+        .sink(resource)?
+        .and_then(|r| r.content)
+        .is_some_and(|c| c.tree)
+    {
+        return Err(Error::usage_hint(
+            format!("{resource} is a tree: a document cannot be published there"),
+            "publish the folder with --tree DIR, or pick another name",
+        ));
     }
     Ok(())
 }
@@ -326,7 +346,10 @@ fn run_overlapped(
                 .map_err(|_| unsynced)
         });
         let opened = ctx.store().and_then(|mut store| {
-            refuse_early(ctx, &*store.snapshot()?, resource, args)?;
+            let snapshot = store.snapshot()?;
+            refuse_early(ctx, &*snapshot, resource, args)?;
+            refuse_tree(&*snapshot, resource)?;
+            drop(snapshot);
             Ok(store)
         });
         let synced = syncing.map(|thread| match thread {

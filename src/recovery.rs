@@ -154,6 +154,35 @@ fn tree_markers(doc: &DocPath) -> Result<Vec<TreeMarker>> {
     Ok(found)
 }
 
+/// A tree publish's marker beside the document, if any: in progress while its writer
+/// holds the staged folder's lock (the folder is at the resource's name after the swap,
+/// at the staged name before), a crash awaiting recovery once it does not.
+pub fn pending_tree(doc: &DocPath) -> Result<Option<Pending>> {
+    let Some(marker) = tree_markers(doc)?.into_iter().next() else {
+        return Ok(None);
+    };
+    let locked =
+        [&doc.name, &marker.staged_name]
+            .into_iter()
+            .any(|name| match doc.folder.child(name) {
+                Ok(crate::folder::Child::Folder(dir)) => {
+                    dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
+                        && matches!(
+                            rustix::fs::flock(
+                                &dir,
+                                rustix::fs::FlockOperation::NonBlockingLockShared
+                            ),
+                            Err(rustix::io::Errno::WOULDBLOCK)
+                        )
+                }
+                _ => false,
+            });
+    Ok(Some(Pending {
+        action: Recovery::Nothing,
+        in_progress: locked,
+    }))
+}
+
 /// The rule of `sink::tree_recovery` for one marker, plus one check on disk: a tree to
 /// be rolled back that no longer holds the staged tree was edited by hand since the
 /// crash; it is kept (only the marker goes), for `verify` to report.

@@ -111,7 +111,7 @@ impl Target<'_> {
             doc.check_unmoved(&ctx.root, resource)?;
         }
         let removal = match doc {
-            Some(doc) => Removal::take(doc)?,
+            Some(doc) => Removal::take(doc, was_tree(&decided))?,
             None => None,
         };
         let recorded = removal
@@ -163,11 +163,7 @@ impl Target<'_> {
             seq: args.seq,
             removed: true,
             // A removal keeps the resource's kind.
-            tree: decided
-                .record
-                .as_ref()
-                .and_then(|r| r.content.as_ref())
-                .is_some_and(|c| c.tree),
+            tree: was_tree(decided),
             sha256: String::new(),
             size: 0,
             written_at: decided.now,
@@ -197,6 +193,15 @@ impl Target<'_> {
         failpoint!("remove.before_commit");
         Ok(())
     }
+}
+
+/// Whether the resource the removal retires is a tree.
+fn was_tree(decided: &Decided) -> bool {
+    decided
+        .record
+        .as_ref()
+        .and_then(|r| r.content.as_ref())
+        .is_some_and(|c| c.tree)
 }
 
 /// The answer of an accepted removal.

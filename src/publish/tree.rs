@@ -61,7 +61,6 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
         ));
     }
     let src = open_source(tree.src)?;
-    let survey = tree::survey(&src, tree.allow_symlinks, &tree.limits)?;
     let mut store = ctx.store()?;
     {
         let snapshot = store.snapshot()?;
@@ -74,6 +73,7 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
         crate::session::refuse_state_file(ctx, &doc, &resource)?;
         refuse_not_a_folder(&doc)?;
         refuse_inside(&doc.folder, &src, tree.src)?;
+        let survey = tree::survey(&src, tree.allow_symlinks, &tree.limits)?;
         crate::atomic::ensure_space(doc.folder.path(), survey.bytes)?;
         failpoint!("tree.before_stage");
         let staged = stage(&doc, &src, tree)?;
