@@ -197,7 +197,10 @@ impl Event {
             }
             // `write --tree`: a folder published as one version.
             (EventKind::Write, _, _)
-                if self.detail.as_deref().is_some_and(|d| d.starts_with("tree")) =>
+                if self
+                    .detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with("tree")) =>
             {
                 " tree".to_string()
             }

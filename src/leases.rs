@@ -165,8 +165,8 @@ fn take_or_replay(
 pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     let resource = ctx.resource(raw)?;
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
-    // document that is a symlink, a folder or a special file can never be written: refuse
-    // the claim now, before any lease is recorded.
+    // document that is a symlink or a special file can never be written: refuse the claim
+    // now, before any lease is recorded. A folder may be a tree (`write --tree`).
     // With a store, the document is the store's: a mirror root's copy is not checked here.
     let local = ctx.remote.is_none();
     if local {
@@ -174,7 +174,13 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     }
     if local && let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
         crate::session::refuse_state_file(ctx, &doc, &resource)?;
-        crate::atomic::inspect_document(&doc)?;
+        let folder = doc
+            .folder
+            .stat(&doc.name)?
+            .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
+        if !folder {
+            crate::atomic::inspect_document(&doc)?;
+        }
     }
     Ok(resource)
 }

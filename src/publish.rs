@@ -90,8 +90,8 @@ pub fn write<'s>(
     let mut store = ctx.store()?;
     {
         let snapshot = store.snapshot()?;
-        refuse_early(ctx, &*snapshot, &resource, args)?;
         refuse_tree(&*snapshot, &resource)?;
+        refuse_early(ctx, &*snapshot, &resource, args)?;
     }
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
@@ -175,12 +175,17 @@ fn refuse_tree(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
         .and_then(|r| r.content)
         .is_some_and(|c| c.tree)
     {
-        return Err(Error::usage_hint(
-            format!("{resource} is a tree: a document cannot be published there"),
-            "publish the folder with --tree DIR, or pick another name",
-        ));
+        return Err(tree_name_taken(resource));
     }
     Ok(())
+}
+
+/// The refusal of a document where a tree was published.
+fn tree_name_taken(resource: &Resource) -> Error {
+    Error::usage_hint(
+        format!("{resource} is a tree: a document cannot be published there"),
+        "publish the folder with --tree DIR, or pick another name",
+    )
 }
 
 /// The write being made: the document it replaces, its resource and the request.
@@ -348,8 +353,8 @@ fn run_overlapped(
         });
         let opened = ctx.store().and_then(|mut store| {
             let snapshot = store.snapshot()?;
-            refuse_early(ctx, &*snapshot, resource, args)?;
             refuse_tree(&*snapshot, resource)?;
+            refuse_early(ctx, &*snapshot, resource, args)?;
             drop(snapshot);
             Ok(store)
         });

@@ -177,7 +177,17 @@ fn publish(
 ) -> Result<(Outcome, i64)> {
     let tx = ctx.begin(store, resource)?;
     let (sha256, size) = (bytes.sha256(), bytes.size());
+    // A tree's name takes no document: read from the record the decision reads, no
+    // statement more.
     let decided = decide_locked(ctx, &*tx, resource, args, Body::Bytes(sha256), size)?;
+    if decided
+        .record
+        .as_ref()
+        .and_then(|r| r.content.as_ref())
+        .is_some_and(|c| c.tree)
+    {
+        return Err(super::tree_name_taken(resource));
+    }
     if decided.decision != WriteDecision::Write {
         return answer_unwritten(ctx, tx, resource, args, decided).map(|outcome| (outcome, 0));
     }

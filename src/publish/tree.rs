@@ -61,8 +61,8 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
     let mut store = ctx.store()?;
     {
         let snapshot = store.snapshot()?;
-        refuse_early(ctx, &*snapshot, &resource, args)?;
         refuse_kind(&*snapshot, &resource)?;
+        refuse_early(ctx, &*snapshot, &resource, args)?;
     }
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;

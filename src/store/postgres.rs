@@ -2397,8 +2397,9 @@ impl Blobs for PgStore {
             "BEGIN; SET LOCAL synchronous_commit = off;
              DELETE FROM fencepost_blob b WHERE id = {id}
              AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
-             AND NOT EXISTS (SELECT 1 FROM fencepost_tree_blob t WHERE t.blob = b.id);
-             COMMIT"
+             {};
+             COMMIT",
+            self.named_by_a_tree()
         ));
         // A failed statement leaves the transaction open (ROLLBACK is a no-op if not).
         let _ = self.client.batch_execute("ROLLBACK");
@@ -2473,39 +2474,15 @@ impl Blobs for PgStore {
     }
 
     fn collect(&mut self, grace: Duration) -> Result<usize> {
-        let (shown, busy) = (self.shown.clone(), self.busy);
-        let fail = |e| pg_error(&shown, busy, e);
-        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
-        let candidates: Vec<i64> = self
-            .client
-            .query_typed(
-                "SELECT id FROM fencepost_blob b
-                 WHERE coalesce(released_at, created_at)
-                       < now() - make_interval(secs => $1::bigint / 1000.0)
-                   AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
-                   AND NOT EXISTS (SELECT 1 FROM fencepost_tree_blob t WHERE t.blob = b.id)",
-                args![grace_ms],
-            )
-            .map_err(fail)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut removed = 0;
-        for id in candidates {
-            // One at a time: a write that points at this blob meanwhile holds a key-share
-            // lock on it, and then this delete fails on the reference and skips it.
-            match self.client.execute_typed(
-                "DELETE FROM fencepost_blob b WHERE id = $1
-                 AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
-                 AND NOT EXISTS (SELECT 1 FROM fencepost_tree_blob t WHERE t.blob = b.id)",
-                args![id],
-            ) {
-                Ok(n) => removed += usize::try_from(n).unwrap_or(0),
-                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {}
-                Err(e) => return Err(fail(e)),
-            }
-        }
-        Ok(removed)
+        // A tree's contents are named by its manifest until the manifest goes: a second
+        // round collects what the first one's manifests named alone.
+        let first = self.collect_round(grace)?;
+        let second = if first > 0 {
+            self.collect_round(grace)?
+        } else {
+            0
+        };
+        Ok(first + second)
     }
 
     fn listen(&mut self) -> Result<()> {
@@ -2530,6 +2507,59 @@ impl Blobs for PgStore {
             names.push(n.payload().to_string());
         }
         Ok(names)
+    }
+}
+
+impl PgStore {
+    /// The condition that a blob `b` is not a tree's content, in a schema with trees.
+    fn named_by_a_tree(&self) -> &'static str {
+        if self.schema >= TREES_SCHEMA {
+            "AND NOT EXISTS (SELECT 1 FROM fencepost_tree_blob t WHERE t.blob = b.id)"
+        } else {
+            ""
+        }
+    }
+
+    /// One round of [`Blobs::collect`]: the blobs nothing points at, older than `grace`.
+    fn collect_round(&mut self, grace: Duration) -> Result<usize> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let fail = |e| pg_error(&shown, busy, e);
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let named = self.named_by_a_tree();
+        let candidates: Vec<i64> = self
+            .client
+            .query_typed(
+                &format!(
+                    "SELECT id FROM fencepost_blob b
+                     WHERE coalesce(released_at, created_at)
+                           < now() - make_interval(secs => $1::bigint / 1000.0)
+                       AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+                       {named}"
+                ),
+                args![grace_ms],
+            )
+            .map_err(fail)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut removed = 0;
+        for id in candidates {
+            // One at a time: a write that points at this blob meanwhile holds a key-share
+            // lock on it, and then this delete fails on the reference and skips it.
+            match self.client.execute_typed(
+                &format!(
+                    "DELETE FROM fencepost_blob b WHERE id = $1
+                     AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+                     {named}"
+                ),
+                args![id],
+            ) {
+                Ok(n) => removed += usize::try_from(n).unwrap_or(0),
+                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(removed)
     }
 }
 
