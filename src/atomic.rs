@@ -781,9 +781,10 @@ pub fn restore_pre(doc: &DocPath, set: &LinkSet) -> Result<()> {
 /// Puts back a document whose removal never committed.
 pub fn restore_removed(doc: &DocPath, set: &LinkSet) -> Result<()> {
     let gone = link_name(doc, "gone", &set.token);
-    doc.folder
-        .rename(&gone, &doc.name)
-        .map_err(Error::io("cannot restore removed document", doc.folder.join(&gone)))?;
+    doc.folder.rename(&gone, &doc.name).map_err(Error::io(
+        "cannot restore removed document",
+        doc.folder.join(&gone),
+    ))?;
     doc.folder.sync()?;
     drop_set(doc, set);
     Ok(())

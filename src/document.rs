@@ -239,28 +239,35 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
         // its bytes before (or just after) their COMMIT. In progress, not drift.
         DocState::InProgress
     } else {
-        match recorded {
-            None => DocState::Untracked,
-            Some(c) if c.removed => DocState::Reappeared,
-            Some(c) => {
-                let same = if what.look == Look::Identity {
-                    c.file
-                        .is_some_and(|f| f.ino == entry.ino && f.size == entry.size)
-                } else {
-                    found
-                        .hashed
-                        .as_ref()
-                        .is_some_and(|(sha256, _)| *sha256 == c.sha256)
-                };
-                if same {
-                    DocState::Matches
-                } else {
-                    DocState::Drifted
-                }
-            }
-        }
+        against_record(what, recorded, &entry, found.hashed.as_ref())
     };
     Ok(())
+}
+
+/// A file found where `recorded` was written (`hashed`: its SHA-256, when read).
+fn against_record(
+    what: &Examine<'_>,
+    recorded: Option<&Content>,
+    entry: &crate::folder::Entry,
+    hashed: Option<&(String, u64)>,
+) -> DocState {
+    match recorded {
+        None => DocState::Untracked,
+        Some(c) if c.removed => DocState::Reappeared,
+        Some(c) => {
+            let same = if what.look == Look::Identity {
+                c.file
+                    .is_some_and(|f| f.ino == entry.ino && f.size == entry.size)
+            } else {
+                hashed.is_some_and(|(sha256, _)| *sha256 == c.sha256)
+            };
+            if same {
+                DocState::Matches
+            } else {
+                DocState::Drifted
+            }
+        }
+    }
 }
 
 /// True for an I/O error that says this user may not read or search something.

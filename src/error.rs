@@ -153,6 +153,9 @@ pub struct Refusal {
     /// Already in the audit log (`run` logs a loss when it notices it).
     #[serde(skip)]
     pub logged: bool,
+    /// The caller's seq (`write --seq`, `remove --seq`; 0 without), for the audit log.
+    #[serde(skip)]
+    pub seq: i64,
 }
 
 impl Refusal {
@@ -170,6 +173,7 @@ impl Refusal {
             epoch,
             owner: owner.map(str::to_string),
             detail,
+            seq: 0,
             logged: false,
         }
     }

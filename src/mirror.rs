@@ -92,6 +92,8 @@ fn pass(
             Err(e) => Applied {
                 resource: published.resource.clone(),
                 epoch: published.epoch,
+                seq: published.seq,
+                removed: published.removed,
                 sha256: published.sha256.clone(),
                 outcome: "failed",
                 error: Some(e.to_string()),
@@ -113,6 +115,8 @@ fn pass(
         done.applied.push(Applied {
             resource: name,
             epoch: held.epoch,
+            seq: held.seq,
+            removed: held.removed,
             sha256: held.sha256,
             outcome: "ahead",
             error: Some(why),
@@ -152,38 +156,68 @@ pub enum Standing {
     Ahead,
 }
 
-/// The rule: `held` (epoch, SHA-256) of the mirror against the store's `published`.
-/// An unfenced version (the reproduction's unprotected sink) is applied as it lands, so
-/// it is never judged ahead.
+/// A version as mirrors compare them: its place `(epoch, seq)` and its body, the bytes'
+/// SHA-256 (empty for a removal).
+pub type Version<'a> = ((i64, i64), &'a str);
+
+/// The version a record holds.
 #[must_use]
-pub fn standing(held: Option<(i64, &str)>, published: (i64, &str), unfenced: bool) -> Standing {
+pub fn version_of(content: &Content) -> Version<'_> {
+    (content.version(), &content.sha256)
+}
+
+/// The rule: the mirror's `held` version against the store's `published` one, in
+/// `(epoch, seq)` order. An unfenced version (the reproduction's unprotected sink) is
+/// applied as it lands, so it is never judged ahead.
+#[must_use]
+pub fn standing(held: Option<Version<'_>>, published: Version<'_>, unfenced: bool) -> Standing {
     match held {
         None => Standing::Behind,
-        Some((epoch, sha)) if epoch == published.0 && sha == published.1 => Standing::Current,
+        Some(held) if held == published => Standing::Current,
         Some(_) if unfenced => Standing::Behind,
-        Some((epoch, _)) if epoch > published.0 => Standing::Ahead,
-        Some((epoch, _)) if epoch == published.0 => Standing::Ahead,
+        // Higher, or the same place with another body: the store reissued a version it
+        // had lost.
+        Some((at, _)) if at >= published.0 => Standing::Ahead,
         Some(_) => Standing::Behind,
     }
 }
 
-/// What `ahead` says: what the mirror holds, what the store publishes (epoch and
-/// SHA-256; `None`: nothing of this resource), and why.
+/// A version's place in words: `epoch 3`, `epoch 3 seq 2`.
 #[must_use]
-pub fn ahead_message(held: &Content, published: Option<(i64, &str)>) -> String {
+pub fn place((epoch, seq): (i64, i64)) -> String {
+    if seq == 0 {
+        format!("epoch {epoch}")
+    } else {
+        format!("epoch {epoch} seq {seq}")
+    }
+}
+
+/// A version's body in words: `sha 0123456789ab`, or `a removal`.
+fn body(sha256: &str) -> String {
+    if sha256.is_empty() {
+        "a removal".to_string()
+    } else {
+        format!("sha {}", short(sha256))
+    }
+}
+
+/// What `ahead` says: what the mirror holds, what the store publishes (`None`: nothing
+/// of this resource), and why.
+#[must_use]
+pub fn ahead_message(held: &Content, published: Option<Version<'_>>) -> String {
     let publishes = match published {
         None => "nothing of it".to_string(),
-        Some((epoch, sha)) if epoch == held.epoch => {
-            format!("epoch {epoch} with other bytes (sha {})", short(sha))
+        Some((at, sha)) if at == held.version() => {
+            format!("{} with another body ({})", place(at), body(sha))
         }
-        Some((epoch, _)) => format!("epoch {epoch}"),
+        Some((at, _)) => place(at),
     };
     format!(
-        "the mirror holds epoch {} (sha {}), the store publishes {publishes}: the store lost \
+        "the mirror holds {} ({}), the store publishes {publishes}: the store lost \
          history (a failover without synchronous replication, or a restore); the mirror's \
          copy is left as it is",
-        held.epoch,
-        short(&held.sha256)
+        place(held.version()),
+        body(&held.sha256)
     )
 }
 
@@ -238,14 +272,16 @@ fn apply(
     let seen = |outcome: &'static str| Applied {
         resource: published.resource.clone(),
         epoch: published.epoch,
+        seq: published.seq,
+        removed: published.removed,
         sha256: published.sha256.clone(),
         outcome,
         error: None,
         code: 0,
     };
     let recorded = held(mirror, &resource)?;
-    let pair = (published.epoch, published.sha256.as_str());
-    let held_pair = recorded.as_ref().map(|c| (c.epoch, c.sha256.as_str()));
+    let pair = published.version();
+    let held_pair = recorded.as_ref().map(version_of);
     if let Some(c) = recorded.as_ref()
         && standing(held_pair, pair, published.unfenced) == Standing::Ahead
     {
@@ -261,6 +297,9 @@ fn apply(
     }
     if up_to_date(mirror, &resource, recorded.as_ref(), published, look)? {
         return Ok(seen("current"));
+    }
+    if published.removed {
+        return apply_removal(mirror, published).map(seen);
     }
     if roll_forward(mirror, &resource, published)?.is_some() {
         return Ok(seen("applied"));
@@ -290,6 +329,28 @@ fn apply(
         Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => {
             Ok(seen("stale"))
         }
+        Err(e) => Err(e),
+    }
+}
+
+/// Applies a removal the store published: the mirror removes its copy under the same
+/// version, its local fence only rising. A crashed removal apply is kept by the local
+/// recovery (a mirror rolls forward), and this records it.
+fn apply_removal(mirror: &Ctx, published: &Published) -> Result<&'static str> {
+    let request = WriteRequest {
+        resource: std::ffi::OsStr::new(&published.resource),
+        epoch: published.epoch,
+        seq: published.seq,
+        owner: published.owner.as_deref(),
+        from: None,
+        allow_empty: false,
+        unfenced: false,
+        applied: true,
+    };
+    match crate::publish::remove(mirror, &request) {
+        Ok(Outcome::Removed(_)) => Ok("applied"),
+        Ok(_) => Ok("current"),
+        Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => Ok("stale"),
         Err(e) => Err(e),
     }
 }
@@ -391,7 +452,7 @@ fn up_to_date(
     let Some(recorded) = recorded else {
         return Ok(false);
     };
-    if recorded.epoch != published.epoch || recorded.sha256 != published.sha256 {
+    if version_of(recorded) != published.version() {
         return Ok(false);
     }
     let found = crate::document::examine(&crate::document::Examine {
@@ -405,7 +466,7 @@ fn up_to_date(
         is_state_file: &|_| Ok(false),
     });
     match (found.state, found.why) {
-        (DocState::Matches, _) => Ok(true),
+        (DocState::Matches | DocState::Removed, _) => Ok(true),
         (_, Some(why)) => Err(why),
         _ => Ok(false),
     }
@@ -782,20 +843,55 @@ mod tests {
 
     #[test]
     fn a_mirror_is_ahead_when_it_holds_a_version_the_store_does_not_know() {
-        let published = (2, "bb");
+        let published = ((2, 0), "bb");
         assert_eq!(standing(None, published, false), Standing::Behind);
         assert_eq!(
-            standing(Some((1, "aa")), published, false),
+            standing(Some(((1, 0), "aa")), published, false),
             Standing::Behind
         );
         assert_eq!(
-            standing(Some((2, "bb")), published, false),
+            standing(Some(((2, 0), "bb")), published, false),
             Standing::Current
         );
-        assert_eq!(standing(Some((3, "cc")), published, false), Standing::Ahead);
+        assert_eq!(
+            standing(Some(((3, 0), "cc")), published, false),
+            Standing::Ahead
+        );
         // The same epoch with other bytes: the store reissued an epoch it had lost.
-        assert_eq!(standing(Some((2, "aa")), published, false), Standing::Ahead);
+        assert_eq!(
+            standing(Some(((2, 0), "aa")), published, false),
+            Standing::Ahead
+        );
         // An unfenced version lands as it is published, whatever the mirror holds.
-        assert_eq!(standing(Some((3, "cc")), published, true), Standing::Behind);
+        assert_eq!(
+            standing(Some(((3, 0), "cc")), published, true),
+            Standing::Behind
+        );
+    }
+
+    #[test]
+    fn a_mirror_orders_versions_by_epoch_then_seq() {
+        let published = ((2, 3), "bb");
+        assert_eq!(
+            standing(Some(((2, 2), "aa")), published, false),
+            Standing::Behind
+        );
+        assert_eq!(
+            standing(Some(((2, 4), "cc")), published, false),
+            Standing::Ahead
+        );
+        assert_eq!(
+            standing(Some(((1, 9), "cc")), published, false),
+            Standing::Behind
+        );
+        // A removal published at the place the mirror holds bytes: another body.
+        assert_eq!(
+            standing(Some(((2, 3), "bb")), ((2, 3), ""), false),
+            Standing::Ahead
+        );
+        assert_eq!(
+            standing(Some(((2, 3), "")), ((2, 3), ""), false),
+            Standing::Current
+        );
     }
 }

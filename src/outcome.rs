@@ -26,6 +26,11 @@ pub enum Outcome {
     Written(Written),
     /// The same epoch wrote the same bytes before: the document was not rewritten.
     Replay(Written),
+    /// `remove`: the document is gone, its fence kept (a tombstone).
+    Removed(Removed),
+    /// `remove` repeated: the same version removed the resource before; nothing changed.
+    #[serde(rename = "replay")]
+    RemoveReplay(Removed),
     Status(Status),
     Recovered(Recovered),
     Log(Log),
@@ -178,6 +183,8 @@ pub struct RunFailed {
 pub struct Written {
     pub resource: String,
     pub epoch: i64,
+    /// The version's seq within the epoch (`--seq`; 0 without).
+    pub seq: i64,
     /// `--owner`, or the owner `claim` issued the epoch to (null once that is forgotten).
     pub owner: Option<String>,
     pub sha256: String,
@@ -189,6 +196,24 @@ pub struct Written {
     /// says so by its `outcome`, `replay`).
     #[serde(skip)]
     pub replay: bool,
+}
+
+/// `remove` accepted: `removed`, or `replay` (its JSON has `"removed": true` either way).
+#[derive(Debug, Serialize)]
+pub struct Removed {
+    pub resource: String,
+    pub epoch: i64,
+    /// The version's seq within the epoch (`--seq`; 0 without).
+    pub seq: i64,
+    /// `--owner`, or the owner `claim` issued the epoch to (null once that is forgotten).
+    pub owner: Option<String>,
+    /// The fence before this removal.
+    pub previous_fence: Option<i64>,
+    /// A document was there and was removed (false: a tombstone only, for a resource
+    /// with no document).
+    pub had_document: bool,
+    /// Always true: tells a removal's replay from a write's.
+    pub removed: bool,
 }
 
 /// `status`: one row per resource.
@@ -232,6 +257,11 @@ pub struct MirrorEpochs {
 pub struct SinkView {
     pub fence: i64,
     pub content_epoch: Option<i64>,
+    /// The recorded version's seq within its epoch (0 without `--seq`; null with no
+    /// content).
+    pub seq: Option<i64>,
+    /// The recorded version is a removal (a tombstone).
+    pub removed: bool,
     pub sha256: Option<String>,
     pub size: Option<u64>,
     pub written_at: Option<i64>,
@@ -398,6 +428,10 @@ pub struct Stopped {
 pub struct Applied {
     pub resource: String,
     pub epoch: i64,
+    /// The version's seq within its epoch (0 without `--seq`).
+    pub seq: i64,
+    /// The version is a removal: applied, the mirror's copy is gone.
+    pub removed: bool,
     pub sha256: String,
     pub outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -412,6 +446,8 @@ pub struct Applied {
 pub struct Printed {
     pub resource: String,
     pub epoch: i64,
+    /// The version's seq within its epoch (0 without `--seq`).
+    pub seq: i64,
     pub sha256: String,
     pub size: u64,
 }

@@ -28,7 +28,10 @@ use crate::sink::{
 };
 use crate::store::{ReadTxn, Txn, WriteRecord};
 
+mod remove;
 mod store;
+
+pub use remove::remove;
 
 /// A write as the sink takes it: the resource as named, the writer's epoch and owner, and
 /// how to treat the content.
@@ -342,7 +345,8 @@ fn publish_staged(
     } = *target;
     failpoint!("write.before_lock");
     let tx = ctx.begin(store, resource)?;
-    let mut decided = decide_locked(ctx, &*tx, resource, args, &staged.sha256, staged.size)?;
+    let body = Body::Bytes(&staged.sha256);
+    let mut decided = decide_locked(ctx, &*tx, resource, args, body, staged.size)?;
     // A replay is a no-op only while the document still holds those bytes; if it went
     // missing or was changed by hand, publishing the epoch's value again restores it.
     let republish = decided.decision == WriteDecision::Replay && !on_disk(doc, &staged.sha256)?;
@@ -383,7 +387,7 @@ fn decide_locked(
     tx: &dyn ReadTxn,
     resource: &Resource,
     args: &WriteRequest<'_>,
-    sha256: &str,
+    body: Body<'_>,
     size: u64,
 ) -> Result<Decided> {
     let now = ctx.now();
@@ -398,14 +402,18 @@ fn decide_locked(
     let decision = decide(
         record.as_ref(),
         issued(lease.as_ref(), args),
-        &offer(args, Body::Bytes(sha256)),
+        &offer(args, body),
         args.unfenced,
     );
     let written = Written {
         resource: resource.to_string(),
         epoch: args.epoch,
+        seq: args.seq,
         owner,
-        sha256: sha256.to_string(),
+        sha256: match body {
+            Body::Bytes(sha256) => sha256.to_string(),
+            Body::Removal => String::new(),
+        },
         size,
         unfenced: args.unfenced,
         previous_fence: record.as_ref().map(|r| r.fence),
@@ -443,6 +451,7 @@ fn answer_unwritten(
             let event = Event::new(decided.now, resource.as_str(), EventKind::Replay)
                 .owner(written.owner.as_deref())
                 .epoch(Some(args.epoch))
+                .seq(args.seq)
                 .sha256(Some(&written.sha256));
             ctx.log(&*tx, &event)?;
             tx.commit()?;
@@ -530,6 +539,7 @@ fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>
     let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)
         .owner(how.owner)
         .epoch(Some(args.epoch))
+        .seq(args.seq)
         .previous(None, how.record.map(|r| r.fence))
         .sha256(Some(&content.sha256));
     if args.unfenced {
@@ -564,6 +574,7 @@ fn after_failed_commit(
         let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
             .owner(how.owner)
             .epoch(Some(args.epoch))
+            .seq(args.seq)
             .sha256(Some(&content.sha256))
             .detail(e.to_string());
         ctx.log(&*tx, &event)?;
@@ -700,13 +711,9 @@ fn refusal(
             return Error::Internal("an accepted write was reported as a refusal");
         }
     };
-    Error::refused(Refusal::new(
-        message,
-        resource.as_str(),
-        Some(epoch),
-        owner,
-        detail,
-    ))
+    let mut refusal = Refusal::new(message, resource.as_str(), Some(epoch), owner, detail);
+    refusal.seq = args.seq;
+    Error::refused(refusal)
 }
 
 /// "epoch E", or "epoch E seq N" for a version with a seq.

@@ -53,9 +53,7 @@ pub fn recover(
             let action = decide(&doc, recorded, &set)?;
             plan.push((set, action));
         }
-        let rollback = plan
-            .iter()
-            .any(|(_, a)| is_rollback(*a));
+        let rollback = plan.iter().any(|(_, a)| is_rollback(*a));
         if rollback && mirror()? {
             for (_, action) in &mut plan {
                 *action = crate::sink::on_mirror(*action);

@@ -837,6 +837,7 @@ pub fn log_refusal(ctx: &Ctx, refusal: &Refusal) {
     )
     .owner(refusal.owner.as_deref())
     .epoch(refusal.epoch)
+    .seq(refusal.seq)
     .previous(prev_owner, prev_epoch)
     .detail(refusal.message.clone());
     let opened = if ctx.remote.is_some() {

@@ -475,7 +475,10 @@ mod tests {
             seq: 0,
             body: Body::Bytes(H2),
         };
-        assert_eq!(decide(Some(&r), Some(5), &offer, true), WriteDecision::Write);
+        assert_eq!(
+            decide(Some(&r), Some(5), &offer, true),
+            WriteDecision::Write
+        );
         assert_eq!(fence_after_write(Some(&r), 1, true), 5);
         assert_eq!(fence_after_write(Some(&r), 7, false), 7);
         assert_eq!(fence_after_write(None, 3, false), 3);
@@ -497,7 +500,10 @@ mod tests {
     #[test]
     fn renamed_but_uncommitted_write_is_rolled_back() {
         let found = leftovers(Some(NEW), true, Some(NEW));
-        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::RestorePre);
+        assert_eq!(
+            recovery(Some(Recorded::Placed(OLD)), found),
+            Recovery::RestorePre
+        );
         let first = Leftovers {
             pre: false,
             ..found
@@ -508,28 +514,46 @@ mod tests {
     #[test]
     fn committed_write_keeps_its_document() {
         let found = leftovers(Some(NEW), true, Some(NEW));
-        assert_eq!(recovery(Some(Recorded::Placed(NEW)), found), Recovery::DropLinks);
+        assert_eq!(
+            recovery(Some(Recorded::Placed(NEW)), found),
+            Recovery::DropLinks
+        );
     }
 
     #[test]
     fn write_that_never_renamed_only_drops_links() {
         let found = leftovers(Some(NEW), true, Some(OLD));
-        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::DropLinks);
+        assert_eq!(
+            recovery(Some(Recorded::Placed(OLD)), found),
+            Recovery::DropLinks
+        );
         let only_pre = leftovers(None, true, Some(OLD));
-        assert_eq!(recovery(Some(Recorded::Placed(OLD)), only_pre), Recovery::DropLinks);
+        assert_eq!(
+            recovery(Some(Recorded::Placed(OLD)), only_pre),
+            Recovery::DropLinks
+        );
     }
 
     #[test]
     fn document_replaced_by_hand_is_never_rolled_back() {
         let hand = FileId { ino: 99, size: 7 };
         let found = leftovers(Some(NEW), true, Some(hand));
-        assert_eq!(recovery(Some(Recorded::Placed(NEW)), found), Recovery::DropLinks);
-        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::DropLinks);
+        assert_eq!(
+            recovery(Some(Recorded::Placed(NEW)), found),
+            Recovery::DropLinks
+        );
+        assert_eq!(
+            recovery(Some(Recorded::Placed(OLD)), found),
+            Recovery::DropLinks
+        );
     }
 
     #[test]
     fn nothing_in_flight_does_nothing() {
         let found = leftovers(None, false, Some(OLD));
-        assert_eq!(recovery(Some(Recorded::Placed(OLD)), found), Recovery::Nothing);
+        assert_eq!(
+            recovery(Some(Recorded::Placed(OLD)), found),
+            Recovery::Nothing
+        );
     }
 }

@@ -204,6 +204,7 @@ pub(crate) enum Command {
     Complete(cmd::complete::CompleteArgs),
     Release(cmd::release::ReleaseArgs),
     Write(cmd::write::WriteArgs),
+    Remove(cmd::remove::RemoveArgs),
     Status(cmd::status::StatusArgs),
     Recover(cmd::recover::RecoverArgs),
     Run(cmd::run::RunArgs),
@@ -353,6 +354,7 @@ fn one_command(name: &str) -> Option<clap::Command> {
         "complete" => cmd::complete::CompleteArgs::augment_args(C::new("complete")),
         "release" => cmd::release::ReleaseArgs::augment_args(C::new("release")),
         "write" => cmd::write::WriteArgs::augment_args(C::new("write")),
+        "remove" => cmd::remove::RemoveArgs::augment_args(C::new("remove")),
         "status" => cmd::status::StatusArgs::augment_args(C::new("status")),
         "recover" => cmd::recover::RecoverArgs::augment_args(C::new("recover")),
         "run" => cmd::run::RunArgs::augment_args(C::new("run")),
@@ -568,6 +570,7 @@ impl Command {
             Command::Complete(a) => (text(&a.holder.resource), json!(a.holder.epoch)),
             Command::Release(a) => (text(&a.holder.resource), json!(a.holder.epoch)),
             Command::Write(a) => (text(&a.resource), json!(a.epoch)),
+            Command::Remove(a) => (text(&a.resource), json!(a.epoch)),
             Command::Status(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Recover(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
             Command::Log(a) => (a.resource.as_deref().map_or(Value::Null, text), Value::Null),
@@ -598,6 +601,7 @@ impl Command {
         matches!(
             self,
             Command::Write(_)
+                | Command::Remove(_)
                 | Command::Init(_)
                 | Command::Renew(_)
                 | Command::Complete(_)
@@ -616,6 +620,7 @@ fn dispatch(ctx: &Ctx, command: &Command, global: &Global) -> Result<Report> {
         Command::Complete(a) => cmd::complete::run(ctx, a),
         Command::Release(a) => cmd::release::run(ctx, a),
         Command::Write(a) => cmd::write::run(ctx, a),
+        Command::Remove(a) => cmd::remove::run(ctx, a),
         Command::Status(a) => cmd::status::run(ctx, a),
         Command::Recover(a) => cmd::recover::run(ctx, a),
         Command::Run(a) => cmd::run::run(

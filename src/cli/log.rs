@@ -112,7 +112,13 @@ fn table(events: &[&Event], clock: ClockKind) -> String {
             fencepost::text::display_name(&e.resource),
             e.kind.as_str().to_string(),
             e.owner.clone().unwrap_or_else(|| "-".into()),
-            e.epoch.map_or_else(|| "-".into(), |x| x.to_string()),
+            e.epoch.map_or_else(
+                || "-".into(),
+                |x| match e.seq {
+                    Some(seq) => format!("{x} seq {seq}"),
+                    None => x.to_string(),
+                },
+            ),
             e.detail
                 .as_deref()
                 .map(|d| show_detail(d, clock))

@@ -139,9 +139,18 @@ fn plain(done: &Mirrored) -> String {
         .applied
         .iter()
         .filter(|a| a.outcome != "current")
-        .map(|a| match &a.error {
-            Some(why) => format!("{} {} (epoch {}): {why}", a.outcome, a.resource, a.epoch),
-            None => format!("{} {} (epoch {})", a.outcome, a.resource, a.epoch),
+        .map(|a| {
+            let what = format!(
+                "{} {} ({}{})",
+                a.outcome,
+                a.resource,
+                fencepost::mirror::place((a.epoch, a.seq)),
+                if a.removed { ", a removal" } else { "" }
+            );
+            match &a.error {
+                Some(why) => format!("{what}: {why}"),
+                None => what,
+            }
         })
         .collect();
     if lines.is_empty() {

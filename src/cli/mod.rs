@@ -17,6 +17,7 @@ pub(crate) mod man;
 pub(crate) mod mirror;
 pub(crate) mod recover;
 pub(crate) mod release;
+pub(crate) mod remove;
 pub(crate) mod renew;
 pub(crate) mod run;
 pub(crate) mod status;

@@ -18,6 +18,9 @@ use fencepost::session::Ctx;
 ///   matches      its SHA-256 is the one recorded
 ///   drifted      it was changed behind the tool's back
 ///   missing      the recorded file is gone
+///   removed      the resource was removed (`fencepost remove`) and no file is there;
+///                the full list shows removed resources only with --all
+///   reappeared   the resource was removed, and a file is there again with no write
 ///   untracked    a file exists but no write was recorded
 ///   absent       no file and no record
 ///   stored       (--store, no mirror root) the store keeps the content; this host
@@ -36,6 +39,8 @@ use fencepost::session::Ctx;
 ///   invalid      the name the state file holds no longer passes the name rules or the
 ///                length limits (why is listed under the table)
 ///   error        the document could not be checked (why is listed under the table)
+/// WRITTEN is the version the sink holds: `epoch 3`, `epoch 3 seq 2` (`write --seq`),
+/// then `removed` for a removal.
 /// With --store, WRITTEN says `unfenced` after the epoch of a version written with
 /// --unfenced (`sink.unfenced` in --json): no fence kept older epochs out of it.
 /// On a mirror root, without --store, it reads the store the root is bound to; --json
@@ -50,13 +55,31 @@ use fencepost::session::Ctx;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub(crate) struct StatusArgs {
-    /// Only this resource (default: all).
+    /// Only this resource (default: all but the removed ones).
     pub resource: Option<OsString>,
+
+    /// List removed resources too (a resource named is always shown).
+    #[arg(long)]
+    pub all: bool,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &StatusArgs) -> Result<Report> {
-    let status = fencepost::reports::status(ctx, args.resource.as_deref())?;
-    let plain = table(&status, ctx.clock.kind());
+    let mut status = fencepost::reports::status(ctx, args.resource.as_deref())?;
+    let listed = status.resources.len();
+    if args.resource.is_none() && !args.all {
+        status
+            .resources
+            .retain(|row| !row.sink.as_ref().is_some_and(|s| s.removed));
+    }
+    let mut plain = table(&status, ctx.clock.kind());
+    let hidden = listed - status.resources.len();
+    if hidden > 0 {
+        let _ = write!(
+            plain,
+            "\n({} not shown: --all lists them)",
+            fencepost::text::count(hidden, "removed resource", "removed resources")
+        );
+    }
     Ok(Report::new(plain, Outcome::Status(status)))
 }
 
@@ -83,10 +106,15 @@ fn table(status: &Status, clock: ClockKind) -> String {
             lease.map_or_else(dash, |l| l.epoch.to_string()),
             lease.map_or_else(dash, |l| fencepost::clock::show(clock, l.deadline)),
             sink.map_or_else(dash, |s| s.fence.to_string()),
-            sink.and_then(|s| s.content_epoch.map(|e| (e, s.unfenced)))
-                .map_or_else(dash, |(epoch, unfenced)| {
-                    let mark = if unfenced { " unfenced" } else { "" };
-                    format!("epoch {epoch}{mark}")
+            sink.and_then(|s| s.content_epoch.map(|e| (e, s)))
+                .map_or_else(dash, |(epoch, s)| {
+                    let seq = match s.seq {
+                        Some(seq) if seq != 0 => format!(" seq {seq}"),
+                        _ => String::new(),
+                    };
+                    let removed = if s.removed { " removed" } else { "" };
+                    let mark = if s.unfenced { " unfenced" } else { "" };
+                    format!("epoch {epoch}{seq}{removed}{mark}")
                 }),
             row.document.state.to_string(),
         ]);

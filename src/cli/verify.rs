@@ -19,7 +19,8 @@ use fencepost::text::count;
 /// Finds: a document whose bytes differ from the recorded SHA-256 (changed behind the
 /// tool's back), that is missing, that its path no longer reaches, or that this user may
 /// not read; a lease completed by epoch E while the document holds content from an
-/// older epoch; a completed lease with no write at all ("completed but never
+/// older epoch; a file that reappeared where a resource was removed (`fencepost remove`:
+/// the removed document's absence is no problem); a completed lease with no write at all ("completed but never
 /// published"); a crashed write awaiting recovery, or the recovery links a finished one
 /// left; temp files of dead writers; a name in the state file that no longer passes the
 /// name rules or the length limits, or a document that could not be checked; with

@@ -18,7 +18,7 @@ use crate::failpoints::failpoint;
 use crate::outcome::Outcome;
 use crate::resource::Resource;
 use crate::session::Ctx;
-use crate::sink::{Content, WriteDecision, fence_after_write};
+use crate::sink::{Body, Content, WriteDecision, fence_after_write};
 use crate::store::{Blob, SMALL_BLOB, Store, WriteRecord};
 
 /// What `write` tells when its COMMIT's answer is lost.
@@ -177,7 +177,7 @@ fn publish(
 ) -> Result<(Outcome, i64)> {
     let tx = ctx.begin(store, resource)?;
     let (sha256, size) = (bytes.sha256(), bytes.size());
-    let decided = decide_locked(ctx, &*tx, resource, args, sha256, size)?;
+    let decided = decide_locked(ctx, &*tx, resource, args, Body::Bytes(sha256), size)?;
     if decided.decision != WriteDecision::Write {
         return answer_unwritten(ctx, tx, resource, args, decided).map(|outcome| (outcome, 0));
     }
@@ -214,6 +214,7 @@ fn publish(
     let mut event = Event::new(now, resource.as_str(), EventKind::Write)
         .owner(owner.as_deref())
         .epoch(Some(args.epoch))
+        .seq(args.seq)
         .previous(None, record.as_ref().map(|r| r.fence))
         .sha256(Some(sha256));
     if args.unfenced {

@@ -145,8 +145,8 @@ fn behind(
     let mirrored = held.iter().find(|(n, _)| n == name).map(|(_, c)| c);
     let standing = match (published, mirrored) {
         (Some(p), m) => crate::mirror::standing(
-            m.map(|m| (m.epoch, m.sha256.as_str())),
-            (p.epoch, &p.sha256),
+            m.map(crate::mirror::version_of),
+            crate::mirror::version_of(p),
             false,
         ),
         (None, _) => crate::mirror::Standing::Current,
@@ -173,10 +173,10 @@ fn compare(ctx: &Ctx, resource: &Resource, sink: Option<&SinkRecord>) -> Doc {
     // A shared store keeps the contents itself; with no mirror root on this host there
     // is no document here to compare.
     if ctx.remote.as_ref().is_some_and(|r| !r.mirror) {
-        return Doc::of(if recorded.is_some() {
-            DocState::Stored
-        } else {
-            DocState::Absent
+        return Doc::of(match recorded {
+            Some(c) if c.removed => DocState::Removed,
+            Some(_) => DocState::Stored,
+            None => DocState::Absent,
         });
     }
     let found = document::examine(&Examine {
@@ -206,6 +206,8 @@ fn row_view(row: Row, now: i64) -> StatusRow {
         SinkView {
             fence: s.fence,
             content_epoch: c.as_ref().map(|c| c.epoch),
+            seq: c.as_ref().map(|c| c.seq),
+            removed: c.as_ref().is_some_and(|c| c.removed),
             size: c.as_ref().map(|c| c.size),
             written_at: c.as_ref().map(|c| c.written_at),
             sha256: c.map(|c| c.sha256),

@@ -134,6 +134,13 @@ fn check_document(
         // a file, a symlink out of the root, or another publish root): say why.
         (DocState::Unreachable, Some(_)) => found("unreachable", why()),
         (DocState::Missing, _) => found("missing", "the recorded document is missing".into()),
+        (DocState::Reappeared, Some(c)) => found(
+            "reappeared",
+            format!(
+                "the resource was removed under {}, and a file is there again with no write",
+                crate::mirror::place(c.version())
+            ),
+        ),
         (DocState::NotAFile, _) => {
             found("not-a-file", "the document is not a regular file".into());
         }
@@ -223,7 +230,9 @@ fn verify_remote(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
             continue;
         };
         check_unfenced(&published, &mut found);
-        if let Err(e) = store.read(&published, &mut std::io::sink()) {
+        if published.removed {
+            // A tombstone has no bytes to check.
+        } else if let Err(e) = store.read(&published, &mut std::io::sink()) {
             found("damaged", e.to_string());
         }
         if mirror {
@@ -285,9 +294,9 @@ fn read_rows(
         let held = mirrored
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, c)| c.epoch);
+            .map(|(_, c)| c.version());
         let since = match (&published, &content) {
-            (Some(p), Some(c)) if mirror && held.is_none_or(|h| h < p.epoch) => {
+            (Some(p), Some(c)) if mirror && held.is_none_or(|h| h < (p.epoch, p.seq)) => {
                 Some(behind_since(ctx, &*tx, name, held, c.written_at)?)
             }
             _ => None,
@@ -389,7 +398,7 @@ fn behind_since(
     ctx: &Ctx,
     tx: &dyn crate::store::ReadTxn,
     name: &str,
-    held: Option<i64>,
+    held: Option<(i64, i64)>,
     current: i64,
 ) -> Result<i64> {
     let Ok(resource) = ctx.stored(name) else {
@@ -398,8 +407,16 @@ fn behind_since(
     let first = tx
         .events(Some(&resource), None)?
         .into_iter()
-        .filter(|e| e.kind == crate::audit::EventKind::Write)
-        .filter(|e| e.epoch.is_some_and(|epoch| held.is_none_or(|h| epoch > h)))
+        .filter(|e| {
+            matches!(
+                e.kind,
+                crate::audit::EventKind::Write | crate::audit::EventKind::Remove
+            )
+        })
+        .filter(|e| {
+            e.epoch
+                .is_some_and(|epoch| held.is_none_or(|h| (epoch, e.seq.unwrap_or(0)) > h))
+        })
         .map(|e| e.at)
         .min();
     Ok(first.map_or(current, |at| at.min(current)))
@@ -415,9 +432,10 @@ fn check_behind(
     clock: crate::clock::ClockKind,
     mut found: impl FnMut(&'static str, String, Option<Behind>),
 ) -> Option<i64> {
-    use crate::mirror::{Standing, standing};
+    use crate::mirror::{Standing, place, standing, version_of};
     let epoch = published.epoch;
-    let pair = (epoch, published.sha256.as_str());
+    let pair = published.version();
+    let publishes = place(pair.0);
     let behind = |mirror_epoch| {
         since.map(|since| Behind {
             mirror_epoch,
@@ -430,11 +448,7 @@ fn check_behind(
     });
     match (
         held,
-        standing(
-            held.map(|c| (c.epoch, c.sha256.as_str())),
-            pair,
-            published.unfenced,
-        ),
+        standing(held.map(version_of), pair, published.unfenced),
     ) {
         (_, Standing::Current) => None,
         (Some(c), Standing::Ahead) => {
@@ -452,8 +466,8 @@ fn check_behind(
             found(
                 "behind",
                 format!(
-                    "the mirror holds epoch {}, the store publishes epoch {epoch}{when} (run `fencepost mirror`)",
-                    c.epoch
+                    "the mirror holds {}, the store publishes {publishes}{when} (run `fencepost mirror`)",
+                    place(c.version())
                 ),
                 behind(Some(c.epoch)),
             );
@@ -463,7 +477,7 @@ fn check_behind(
             found(
                 "behind",
                 format!(
-                    "the mirror does not hold epoch {epoch} yet, published{when} (run `fencepost mirror`)"
+                    "the mirror does not hold {publishes} yet, published{when} (run `fencepost mirror`)"
                 ),
                 behind(None),
             );

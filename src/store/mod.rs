@@ -99,6 +99,15 @@ pub struct Published {
     pub unfenced: bool,
 }
 
+impl Published {
+    /// The version as mirrors compare them: `(epoch, seq)` and the bytes' SHA-256 (empty
+    /// for a removal).
+    #[must_use]
+    pub fn version(&self) -> ((i64, i64), &str) {
+        ((self.epoch, self.seq), &self.sha256)
+    }
+}
+
 /// Documents' contents kept in the store itself: immutable blobs, uploaded before the
 /// fenced transaction that makes one current.
 /// The largest document a write to a shared store puts in with its publishing

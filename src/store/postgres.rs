@@ -1717,11 +1717,7 @@ impl ReadTxn for PgTxn<'_> {
                  FROM fencepost_log
                  WHERE ($1::text IS NULL OR resource = $1) AND ($2::bigint IS NULL OR at >= $2)
                  ORDER BY id",
-                if self.versions {
-                    "seq"
-                } else {
-                    "NULL::bigint"
-                }
+                if self.versions { "seq" } else { "NULL::bigint" }
             ),
             args![resource.map(Resource::as_str), since],
         )?;
@@ -2032,18 +2028,18 @@ impl Txn for PgTxn<'_> {
         };
         let (kind, pid) = (event.kind.as_str(), i64::from(event.pid));
         let all = args![
-                event.at,
-                event.resource,
-                kind,
-                event.owner,
-                event.epoch,
-                event.prev_owner,
-                event.prev_epoch,
-                event.sha256,
-                pid,
-                event.host,
-                event.detail,
-                event.seq,
+            event.at,
+            event.resource,
+            kind,
+            event.owner,
+            event.epoch,
+            event.prev_owner,
+            event.prev_epoch,
+            event.sha256,
+            pid,
+            event.host,
+            event.detail,
+            event.seq,
         ];
         let params = if self.versions { &all[..] } else { &all[..11] };
         let row = self.query_opt(

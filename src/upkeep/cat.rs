@@ -23,6 +23,12 @@ pub fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> 
     let published = {
         let tx = store.snapshot()?;
         if let Some(p) = tx.published(resource.as_str())? {
+            if p.removed {
+                return Err(Error::usage(format!(
+                    "{resource} was removed (under {}): nothing to print",
+                    crate::mirror::place((p.epoch, p.seq))
+                )));
+            }
             p
         } else {
             ctx.refuse_unseen(&*tx, &resource, "nothing to print")?;
@@ -55,6 +61,7 @@ pub fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> 
     Ok(Printed {
         resource: resource.to_string(),
         epoch: published.epoch,
+        seq: published.seq,
         sha256: published.sha256,
         size: published.size,
     })
