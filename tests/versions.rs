@@ -278,6 +278,39 @@ fn write_json_says_seq_0_without_seq(env: &Backend) {
     assert_eq!(row(env, "doc.md", 3)["sink"]["seq"], 1);
 }
 
+/// The refusals that never reach the order carry `seq` too: every write's JSON does.
+/// An unissued epoch (never claimed, above the highest issued, issued to another owner)
+/// says the seq it was offered.
+fn an_unissued_writes_json_carries_its_seq_too(env: &Backend) {
+    env.claim("other.md", "X", 10, 0);
+    let j = write_json(env, "doc.md", (1, Some(2)), "x", 1, 8);
+    assert_eq!(
+        (j["outcome"].clone(), j["seq"].clone()),
+        ("unissued".into(), 2.into()),
+        "{j}"
+    );
+    env.claim("doc.md", "A", 10, 1);
+    let j = write_json(env, "doc.md", (9, None), "x", 2, 8);
+    assert_eq!(
+        (j["outcome"].clone(), j["seq"].clone()),
+        ("unissued".into(), 0.into()),
+        "{j}"
+    );
+    let a = args(true, "write", "doc.md", 1, Some(3), &["--owner", "B"]);
+    let j = env
+        .fp(&strs(&a))
+        .now(2)
+        .stdin("x")
+        .expect(8)
+        .json_contract();
+    assert_eq!(
+        (j["outcome"].clone(), j["seq"].clone()),
+        ("unissued".into(), 3.into()),
+        "{j}"
+    );
+    assert_gone(env, "doc.md");
+}
+
 /// FENCEPOST_SEQ is --seq.
 fn the_seq_may_come_from_the_environment(env: &Backend) {
     env.claim("doc.md", "A", 10, 0);
@@ -690,6 +723,7 @@ both_stores!(
     a_lower_seq_of_the_same_epoch_is_stale_and_says_what_superseded_it,
     a_write_without_seq_after_seq_3_of_its_epoch_is_stale,
     write_json_says_seq_0_without_seq,
+    an_unissued_writes_json_carries_its_seq_too,
     the_seq_may_come_from_the_environment,
     a_takeovers_epoch_beats_any_seq_of_the_old_epoch,
     a_takeover_fences_the_old_epochs_next_seq_before_any_write,
