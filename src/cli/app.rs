@@ -839,7 +839,7 @@ mod tests {
             );
             names.push(name);
         }
-        assert_eq!(names.len(), 16, "every command is covered: {names:?}");
+        assert_eq!(names.len(), 17, "every command is covered: {names:?}");
         assert!(one_command("help").is_none());
     }
 
