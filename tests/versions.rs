@@ -716,6 +716,45 @@ fn log_records_the_removal(env: &Backend) {
     assert!(last.contains("remove"), "{timeline}");
 }
 
+/// A removal that fails, or crashes, before its COMMIT removes nothing: the document
+/// and its record stay as they were (after `recover`, for a crash, which leaves a local
+/// removal's file put aside), nothing is left beside it, and the same removal then
+/// succeeds. As for a write, the failed command's own answer is the error; it is no
+/// later command's job to bring the document back.
+fn a_removal_failing_before_its_commit_removes_nothing(env: &Backend) {
+    let cases = [
+        ("remove.before_commit", "fail"),
+        ("txn.before_commit", "fail"),
+        ("txn.before_commit", "abort"),
+    ];
+    for (i, (point, action)) in cases.into_iter().enumerate() {
+        let res = &format!("doc{i}.md");
+        env.claim(res, "A", 10, 0);
+        write(env, res, (1, None), "kept", 1, (0, "written"));
+        let before = row(env, res, 2);
+        let a = args(false, "remove", res, 1, Some(1), &[]);
+        let failed = env
+            .fp(&strs(&a))
+            .now(2)
+            .env("FAILPOINTS", &format!("{point}=return({action})"));
+        if action == "fail" {
+            failed.expect(1);
+        } else {
+            let done = failed.output();
+            assert_eq!(done.code, -1, "killed by SIGABRT: {done:?}");
+            env.fp(&["recover", res, "--grace", "0"]).now(2).expect(0);
+        }
+        let what = format!("{point}={action}");
+        let after = row(env, res, 2);
+        assert_eq!(after["sink"], before["sink"], "{what}: {after}");
+        assert_eq!(after["document"]["state"], env.current(), "{what}: {after}");
+        assert_eq!(env.read(res).as_deref(), Some(&b"kept"[..]), "{what}");
+        assert_eq!(env.debris(), Vec::<String>::new(), "{what}");
+        remove(env, res, (1, Some(1)), 3, (0, "removed"));
+        assert_gone(env, res);
+    }
+}
+
 both_stores!(
     a_higher_seq_of_the_same_epoch_is_written,
     the_same_seq_with_the_same_bytes_is_a_replay_and_touches_nothing,
@@ -742,6 +781,7 @@ both_stores!(
     verify_accepts_the_absence_and_alerts_on_a_reappearance,
     complete_after_remove_works,
     log_records_the_removal,
+    a_removal_failing_before_its_commit_removes_nothing,
 );
 
 // ---------------------------------------------------------------------------------
