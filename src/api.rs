@@ -21,7 +21,8 @@ use crate::clock::Clock;
 use crate::error::{Error, Refusal, Result};
 use crate::leases::{self, ClaimRequest, Holder};
 use crate::outcome::{
-    Claimed, Completed, Mirrored, Outcome, Recovered, Released, Renewed, Status, Verified, Written,
+    Claimed, Completed, Mirrored, Outcome, Recovered, Released, Removed, Renewed, Status, Verified,
+    Written,
 };
 use crate::publish::{self, WriteRequest};
 use crate::refusal::RefusalKind;
@@ -493,6 +494,47 @@ impl Client {
                 );
             }
             Ok(written)
+        })
+    }
+
+    /// Removes `resource`'s document under `epoch` (and `options.seq`), as one more
+    /// version decided like a write, and keeps a tombstone: the fence stays, so a late
+    /// writer with an older epoch is refused and cannot bring the document back. The same
+    /// removal again is a replay (`Removed::replay`); a removal at a version that wrote
+    /// bytes is a [`RefusalKind::Conflict`] (pass a higher seq).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::write`] (no content is read).
+    pub fn remove(&self, resource: &str, epoch: i64, options: &WriteOptions) -> Result<Removed> {
+        let request = WriteRequest {
+            resource: OsStr::new(resource),
+            epoch,
+            seq: options.seq,
+            owner: options.owner.as_deref(),
+            from: None,
+            allow_empty: false,
+            unfenced: false,
+            applied: false,
+        };
+        self.answer(|ctx| {
+            let removed = match publish::remove(ctx, &request)? {
+                Outcome::Removed(removed) | Outcome::RemoveReplay(removed) => removed,
+                _ => {
+                    return Err(Error::Internal(
+                        "a removal answered neither removed nor replay",
+                    ));
+                }
+            };
+            if ctx.remote.as_ref().is_some_and(|r| r.mirror) {
+                let resource = ctx.stored(&removed.resource)?;
+                crate::mirror::apply_after_write(
+                    ctx,
+                    &mut *ctx.shared_store("nothing was ever claimed here")?,
+                    &resource,
+                );
+            }
+            Ok(removed)
         })
     }
 

@@ -207,8 +207,9 @@ fn body(sha256: &str) -> String {
 pub fn ahead_message(held: &Content, published: Option<Version<'_>>) -> String {
     let publishes = match published {
         None => "nothing of it".to_string(),
+        Some((at, "")) if at == held.version() => format!("{} as a removal", place(at)),
         Some((at, sha)) if at == held.version() => {
-            format!("{} with another body ({})", place(at), body(sha))
+            format!("{} with other bytes (sha {})", place(at), short(sha))
         }
         Some((at, _)) => place(at),
     };

@@ -214,6 +214,10 @@ pub struct Removed {
     pub had_document: bool,
     /// Always true: tells a removal's replay from a write's.
     pub removed: bool,
+    /// The same version had removed the resource already: nothing was changed (`--json`
+    /// says so by its `outcome`, `replay`).
+    #[serde(skip)]
+    pub replay: bool,
 }
 
 /// `status`: one row per resource.

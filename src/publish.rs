@@ -71,6 +71,7 @@ pub fn write<'s>(
         refuse_resolved(ctx, args, &resource)?;
     }
     check_epoch(args.epoch)?;
+    check_seq(args.seq)?;
     if let Some(owner) = args.owner {
         check_owner(owner)?;
     }
@@ -101,6 +102,16 @@ pub fn write<'s>(
         doc.remove_made_folders();
     }
     written
+}
+
+/// Refuses a negative seq (0 is a version without one).
+fn check_seq(seq: i64) -> Result<()> {
+    if seq < 0 {
+        return Err(Error::usage(format!(
+            "a seq is a whole number from 1 (0 for none), not {seq}"
+        )));
+    }
+    Ok(())
 }
 
 /// A mirror holds the store's names as real paths: a name that reaches its document

@@ -13,7 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use fencepost::outcome::{RefusalDetail, Written};
-use fencepost::{Client, Clock, Content, Error, Keeping, LeaseId, Options, Refusal, RefusalKind};
+use fencepost::{
+    Client, Clock, Content, Error, Keeping, LeaseId, Options, Refusal, RefusalKind, WriteOptions,
+};
 
 use crate::harness::{self, Env};
 
@@ -501,6 +503,47 @@ fn refusals_are_typed_and_carry_their_facts() {
         stale.detail
     );
     assert_eq!(env.text("doc.md"), "one\n");
+}
+
+#[test]
+fn a_lease_publishes_versions_in_seq_order_and_removes_its_resource_through_the_api() {
+    let env = Env::new();
+    let a = logical(env.root());
+    let claimed = a.claim("doc.md", "A", ticks(100)).expect("claim");
+    let seq = |n| WriteOptions::default().seq(n);
+    let first = a
+        .write_with("doc.md", claimed.epoch, Content::Bytes(b"one\n"), &seq(1))
+        .expect("seq 1");
+    assert_eq!((first.seq, first.replay), (1, false));
+    a.write_with("doc.md", claimed.epoch, Content::Bytes(b"two\n"), &seq(2))
+        .expect("seq 2");
+    // The retry of seq 1 comes after seq 2: superseded, the recorded seq in its detail.
+    let late = refused(
+        a.write_with("doc.md", claimed.epoch, Content::Bytes(b"one\n"), &seq(1)),
+        RefusalKind::Stale,
+    );
+    assert!(
+        matches!(late.detail, RefusalDetail::Stale { fence: 1, seq: 2 }),
+        "{:?}",
+        late.detail
+    );
+    assert_eq!(env.text("doc.md"), "two\n");
+    // A removal at the version that wrote bytes is a conflict; the next seq removes.
+    refused(
+        a.remove("doc.md", claimed.epoch, &seq(2)),
+        RefusalKind::Conflict,
+    );
+    let removed = a.remove("doc.md", claimed.epoch, &seq(3)).expect("removed");
+    assert!(removed.had_document && !removed.replay, "{removed:?}");
+    assert!(!env.path("doc.md").exists());
+    let again = a
+        .remove("doc.md", claimed.epoch, &seq(3))
+        .expect("a replay");
+    assert!(again.replay, "{again:?}");
+    // A negative seq is bad input, and changes nothing.
+    let bad = a.write_with("doc.md", claimed.epoch, Content::Bytes(b"x\n"), &seq(-1));
+    assert!(matches!(bad, Err(Error::Usage { .. })), "{bad:?}");
+    assert!(!env.path("doc.md").exists());
 }
 
 #[test]

@@ -419,7 +419,14 @@ fn short_help_fits_a_screen_and_long_help_keeps_everything() {
         .collect();
     assert_eq!(
         listed,
-        ["--epoch", "--owner", "--from", "--allow-empty", "--help"],
+        [
+            "--epoch",
+            "--owner",
+            "--seq",
+            "--from",
+            "--allow-empty",
+            "--help"
+        ],
         "{short}"
     );
     let long = env.fp(&["write", "--help"]).expect(0).stdout;

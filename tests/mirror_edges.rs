@@ -164,15 +164,18 @@ fn a_mirror_ahead_of_a_store_that_lost_history_says_so_and_the_next_claim_starts
     fp_missing = "postgres",
     ignore = "needs PostgreSQL (Debian: postgresql)"
 )]
-fn a_store_made_by_the_version_before_gets_the_table_of_what_mirrors_hold() {
+fn a_store_made_by_an_older_version_gets_the_table_of_what_mirrors_hold() {
     let store = pg::store();
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let mut client = store.client();
-    // The store as the build before made it: schema version 1, no fencepost_seen.
+    // The store as an older build made it: schema version 1, no fencepost_seen, no
+    // versions' seqs or removals.
     client
         .batch_execute(
             "DROP TABLE IF EXISTS fencepost_seen;
+             ALTER TABLE fencepost_sink DROP COLUMN seq, DROP COLUMN removed;
+             ALTER TABLE fencepost_log DROP COLUMN seq;
              UPDATE fencepost_meta SET value = '1'::bytea WHERE key = 'schema'",
         )
         .expect("go back to version 1");
@@ -183,12 +186,48 @@ fn a_store_made_by_the_version_before_gets_the_table_of_what_mirrors_hold() {
         .query_one("SELECT value FROM fencepost_meta WHERE key = 'schema'", &[])
         .expect("schema")
         .get(0);
-    assert_eq!(schema, b"2");
+    assert_eq!(schema, b"3");
     let seen: i64 = client
         .query_one("SELECT count(*) FROM fencepost_seen", &[])
         .expect("the table of what mirrors hold")
         .get(0);
     assert_eq!(seen, 0);
+}
+
+#[test]
+#[cfg_attr(
+    fp_missing = "postgres",
+    ignore = "needs PostgreSQL (Debian: postgresql)"
+)]
+fn a_store_made_by_the_version_before_gets_versions_and_removals_with_its_history_kept() {
+    let store = pg::store();
+    let url = store.url();
+    publish(url, "doc.md", "A", "v1");
+    let mut client = store.client();
+    // Schema version 2: no seqs, no removals.
+    client
+        .batch_execute(
+            "ALTER TABLE fencepost_sink DROP COLUMN seq, DROP COLUMN removed;
+             ALTER TABLE fencepost_log DROP COLUMN seq;
+             UPDATE fencepost_meta SET value = '2'::bytea WHERE key = 'schema'",
+        )
+        .expect("go back to version 2");
+    let dir = Env::new();
+    let run = |args: &[&str]| dir.fp(args).inside(dir.root()).env("FENCEPOST_STORE", url);
+    run(&["claim", "doc.md", "--owner", "B", "--ttl", "1h"]).expect_stdout(0, "2");
+    run(&["write", "doc.md", "--epoch", "2", "--seq", "1"])
+        .stdin("v2")
+        .expect_stdout(0, "written");
+    let schema: Vec<u8> = client
+        .query_one("SELECT value FROM fencepost_meta WHERE key = 'schema'", &[])
+        .expect("schema")
+        .get(0);
+    assert_eq!(schema, b"3");
+    // The version the older build published reads as seq 0, and a removal takes.
+    run(&["remove", "doc.md", "--epoch", "2", "--seq", "2"]).expect_stdout(0, "removed");
+    let log = run(&["log", "doc.md"]).expect(0).stdout;
+    assert!(log.contains("2 seq 1"), "{log}");
+    assert!(log.contains("2 seq 2"), "{log}");
 }
 
 #[test]

@@ -120,7 +120,7 @@ fn a_role_made_as_the_readme_says_works_after_store_init_and_its_grants() {
         .json();
     assert_eq!(
         (again["outcome"].as_str(), again["schema"].as_u64()),
-        (Some("ready"), Some(2)),
+        (Some("ready"), Some(3)),
         "{again}"
     );
     // Before the grants: the owner's tables are not jobs's to use.

@@ -218,6 +218,7 @@ fn write_answers_and_refusals_keep_their_keys() {
         "owner",
         "previous_fence",
         "resource",
+        "seq",
         "sha256",
         "size",
         "unfenced",
@@ -234,6 +235,7 @@ fn write_answers_and_refusals_keep_their_keys() {
             "owner",
             "recorded_sha256",
             "resource",
+            "seq",
         ],
     );
     assert_keys(
@@ -250,12 +252,45 @@ fn write_answers_and_refusals_keep_their_keys() {
     env.claim("doc.md", "B", 10, 10);
     assert_keys(
         &write("1", None, "c", 11, 5),
-        &["epoch", "error", "fence", "outcome", "owner", "resource"],
+        &[
+            "epoch", "error", "fence", "outcome", "owner", "resource", "seq",
+        ],
     );
     // Bad input: the envelope alone.
     assert_keys(
         &write("0", None, "c", 12, 2),
         &["epoch", "error", "outcome", "resource"],
+    );
+}
+
+#[test]
+fn remove_answers_keep_their_keys() {
+    let env = Env::new();
+    env.claim("doc.md", "A", 10, 0);
+    env.write("doc.md", 1, "a", 1, 0);
+    let remove = |seq: &str, now: i64, code: i32| {
+        env.fp(&["--json", "remove", "doc.md", "--epoch", "1", "--seq", seq])
+            .now(now)
+            .expect(code)
+    };
+    let removed = [
+        "epoch",
+        "had_document",
+        "outcome",
+        "owner",
+        "previous_fence",
+        "removed",
+        "resource",
+        "seq",
+    ];
+    assert_keys(&remove("2", 2, 0), &removed);
+    // The same removal again: a replay, with the same keys.
+    assert_keys(&remove("2", 3, 0), &removed);
+    assert_keys(
+        &remove("1", 4, 5),
+        &[
+            "epoch", "error", "fence", "outcome", "owner", "resource", "seq",
+        ],
     );
 }
 
@@ -282,6 +317,8 @@ fn status_keeps_its_keys() {
         "resources[].sink",
         "resources[].sink.content_epoch",
         "resources[].sink.fence",
+        "resources[].sink.removed",
+        "resources[].sink.seq",
         "resources[].sink.sha256",
         "resources[].sink.size",
         "resources[].sink.written_at",
@@ -382,7 +419,9 @@ fn mirror_and_recover_with_a_store_keep_their_keys() {
         "applied",
         "applied[].epoch",
         "applied[].outcome",
+        "applied[].removed",
         "applied[].resource",
+        "applied[].seq",
         "applied[].sha256",
         "epoch",
         "outcome",

@@ -12,7 +12,7 @@ fn readme_sink_rules() -> Vec<(String, String, i32)> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("read README.md");
     let table = readme
-        .split_once("| epoch E compared with the sink | result |")
+        .split_once("| request compared with the sink | result |")
         .expect("the sink's rules table in README.md")
         .1;
     let mut rows = Vec::new();
@@ -26,33 +26,48 @@ fn readme_sink_rules() -> Vec<(String, String, i32)> {
             .nth(1)
             .expect("the result names its outcome in backquotes");
         let code = result.split_once("exit ").map_or(0, |(_, n)| {
-            n.split(',')
-                .next()
-                .unwrap_or(n)
-                .trim()
-                .parse()
-                .expect("exit N")
+            let digits: String = n.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().expect("exit N")
         });
         rows.push((condition.trim().to_string(), word.to_string(), code));
     }
     rows
 }
 
-/// A `--json` write of `content` to `res` under `epoch` (and `owner`) at tick `now`.
-fn write(
-    env: &Backend,
-    res: &str,
+/// A write of a README row: its version (epoch, seq; seq 0: no `--seq`), owner and content.
+#[derive(Debug, Clone, Copy)]
+struct Request {
     epoch: i64,
-    owner: Option<&str>,
-    content: &str,
-    now: i64,
-    code: i32,
-) -> Value {
-    let epoch = epoch.to_string();
-    let mut args = vec!["--json", "write", res, "--epoch", &epoch];
-    if let Some(owner) = owner {
-        args.extend(["--owner", owner]);
+    seq: i64,
+    owner: Option<&'static str>,
+    content: &'static str,
+}
+
+impl Request {
+    /// `write RES --epoch E [--seq N] [--owner O]`'s arguments after `write`.
+    fn args(&self, res: &str) -> Vec<String> {
+        let mut args = vec![
+            "write".to_string(),
+            res.to_string(),
+            "--epoch".to_string(),
+            self.epoch.to_string(),
+        ];
+        if self.seq != 0 {
+            args.extend(["--seq".to_string(), self.seq.to_string()]);
+        }
+        if let Some(owner) = self.owner {
+            args.extend(["--owner".to_string(), owner.to_string()]);
+        }
+        args
     }
+}
+
+/// A `--json` write of `request` to `res` at tick `now`.
+fn write(env: &Backend, res: &str, request: Request, now: i64, code: i32) -> Value {
+    let owned = request.args(res);
+    let mut args = vec!["--json"];
+    args.extend(owned.iter().map(String::as_str));
+    let content = request.content;
     env.fp(&args)
         .now(now)
         .stdin(content)
@@ -66,29 +81,42 @@ fn row(env: &Backend, res: &str, now: i64) -> Value {
 }
 
 /// The history a row of the README's table starts from, on `res`, and the write under
-/// test: (epoch, owner, content).
-fn set_up_row(
-    env: &Backend,
-    condition: &str,
-    res: &str,
-) -> (i64, Option<&'static str>, &'static str) {
+/// test.
+fn set_up_row(env: &Backend, condition: &str, res: &str) -> Request {
     env.claim(res, "A", 10, 0);
     env.write(res, 1, "one", 1, 0);
-    if condition.starts_with("E lower") {
+    let request = |epoch, seq, content| Request {
+        epoch,
+        seq,
+        owner: None,
+        content,
+    };
+    if condition.starts_with("E lower than F") {
         env.claim(res, "B", 10, 10);
         env.write(res, 2, "two", 11, 0);
-        (1, None, "late")
-    } else if condition.starts_with("E equal, same bytes") {
-        (1, None, "one")
-    } else if condition.starts_with("E equal, different bytes") {
-        (1, None, "other")
-    } else if condition.starts_with("E higher than accepted") {
+        request(1, 0, "late")
+    } else if condition.starts_with("E higher than e") {
         env.claim(res, "B", 10, 10);
-        (2, None, "two")
+        request(2, 0, "two")
+    } else if condition.starts_with("E equal to e, N higher than n") {
+        request(1, 1, "next")
+    } else if condition.starts_with("E equal to e, N equal to n, the same bytes") {
+        request(1, 0, "one")
+    } else if condition.starts_with("E equal to e, N equal to n, different bytes") {
+        request(1, 0, "other")
+    } else if condition.starts_with("E equal to e, N lower than n") {
+        env.fp(&["write", res, "--epoch", "1", "--seq", "2"])
+            .now(2)
+            .stdin("two")
+            .expect(0);
+        request(1, 1, "one again")
     } else if condition.starts_with("E never issued") {
         // Issued to another owner (the row's parenthesis); an epoch never issued at all
         // is checked after it.
-        (1, Some("B"), "other")
+        Request {
+            owner: Some("B"),
+            ..request(1, 0, "other")
+        }
     } else {
         panic!("a row of the README's sink table this test does not know: {condition}");
     }
@@ -99,34 +127,42 @@ fn set_up_row(
 /// changes neither the document nor the records and leaves nothing behind.
 fn the_readmes_sink_rules_hold(env: &Backend) {
     let rules = readme_sink_rules();
-    assert_eq!(rules.len(), 5, "{rules:?}");
+    assert_eq!(rules.len(), 7, "{rules:?}");
     for (i, (condition, word, code)) in rules.into_iter().enumerate() {
         for json in [true, false] {
             let res = &format!("row{i}-{json}.md");
-            let (epoch, owner, content) = set_up_row(env, &condition, res);
+            let request = set_up_row(env, &condition, res);
             let before = (env.read(res), row(env, res, 12));
             if json {
-                let j = write(env, res, epoch, owner, content, 12, code);
+                let j = write(env, res, request, 12, code);
                 assert_eq!(j["outcome"], word.as_str(), "{condition}: {j}");
             } else {
-                let epoch = epoch.to_string();
-                let mut args = vec!["write", res, "--epoch", &epoch];
-                args.extend(owner.iter().flat_map(|o| ["--owner", o]));
+                let args = request.args(res);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 env.fp(&args)
                     .now(12)
-                    .stdin(content)
+                    .stdin(request.content)
                     .expect_stdout(code, &word);
             }
             let after = (env.read(res), row(env, res, 12));
             if word == "written" {
-                assert_eq!(after.0.as_deref(), Some(content.as_bytes()), "{condition}");
-                assert_eq!(after.1["sink"]["content_epoch"], epoch, "{condition}");
+                let content = request.content.as_bytes();
+                assert_eq!(after.0.as_deref(), Some(content), "{condition}");
+                let sink = &after.1["sink"];
+                assert_eq!(sink["content_epoch"], request.epoch, "{condition}");
+                assert_eq!(sink["seq"], request.seq, "{condition}");
             } else {
                 assert_eq!(after, before, "{condition}: {word} changed something");
             }
             assert_eq!(env.debris(), Vec::<String>::new(), "{condition}");
             if word == "unissued" {
-                let j = write(env, res, 9, None, "made up", 12, code);
+                let made_up = Request {
+                    epoch: 9,
+                    seq: 0,
+                    owner: None,
+                    content: "made up",
+                };
+                let j = write(env, res, made_up, 12, code);
                 assert_eq!(j["outcome"], word.as_str(), "an epoch never issued: {j}");
                 assert_eq!((env.read(res), row(env, res, 12)), before);
             }

@@ -29,6 +29,7 @@ pub fn remove(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Outcome> {
         super::refuse_resolved(ctx, args, &resource)?;
     }
     check_epoch(args.epoch)?;
+    super::check_seq(args.seq)?;
     if let Some(owner) = args.owner {
         check_owner(owner)?;
     }
@@ -67,7 +68,10 @@ pub fn remove(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Outcome> {
                 .detail("removal");
             ctx.log(&*tx, &event)?;
             tx.commit()?;
-            Ok(Outcome::RemoveReplay(answer(decided, false)))
+            Ok(Outcome::RemoveReplay(Removed {
+                replay: true,
+                ..answer(decided, false)
+            }))
         }
         refused => Err(refusal(
             &resource,
@@ -182,5 +186,6 @@ fn answer(decided: Decided, had_document: bool) -> Removed {
         previous_fence: written.previous_fence,
         had_document,
         removed: true,
+        replay: false,
     }
 }

@@ -173,9 +173,11 @@ const MIGRATIONS: &[&str] = &[
 ",
     "
     -- Several versions per epoch (`write --seq`) and removals (tombstones).
-    ALTER TABLE fencepost_sink ADD COLUMN seq bigint NOT NULL DEFAULT 0 CHECK (seq >= 0);
-    ALTER TABLE fencepost_sink ADD COLUMN removed boolean NOT NULL DEFAULT false;
-    ALTER TABLE fencepost_log ADD COLUMN seq bigint;
+    -- IF NOT EXISTS: a schema whose recorded version was set back by hand runs it again.
+    ALTER TABLE fencepost_sink ADD COLUMN IF NOT EXISTS seq bigint NOT NULL DEFAULT 0
+        CHECK (seq >= 0);
+    ALTER TABLE fencepost_sink ADD COLUMN IF NOT EXISTS removed boolean NOT NULL DEFAULT false;
+    ALTER TABLE fencepost_log ADD COLUMN IF NOT EXISTS seq bigint;
 ",
 ];
 
