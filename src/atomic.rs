@@ -39,10 +39,10 @@ use crate::text::hex;
 pub mod interrupt;
 
 /// What follows `.<name>.fencepost-` in a staged temp file's name (then random chars).
-const TEMP: &str = "tmp-";
+pub(crate) const TEMP: &str = "tmp-";
 
 /// Random characters in a temp file's name.
-const TEMP_RANDOM: usize = 12;
+pub(crate) const TEMP_RANDOM: usize = 12;
 
 /// Size of the buffer that streams content: memory stays flat whatever the size.
 const CHUNK: usize = 128 * 1024;
@@ -192,7 +192,7 @@ fn keep_mode_and_owner(file: &File, meta: &Entry, temp: &Path) -> Result<()> {
 }
 
 /// `n` random letters and digits.
-fn random_chars(n: usize) -> String {
+pub(crate) fn random_chars(n: usize) -> String {
     (0..n).map(|_| fastrand::alphanumeric()).collect()
 }
 
@@ -762,9 +762,11 @@ pub fn still_staged(doc: &DocPath, set: &LinkSet, sha256: &str) -> bool {
 /// Removes a link set (after a commit, or a rollback). Leftovers are harmless: the next
 /// recovery removes them.
 pub fn drop_set(doc: &DocPath, set: &LinkSet) {
-    for what in ["sum", "new", "pre", "gone"] {
+    for what in ["sum", "new", "pre"] {
         let _ = doc.folder.remove(&link_name(doc, what, &set.token));
     }
+    // A tree's removal takes its folder away under this name.
+    let _ = crate::tree::remove_tree(&doc.folder, &link_name(doc, "gone", &set.token));
 }
 
 /// Puts the pre-image back over a document whose write never committed.
@@ -804,10 +806,25 @@ pub struct Removal<'d> {
 
 impl<'d> Removal<'d> {
     /// Takes the document away under the state file's lock: renames it to its `-gone`
-    /// link and fsyncs the folder, so the removal is durable before the caller commits.
-    /// `None`: there was no document.
-    pub fn take(doc: &'d DocPath) -> Result<Option<Removal<'d>>> {
-        let Some(entry) = inspect_document(doc)? else {
+    /// link. `None`: there was no document. The caller makes the rename durable
+    /// ([`Removal::sync`]) before it commits, and puts the document back if anything
+    /// fails before its COMMIT.
+    pub fn take(doc: &'d DocPath, tree: bool) -> Result<Option<Removal<'d>>> {
+        let entry = if tree {
+            match doc.folder.stat(&doc.name)? {
+                Some(e) if e.kind == Kind::Folder => Some(e),
+                Some(_) => {
+                    return Err(Error::usage(format!(
+                        "{} is not a folder, and the resource is a tree",
+                        doc.path().display()
+                    )));
+                }
+                None => None,
+            }
+        } else {
+            inspect_document(doc)?
+        };
+        let Some(entry) = entry else {
             return Ok(None);
         };
         let file = doc
@@ -827,19 +844,24 @@ impl<'d> Removal<'d> {
         let id = file_id(&opened);
         let token: OsString = id.ino.to_string().into();
         let gone = link_name(doc, "gone", &token);
-        doc.folder.remove_if_present(&gone)?;
+        crate::tree::remove_tree(&doc.folder, &gone)?;
         doc.folder
             .rename(&doc.name, &gone)
             .map_err(Error::io("cannot remove", doc.path()))?;
-        crate::failpoints::failpoint!("remove.after_rename");
-        doc.folder.sync()?;
-        crate::failpoints::failpoint!("remove.after_dir_fsync");
         Ok(Some(Removal {
             doc,
             id,
             token,
             _file: file,
         }))
+    }
+
+    /// Fsyncs the folder, so the removal's rename is durable before the caller commits.
+    pub fn sync(&self) -> Result<()> {
+        crate::failpoints::failpoint!("remove.after_rename");
+        self.doc.folder.sync()?;
+        crate::failpoints::failpoint!("remove.after_dir_fsync");
+        Ok(())
     }
 
     /// The link set of this removal, as recovery sees it.
@@ -883,6 +905,22 @@ fn sweep_temps(doc: &DocPath, remove: bool) -> Result<usize> {
     let mut removed = 0;
     for name in doc.folder.names()? {
         if !name.as_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        // A staged tree (a folder) is its writer's while the writer holds its lock, and
+        // a tree publish's marker names it from the swap on: recovery resolves markers
+        // before it sweeps, so one left here is a dead writer's.
+        if let Ok(Some(entry)) = doc.folder.stat(&name)
+            && entry.kind == Kind::Folder
+        {
+            let Ok(crate::folder::Child::Folder(dir)) = doc.folder.child(&name) else {
+                continue;
+            };
+            let free =
+                rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok();
+            if free && (!remove || crate::tree::remove_tree(&doc.folder, &name).is_ok()) {
+                removed += 1;
+            }
             continue;
         }
         let Ok(file) = doc.folder.open_file(&name) else {

@@ -145,6 +145,8 @@ pub struct Examined {
     pub hashed: Option<(String, u64)>,
     /// Why it is `Unreachable`, `NotAFile`, `Unreadable` or `CheckFailed`.
     pub why: Option<Error>,
+    /// A tree's manifest as found on disk, when it was read.
+    pub manifest: Option<crate::tree::Manifest>,
 }
 
 /// Looks at one document. A document that cannot be checked is a state of its own
@@ -159,6 +161,7 @@ pub fn examine(what: &Examine<'_>) -> Examined {
         temps: None,
         hashed: None,
         why: None,
+        manifest: None,
     };
     if let Err(e) = look(what, &mut found) {
         found.state = if permission_denied(&e) {
@@ -191,6 +194,11 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
     if (what.is_state_file)(&doc)? {
         found.state = DocState::StateFile;
         return Ok(());
+    }
+    if recorded.is_some_and(|c| c.tree) {
+        let looked = look_at_tree(what, &doc, found);
+        found.doc = Some(doc);
+        return looked;
     }
     let doc = found.doc.insert(doc);
     let entry = atomic::inspect_document(doc);
@@ -240,6 +248,62 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
         DocState::InProgress
     } else {
         against_record(what, recorded, &entry, found.hashed.as_ref())
+    };
+    Ok(())
+}
+
+/// [`look`] for a tree: the folder at the resource's name against the recorded tree (by
+/// its hash, or by the folder's inode with `Look::Identity`), and a tree publish that
+/// crashed or is in progress beside it.
+fn look_at_tree(what: &Examine<'_>, doc: &DocPath, found: &mut Examined) -> Result<()> {
+    let recorded = what.recorded;
+    if what.debris {
+        found.temps = Some(atomic::abandoned_temps(doc)?);
+    }
+    if what.recovery
+        && let Some(pending) = recovery::pending_tree(doc)?
+    {
+        found.state = if pending.in_progress {
+            DocState::InProgress
+        } else {
+            DocState::Interrupted
+        };
+        found.pending = Some(pending);
+        return Ok(());
+    }
+    let entry = match doc.folder.stat(&doc.name)? {
+        None => {
+            found.state = DocState::gone(recorded);
+            return Ok(());
+        }
+        Some(e) if e.kind == crate::folder::Kind::Folder => e,
+        Some(_) => {
+            found.state = DocState::NotAFile;
+            return Ok(());
+        }
+    };
+    let Some(c) = recorded.filter(|c| !c.removed) else {
+        found.state = DocState::Reappeared;
+        return Ok(());
+    };
+    let same = if what.look == Look::Identity {
+        c.file.is_some_and(|f| f.ino == entry.ino)
+    } else {
+        let crate::folder::Child::Folder(dir) = doc.folder.child(&doc.name)? else {
+            found.state = DocState::NotAFile;
+            return Ok(());
+        };
+        let manifest = crate::tree::read_manifest(&dir)?;
+        let sha256 = manifest.sha256();
+        let same = sha256 == c.sha256;
+        found.hashed = Some((sha256, manifest.size()));
+        found.manifest = Some(manifest);
+        same
+    };
+    found.state = if same {
+        DocState::Matches
+    } else {
+        DocState::Drifted
     };
     Ok(())
 }

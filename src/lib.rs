@@ -82,6 +82,8 @@ pub mod store;
 #[doc(hidden)]
 pub mod text;
 #[doc(hidden)]
+pub mod tree;
+#[doc(hidden)]
 pub mod upkeep;
 
 pub use api::{

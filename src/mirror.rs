@@ -405,6 +405,7 @@ pub fn roll_forward(
             epoch: published.epoch,
             seq: published.seq,
             removed: false,
+            tree: false,
             sha256,
             size,
             written_at: mirror.now(),
@@ -420,6 +421,7 @@ pub fn roll_forward(
                 owner: published.owner.as_deref(),
                 blob: None,
                 unfenced: published.unfenced,
+                manifest: None,
             },
         )?;
         let event = crate::audit::Event::new(

@@ -192,6 +192,9 @@ pub struct Written {
     pub unfenced: bool,
     /// The fence before this write (null for a first write with no claim's fence).
     pub previous_fence: Option<i64>,
+    /// A tree (`write --tree`): `sha256` is the tree hash (the key is there only then).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tree: bool,
     /// The same epoch had written these bytes: the document was not rewritten (`--json`
     /// says so by its `outcome`, `replay`).
     #[serde(skip)]
@@ -266,6 +269,11 @@ pub struct SinkView {
     pub seq: Option<i64>,
     /// The recorded version is a removal (a tombstone).
     pub removed: bool,
+    /// A tree's hash (`write --tree`; `sha256` is then null): SHA-256 over its manifest
+    /// (the sorted paths, kinds, modes and content hashes). The key is there only for a
+    /// tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree_sha256: Option<String>,
     pub sha256: Option<String>,
     pub size: Option<u64>,
     pub written_at: Option<i64>,

@@ -30,8 +30,11 @@ use crate::store::{ReadTxn, Txn, WriteRecord};
 
 mod remove;
 mod store;
+mod tree;
 
 pub use remove::remove;
+pub(crate) use tree::retire as retire_tree;
+pub use tree::{TreeRequest, write_tree};
 
 /// A write as the sink takes it: the resource as named, the writer's epoch and owner, and
 /// how to treat the content.
@@ -84,7 +87,11 @@ pub fn write<'s>(
         Err(source) => source,
     };
     let mut store = ctx.store()?;
-    refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
+    {
+        let snapshot = store.snapshot()?;
+        refuse_early(ctx, &*snapshot, &resource, args)?;
+        refuse_tree(&*snapshot, &resource)?;
+    }
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
 
@@ -155,6 +162,22 @@ fn refuse_early(
     ) {
         let owner = writer(tx, resource, args)?;
         return Err(refusal(resource, args, owner.as_deref(), d));
+    }
+    Ok(())
+}
+
+/// A resource is a document or a tree for its whole life: a document is refused where
+/// the sink recorded a tree (a removed one too).
+fn refuse_tree(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
+    if tx
+        .sink(resource)?
+        .and_then(|r| r.content)
+        .is_some_and(|c| c.tree)
+    {
+        return Err(Error::usage_hint(
+            format!("{resource} is a tree: a document cannot be published there"),
+            "publish the folder with --tree DIR, or pick another name",
+        ));
     }
     Ok(())
 }
@@ -323,7 +346,10 @@ fn run_overlapped(
                 .map_err(|_| unsynced)
         });
         let opened = ctx.store().and_then(|mut store| {
-            refuse_early(ctx, &*store.snapshot()?, resource, args)?;
+            let snapshot = store.snapshot()?;
+            refuse_early(ctx, &*snapshot, resource, args)?;
+            refuse_tree(&*snapshot, resource)?;
+            drop(snapshot);
             Ok(store)
         });
         let synced = syncing.map(|thread| match thread {
@@ -428,6 +454,7 @@ fn decide_locked(
         size,
         unfenced: args.unfenced,
         previous_fence: record.as_ref().map(|r| r.fence),
+        tree: false,
         replay: false,
     };
     Ok(Decided {
@@ -489,6 +516,7 @@ fn publish(
         epoch: target.args.epoch,
         seq: target.args.seq,
         removed: false,
+        tree: false,
         sha256: staged.sha256.clone(),
         size: staged.size,
         written_at: how.now,
@@ -545,6 +573,7 @@ fn record(target: &Target<'_>, tx: &dyn Txn, content: &Content, how: Publish<'_>
         owner: how.owner,
         blob: None,
         unfenced: args.unfenced,
+        manifest: None,
     };
     tx.record_write(resource, &write)?;
     let mut event = Event::new(how.now, resource.as_str(), EventKind::Write)
@@ -580,15 +609,22 @@ fn after_failed_commit(
         args,
         ..
     } = *target;
+    let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
+        .owner(how.owner)
+        .epoch(Some(args.epoch))
+        .seq(args.seq)
+        .sha256(Some(&content.sha256))
+        .detail(e.to_string());
+    recover_after_failed_commit(ctx, resource, &event)
+}
+
+/// After a failed COMMIT (a write's or a removal's): recovers `resource` in a new
+/// transaction that also commits `event` (see [`after_failed_commit`]). Past opening
+/// the state file, best effort.
+fn recover_after_failed_commit(ctx: &Ctx, resource: &Resource, event: &Event) -> Result<()> {
     let mut store = ctx.store()?;
     let _ = ctx.begin(&mut *store, resource).and_then(|tx| {
-        let event = Event::new(how.now, resource.as_str(), EventKind::CommitFailed)
-            .owner(how.owner)
-            .epoch(Some(args.epoch))
-            .seq(args.seq)
-            .sha256(Some(&content.sha256))
-            .detail(e.to_string());
-        ctx.log(&*tx, &event)?;
+        ctx.log(&*tx, event)?;
         tx.commit()
     });
     Ok(())

@@ -8,13 +8,15 @@
 //! them for one document: find the link sets writers left, decide each, apply the
 //! decisions, sweep dead writers' temp files.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::atomic::{self, LinkSet};
 use crate::error::Result;
 use crate::failpoints::failpoint;
 use crate::resource::{DocPath, Resource, locate};
-use crate::sink::{Recorded, Recovery, recovery};
+use crate::sink::{Recorded, Recovery, TreeLeftovers, TreeRecovery, recovery, tree_recovery};
 
 /// What recovery did for one resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +24,8 @@ pub struct Done {
     pub action: Recovery,
     /// Temp files of dead writers removed.
     pub temps: usize,
+    /// What it did for a crashed tree publish, if one was found.
+    pub tree: Option<TreeRecovery>,
 }
 
 /// Recovers one resource's document under the caller's write lock on the state store:
@@ -35,18 +39,22 @@ pub fn recover(
     resource: &Resource,
     recorded: impl FnOnce() -> Result<Option<Recorded>>,
     mirror: impl FnOnce() -> Result<bool>,
+    now: i64,
 ) -> Result<Done> {
     let Some(doc) = locate(root, resource, false)? else {
         return Ok(Done {
             action: Recovery::Nothing,
             temps: 0,
+            tree: None,
         });
     };
+    // Each asked at most once, and only when something was found.
+    let (mut recorded, mut mirror) = (Lazy::new(recorded), Lazy::new(mirror));
     let sets = atomic::link_sets(&doc)?;
     let action = if sets.is_empty() {
         Recovery::Nothing
     } else {
-        let recorded = recorded()?;
+        let recorded = recorded.get()?;
         failpoint!("recover.before_apply");
         let mut plan = Vec::new();
         for set in sets {
@@ -54,15 +62,221 @@ pub fn recover(
             plan.push((set, action));
         }
         let rollback = plan.iter().any(|(_, a)| is_rollback(*a));
-        if rollback && mirror()? {
+        if rollback && mirror.get()? {
             for (_, action) in &mut plan {
                 *action = crate::sink::on_mirror(*action);
             }
         }
         apply_all(&doc, plan)?
     };
+    let mut tree = None;
+    for marker in tree_markers(&doc)? {
+        let mut action = decide_tree(&doc, recorded.get()?, &marker)?;
+        if matches!(action, TreeRecovery::SwapBack | TreeRecovery::RemoveNew) && mirror.get()? {
+            // A mirror applies only versions its store committed: rolled forward.
+            action = TreeRecovery::Retire;
+        }
+        apply_tree(&doc, &marker, action, now)?;
+        tree = Some(action);
+    }
+    remove_expired_trees(&doc, now)?;
     let temps = atomic::remove_abandoned_temps(&doc)?;
-    Ok(Done { action, temps })
+    Ok(Done {
+        action,
+        temps,
+        tree,
+    })
+}
+
+/// A value computed by `compute` the first time it is asked for.
+struct Lazy<T, F> {
+    compute: Option<F>,
+    value: Option<T>,
+}
+
+impl<T: Copy, F: FnOnce() -> Result<T>> Lazy<T, F> {
+    fn new(compute: F) -> Self {
+        Lazy {
+            compute: Some(compute),
+            value: None,
+        }
+    }
+
+    fn get(&mut self) -> Result<T> {
+        if let Some(value) = self.value {
+            return Ok(value);
+        }
+        let compute = self
+            .compute
+            .take()
+            .ok_or(crate::error::Error::Internal("a lazy value failed before"))?;
+        let value = compute()?;
+        self.value = Some(value);
+        Ok(value)
+    }
+}
+
+/// A tree publish's marker, as found: its name, the staged folder's inode, the staged
+/// name it points at, and the start of the staged tree's hash.
+#[derive(Debug, Clone)]
+pub struct TreeMarker {
+    name: OsString,
+    staged: u64,
+    staged_name: OsString,
+    sha_prefix: String,
+}
+
+/// The markers of tree publishes beside the document (`.<name>.fencepost-tree-<T>`).
+fn tree_markers(doc: &DocPath) -> Result<Vec<TreeMarker>> {
+    let prefix = doc.sibling_name("tree-");
+    let mut found = Vec::new();
+    for name in doc.folder.names()? {
+        let Some(token) = name.as_bytes().strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        let Some(staged) = std::str::from_utf8(token).ok().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let Ok(target) = doc.folder.read_link(&name) else {
+            continue;
+        };
+        let target = target.to_string_lossy().into_owned();
+        let (random, sha_prefix) = target.split_once(':').unwrap_or((&target, ""));
+        let mut staged_name = doc.sibling_name(atomic::TEMP);
+        staged_name.push(random);
+        found.push(TreeMarker {
+            name,
+            staged,
+            staged_name,
+            sha_prefix: sha_prefix.to_string(),
+        });
+    }
+    Ok(found)
+}
+
+/// A tree publish's marker beside the document, if any: in progress while its writer
+/// holds the staged folder's lock (the folder is at the resource's name after the swap,
+/// at the staged name before), a crash awaiting recovery once it does not.
+pub fn pending_tree(doc: &DocPath) -> Result<Option<Pending>> {
+    let Some(marker) = tree_markers(doc)?.into_iter().next() else {
+        return Ok(None);
+    };
+    let locked =
+        [&doc.name, &marker.staged_name]
+            .into_iter()
+            .any(|name| match doc.folder.child(name) {
+                Ok(crate::folder::Child::Folder(dir)) => {
+                    dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
+                        && matches!(
+                            rustix::fs::flock(
+                                &dir,
+                                rustix::fs::FlockOperation::NonBlockingLockShared
+                            ),
+                            Err(rustix::io::Errno::WOULDBLOCK)
+                        )
+                }
+                _ => false,
+            });
+    Ok(Some(Pending {
+        action: Recovery::Nothing,
+        in_progress: locked,
+    }))
+}
+
+/// The rule of `sink::tree_recovery` for one marker, plus one check on disk: a tree to
+/// be rolled back that no longer holds the staged tree was edited by hand since the
+/// crash; it is kept (only the marker goes), for `verify` to report.
+fn decide_tree(
+    doc: &DocPath,
+    recorded: Option<Recorded>,
+    marker: &TreeMarker,
+) -> Result<TreeRecovery> {
+    let folder_ino = |name: &OsString| -> Result<Option<u64>> {
+        Ok(doc
+            .folder
+            .stat(name)?
+            .filter(|e| e.kind == crate::folder::Kind::Folder)
+            .map(|e| e.ino))
+    };
+    let found = TreeLeftovers {
+        staged: marker.staged,
+        current: folder_ino(&doc.name)?,
+        other: folder_ino(&marker.staged_name)?.is_some(),
+    };
+    let action = tree_recovery(recorded, found);
+    if matches!(action, TreeRecovery::SwapBack | TreeRecovery::RemoveNew)
+        && let crate::folder::Child::Folder(dir) = doc.folder.child(&doc.name)?
+        && !crate::tree::read_manifest(&dir)?
+            .sha256()
+            .starts_with(&marker.sha_prefix)
+    {
+        return Ok(TreeRecovery::Retire);
+    }
+    Ok(action)
+}
+
+/// Carries out a tree recovery for `marker`, then removes the marker.
+fn apply_tree(doc: &DocPath, marker: &TreeMarker, action: TreeRecovery, now: i64) -> Result<()> {
+    let folder = &doc.folder;
+    match action {
+        TreeRecovery::Retire => {
+            if folder.stat(&marker.staged_name)?.is_some() {
+                // Its writer is gone, and with it the grace period it would have kept:
+                // due at once, removed by the sweep of old trees that follows.
+                crate::publish::retire_tree(doc, &marker.staged_name, marker.staged, now)?;
+            }
+        }
+        TreeRecovery::SwapBack => {
+            crate::tree::exchange(folder, &marker.staged_name, &doc.name)?;
+            folder.sync()?;
+            crate::tree::remove_tree(folder, &marker.staged_name)?;
+        }
+        TreeRecovery::RemoveNew => {
+            crate::tree::remove_tree(folder, &doc.name)?;
+            folder.sync()?;
+        }
+        TreeRecovery::DropStaged => crate::tree::remove_tree(folder, &marker.staged_name)?,
+    }
+    folder.remove_if_present(&marker.name)?;
+    Ok(())
+}
+
+/// Undoes this writer's own uncommitted tree publish (its marker `marker`) against the
+/// record as it was before it. Under the lock, after the publish failed.
+pub fn undo_tree(
+    doc: &DocPath,
+    recorded: Option<Recorded>,
+    marker: &OsString,
+    now: i64,
+) -> Result<()> {
+    for found in tree_markers(doc)? {
+        if &found.name == marker {
+            let action = decide_tree(doc, recorded, &found)?;
+            apply_tree(doc, &found, action, now)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the old trees beside the document whose deadline has passed
+/// (`.<name>.fencepost-old-<token>-<deadline>`); returns how many.
+pub fn remove_expired_trees(doc: &DocPath, now: i64) -> Result<usize> {
+    let prefix = doc.sibling_name("old-");
+    let mut removed = 0;
+    for name in doc.folder.names()? {
+        let Some(rest) = name.as_bytes().strip_prefix(prefix.as_bytes()) else {
+            continue;
+        };
+        let deadline = std::str::from_utf8(rest)
+            .ok()
+            .and_then(|r| r.rsplit_once('-'))
+            .and_then(|(_, d)| d.parse::<i64>().ok());
+        if deadline.is_some_and(|d| now >= d) {
+            crate::tree::remove_tree(&doc.folder, &name)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Undoes this writer's own uncommitted rename (its link set `own`) against the record as
@@ -157,6 +371,19 @@ fn is_rollback(action: Recovery) -> bool {
         action,
         Recovery::RestorePre | Recovery::RemoveDoc | Recovery::RestoreRemoved
     )
+}
+
+/// What a tree recovery did, in words (`recover`'s report).
+#[must_use]
+pub fn describe_tree(action: TreeRecovery) -> &'static str {
+    match action {
+        TreeRecovery::Retire => "finished a committed tree publish (its old tree removed)",
+        TreeRecovery::SwapBack => {
+            "rolled back an uncommitted tree publish (previous tree restored)"
+        }
+        TreeRecovery::RemoveNew => "rolled back an uncommitted first tree publish (tree removed)",
+        TreeRecovery::DropStaged => "removed a tree publish that never swapped in",
+    }
 }
 
 /// What an action did, in words (`recover`'s report).

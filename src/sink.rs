@@ -29,6 +29,10 @@ pub struct Content {
     /// 0, and `file` names the removed file while it waits beside the document for the
     /// COMMIT (recovery's proof that the removal committed).
     pub removed: bool,
+    /// The resource is a tree (`write --tree`): `sha256` is the tree hash, `size` the
+    /// bytes of its files, and `file` the folder (its inode, size 0). A resource is a
+    /// document or a tree for its whole life; a removal keeps its kind.
+    pub tree: bool,
     /// Lower-case hex SHA-256 of the bytes (empty for a removal).
     pub sha256: String,
     pub size: u64,
@@ -220,7 +224,10 @@ pub enum Recovery {
 #[must_use]
 pub fn recovery(recorded: Option<Recorded>, found: Leftovers) -> Recovery {
     if let Some(gone) = found.gone {
-        let committed = recorded == Some(Recorded::Removed(gone));
+        // A tombstone publishes no bytes: its size is 0, and a store gives the removed
+        // file's identity back with that size. The inode number alone names the file (no
+        // other live file has it while the `-gone` name holds it).
+        let committed = matches!(recorded, Some(Recorded::Removed(file)) if file.ino == gone.ino);
         return if committed || found.doc.is_some() {
             Recovery::DropLinks
         } else {
@@ -241,6 +248,56 @@ pub fn recovery(recorded: Option<Recorded>, found: Leftovers) -> Recovery {
         Recovery::RestorePre
     } else {
         Recovery::RemoveDoc
+    }
+}
+
+/// What a crashed tree publish left beside the resource: its marker
+/// (`.<name>.fencepost-tree-<T>`, made under the lock before the swap; `T` is the staged
+/// folder's inode), the folder at the resource's name, and whether the staged folder's
+/// name (`tmp-R`, which the marker names) still holds a folder: the staged tree before the
+/// swap, the old tree after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLeftovers {
+    pub staged: u64,
+    /// The inode of the folder at the resource's name (`None`: none there).
+    pub current: Option<u64>,
+    /// A folder stands at the staged name.
+    pub other: bool,
+}
+
+/// What recovery does for a tree publish's leftovers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeRecovery {
+    /// The publish committed: the folder at the staged name is the old tree, kept for its
+    /// grace period like any retired tree; the marker goes.
+    Retire,
+    /// Swapped but not committed: exchange the two folders back, then remove the staged
+    /// tree and the marker.
+    SwapBack,
+    /// A first publish (nothing stood at the name before) renamed but not committed:
+    /// remove the tree at the resource's name and the marker.
+    RemoveNew,
+    /// Never swapped: remove the staged tree and the marker.
+    DropStaged,
+}
+
+/// The tree recovery rule: a publish records its staged folder's inode, so a record
+/// naming it proves the COMMIT; otherwise, a resource that is the staged folder was
+/// swapped (or renamed) without a COMMIT and is undone, and one that is not was never
+/// touched.
+#[must_use]
+pub fn tree_recovery(recorded: Option<Recorded>, found: TreeLeftovers) -> TreeRecovery {
+    let committed = matches!(recorded, Some(Recorded::Placed(f)) if f.ino == found.staged);
+    if committed {
+        TreeRecovery::Retire
+    } else if found.current == Some(found.staged) {
+        if found.other {
+            TreeRecovery::SwapBack
+        } else {
+            TreeRecovery::RemoveNew
+        }
+    } else {
+        TreeRecovery::DropStaged
     }
 }
 
@@ -289,6 +346,7 @@ mod tests {
                 epoch,
                 seq: 0,
                 removed: false,
+                tree: false,
                 sha256: H1.into(),
                 size: 2,
                 written_at: 0,
@@ -331,6 +389,7 @@ mod tests {
                 epoch,
                 seq,
                 removed,
+                tree: false,
                 sha256: if removed { String::new() } else { H1.into() },
                 size: 2,
                 written_at: 0,
@@ -414,6 +473,13 @@ mod tests {
         assert_eq!(recovery(None, found), Recovery::RestoreRemoved);
         let removed = Some(Recorded::Removed(OLD));
         assert_eq!(recovery(removed, found), Recovery::DropLinks);
+        // The tombstone as a store gives it back: the removed file's size is the
+        // version's, 0.
+        let stored = Some(Recorded::Removed(FileId { size: 0, ..OLD }));
+        assert_eq!(recovery(stored, found), Recovery::DropLinks);
+        // Another removed file (an older removal's) does not make this one committed.
+        let other = Some(Recorded::Removed(NEW));
+        assert_eq!(recovery(other, found), Recovery::RestoreRemoved);
         // A document put there since (by hand) is never replaced.
         let hand = Leftovers {
             doc: Some(NEW),
@@ -429,6 +495,37 @@ mod tests {
         assert_eq!(recovery(placed, shared), Recovery::RestoreRemoved);
         assert_eq!(recovery(removed, shared), Recovery::DropLinks);
         assert_eq!(on_mirror(Recovery::RestoreRemoved), Recovery::KeepApplied);
+    }
+
+    #[test]
+    fn a_tree_publish_is_undone_unless_its_record_names_the_staged_folder() {
+        let staged = 7;
+        let found = |current, other| TreeLeftovers {
+            staged,
+            current,
+            other,
+        };
+        let recorded = |ino| Some(Recorded::Placed(FileId { ino, size: 0 }));
+        assert_eq!(
+            tree_recovery(recorded(7), found(Some(7), true)),
+            TreeRecovery::Retire
+        );
+        assert_eq!(
+            tree_recovery(recorded(3), found(Some(7), true)),
+            TreeRecovery::SwapBack
+        );
+        assert_eq!(
+            tree_recovery(None, found(Some(7), false)),
+            TreeRecovery::RemoveNew
+        );
+        assert_eq!(
+            tree_recovery(recorded(3), found(Some(3), true)),
+            TreeRecovery::DropStaged
+        );
+        assert_eq!(
+            tree_recovery(None, found(None, true)),
+            TreeRecovery::DropStaged
+        );
     }
 
     #[test]

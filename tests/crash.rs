@@ -1,6 +1,6 @@
-//! Crash safety (docs/crash-safety.md): every failpoint of `write` and `claim` hit as a
-//! returned error, as a real crash (`abort`) and as a SIGKILL while the process is
-//! blocked at that step; then `status` before recovery, the next command, and the
+//! Crash safety (docs/crash-safety.md): every failpoint of `write`, `remove` and `claim`
+//! hit as a returned error, as a real crash (`abort`) and as a SIGKILL while the process
+//! is blocked at that step; then `status` before recovery, the next command, and the
 //! invariants. Also: temp files of a live (paused) writer versus an abandoned one, hand
 //! edits after a crash, refused writes, and a state file held locked by another process.
 //! "Promise N" is the Nth promise of docs/crash-safety.md. The helpers it shares with
@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Env, Run};
 use crate::support::{
-    DbHolder, RES, Scenario, assert_consistent, link_files, new, newer, old, setup, sha256_hex,
-    signal, spawn_paused, spawn_paused_via, status_row, temp_files, tool_files, version,
+    DbHolder, REMOVE_POINTS, RES, Scenario, assert_consistent, assert_removed, assert_version,
+    gone_files, link_files, new, newer, old, setup, sha256_hex, signal, spawn_paused,
+    spawn_paused_via, status_row, temp_files, tool_files, version,
 };
 
 /// How the process meets the failpoint.
@@ -28,12 +29,13 @@ enum Mode {
 
 const MODES: [Mode; 3] = [Mode::Error, Mode::Abort, Mode::Kill];
 
-/// How far a write got when it stopped.
+/// How far a write (or a removal) got when it stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     /// Nothing visible changed: the old document and record stand.
     BeforeRename,
-    /// The new bytes are in place, the record is the old one: recovery rolls back.
+    /// The new bytes are in place (a removal: the document is renamed aside), the record
+    /// is the old one: recovery rolls back.
     Renamed,
     /// COMMIT happened: the new document and record stand.
     Committed,
@@ -56,7 +58,7 @@ fn stage_of(point: &str) -> Stage {
 /// The command run after the crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
-    /// The same writer retries the same bytes under the same epoch.
+    /// The same writer retries the same bytes (or the same removal) under the same version.
     Retry,
     /// Another worker takes over (claim runs recovery for the resource).
     Claim,
@@ -312,6 +314,105 @@ fn write_after_commit() {
     write_point("txn.after_commit");
 }
 
+/// A lease's second version (`--seq 2`, over seq 1's document) stopped at `point` in
+/// `mode`, then `next`. Before its COMMIT seq 1's document and record stand once
+/// recovered, and seq 1 sent again is a replay; from its COMMIT on seq 2's stand, and seq 1
+/// sent again is stale: an acknowledged version never goes back to an earlier one of the
+/// same lease. The retry of seq 2 is written (a replay once committed).
+fn seq_write_case(point: &str, mode: Mode, next: Next) {
+    let what = format!("write --seq 2: {point} {mode:?} then {next:?}");
+    let env = Env::new();
+    let (first, second) = (old(), new());
+    assert_eq!(env.claim(RES, "A", 100, 0), 1);
+    let seq1 = ["write", RES, "--epoch", "1", "--seq", "1"];
+    env.fp(&seq1)
+        .now(1)
+        .stdin(first.clone())
+        .expect_stdout(0, "written");
+    let seq2 = ["write", RES, "--epoch", "1", "--seq", "2"];
+    crash(&env, &seq2, 20, &second, point, mode, &what);
+
+    let stage = stage_of(point);
+    let committed = stage == Stage::Committed;
+    let (first_version, second_version) = ((first.clone(), 1, 1), (second.clone(), 1, 2));
+    let mut standing = if committed {
+        &second_version
+    } else {
+        &first_version
+    };
+
+    // Before any recovery: status only looks.
+    let row = status_row(&env, RES, Some(20));
+    let doc = env.read(RES);
+    if mode != Mode::Error && stage == Stage::Renamed {
+        assert_eq!(row["document"]["state"], "interrupted", "{what}: {row}");
+        assert!(doc == Some(second.clone()), "{what}: not seq 2's bytes");
+    } else {
+        assert_eq!(row["document"]["state"], "matches", "{what}: {row}");
+        assert!(
+            doc.as_ref() == Some(&standing.0),
+            "{what}: document changed"
+        );
+    }
+    assert_record(&row, Some(standing), &what);
+    if mode == Mode::Error {
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    }
+
+    match next {
+        Next::Retry => {
+            let outcome = if committed { "replay" } else { "written" };
+            env.fp(&seq2)
+                .now(21)
+                .stdin(second.clone())
+                .expect_stdout(0, outcome);
+            standing = &second_version;
+        }
+        Next::Claim => {
+            assert_eq!(env.claim(RES, "C", 100, 200), 2, "{what}");
+        }
+        Next::Recover => {
+            env.fp(&["recover"]).now(200).expect(0);
+        }
+    }
+    assert_version(&env, RES, Some(201), Some(borrowed(standing)), &what);
+    env.fp(&["verify"]).now(201).expect(0);
+
+    // Seq 1 again, from a writer that did not hear of seq 2: stale once seq 2 (or a
+    // takeover) stands, else the version that stands, a replay.
+    let late = env.fp(&seq1).now(202).stdin(first.clone());
+    if standing.2 == 2 || next == Next::Claim {
+        late.expect_stdout(5, "stale");
+    } else {
+        late.expect_stdout(0, "replay");
+    }
+    assert_version(&env, RES, Some(203), Some(borrowed(standing)), &what);
+    assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+}
+
+fn seq_write_point(point: &str) {
+    for mode in MODES {
+        for next in [Next::Retry, Next::Claim, Next::Recover] {
+            seq_write_case(point, mode, next);
+        }
+    }
+}
+
+#[test]
+fn seq_write_after_rename() {
+    seq_write_point("write.after_rename");
+}
+
+#[test]
+fn seq_write_before_commit() {
+    seq_write_point("txn.before_commit");
+}
+
+#[test]
+fn seq_write_after_commit() {
+    seq_write_point("txn.after_commit");
+}
+
 /// A takeover claim that stops at a failpoint either happened entirely (new lease, fence
 /// raised) or not at all (old lease, old fence, and the next claim gets the same epoch).
 fn claim_point(point: &str) {
@@ -367,6 +468,277 @@ fn claim_txn_before_commit() {
 #[test]
 fn claim_txn_after_commit() {
     claim_point("txn.after_commit");
+}
+
+/// How far a removal got when it stopped (`Renamed`: the document is taken aside, to its
+/// `-gone` name, and the record is still the version before the removal).
+fn removal_stage(point: &str) -> Stage {
+    match point {
+        "remove.before_lock" | "txn.after_begin" => Stage::BeforeRename,
+        "remove.after_rename"
+        | "remove.after_dir_fsync"
+        | "remove.before_commit"
+        | "txn.before_commit" => Stage::Renamed,
+        "txn.after_commit" | "remove.before_cleanup" => Stage::Committed,
+        other => panic!("unknown remove failpoint {other}"),
+    }
+}
+
+/// Whose removal crashes, and what it removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removing {
+    /// Epoch 1 wrote the document; the takeover's epoch 2 removes it.
+    Takeover,
+    /// The lease that wrote the document as seq 1 removes it as seq 2.
+    NextSeq,
+    /// Claimed, never written: the removal records a tombstone only (there is no file to
+    /// take aside, so the removal never reaches its rename's failpoints).
+    Nothing,
+}
+
+/// A version as the tests name it: bytes, epoch, seq.
+type Version = (Vec<u8>, i64, i64);
+
+/// `version` as `assert_version` takes it.
+fn borrowed(version: &Version) -> (&[u8], i64, i64) {
+    (&version.0, version.1, version.2)
+}
+
+impl Removing {
+    /// Sets the scene; returns the removal's `(epoch, seq)` and the version standing
+    /// before it.
+    fn setup(self, env: &Env) -> ((i64, i64), Option<Version>) {
+        match self {
+            Removing::Takeover => {
+                let (epoch, before) = setup(env, Scenario::Rewrite);
+                let (bytes, e) = before.expect("a rewrite has a version before it");
+                ((epoch, 0), Some((bytes, e, 0)))
+            }
+            Removing::NextSeq => {
+                assert_eq!(env.claim(RES, "A", 100, 0), 1);
+                env.fp(&["write", RES, "--epoch", "1", "--seq", "1"])
+                    .now(1)
+                    .stdin(old())
+                    .expect_stdout(0, "written");
+                ((1, 2), Some((old(), 1, 1)))
+            }
+            Removing::Nothing => {
+                assert_eq!(env.claim(RES, "A", 100, 0), 1);
+                ((1, 0), None)
+            }
+        }
+    }
+
+    /// Whether its removal reaches `point`.
+    fn reaches(self, point: &str) -> bool {
+        self != Removing::Nothing
+            || !matches!(point, "remove.after_rename" | "remove.after_dir_fsync")
+    }
+}
+
+/// The arguments of a command on `RES` at `(epoch, seq)` (`--seq` only when not 0).
+fn versioned_args(command: &str, (epoch, seq): (i64, i64)) -> Vec<String> {
+    let mut args: Vec<String> = [command, RES, "--epoch"]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    args.push(epoch.to_string());
+    if seq != 0 {
+        args.extend(["--seq".to_string(), seq.to_string()]);
+    }
+    args
+}
+
+/// The record in `row` is the version `want` (`None`: no content recorded).
+fn assert_record(row: &serde_json::Value, want: Option<&Version>, what: &str) {
+    match want {
+        Some((bytes, epoch, seq)) => {
+            assert_eq!(row["sink"]["content_epoch"], *epoch, "{what}: {row}");
+            assert_eq!(row["sink"]["seq"], *seq, "{what}: {row}");
+            assert_eq!(row["sink"]["removed"], false, "{what}: {row}");
+            assert_eq!(row["sink"]["sha256"], sha256_hex(bytes), "{what}: {row}");
+        }
+        None => assert!(
+            row["sink"].is_null() || row["sink"]["content_epoch"].is_null(),
+            "{what}: {row}"
+        ),
+    }
+}
+
+/// One removal stopped at `point` in `mode`, then `next`. Before its COMMIT the removal
+/// never happened once recovered: the document is back with its bytes and the record is
+/// the version before it (`status` says `interrupted` while the document is taken aside).
+/// From its COMMIT on it stands: no document, the record a tombstone. Either way nothing
+/// of the tool's is left after recovery, and `verify` passes.
+fn remove_case(point: &str, mode: Mode, how: Removing, next: Next) {
+    let what = format!("remove: {point} {mode:?} {how:?} then {next:?}");
+    let env = Env::new();
+    let (version, before) = how.setup(&env);
+    let args = versioned_args("remove", version);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    crash(&env, &args, 20, b"", point, mode, &what);
+
+    let stage = removal_stage(point);
+    let committed = stage == Stage::Committed;
+    let old_bytes = before.as_ref().map(|(bytes, _, _)| bytes.as_slice());
+
+    // Before any recovery: status only looks, and says what happened.
+    let row = status_row(&env, RES, Some(20));
+    let doc = env.read(RES);
+    if committed {
+        assert_eq!(row["document"]["state"], "removed", "{what}: {row}");
+        assert_eq!(doc, None, "{what}: the document is there");
+        assert_eq!(row["sink"]["removed"], true, "{what}: {row}");
+        assert_eq!(row["sink"]["content_epoch"], version.0, "{what}: {row}");
+        assert_eq!(row["sink"]["seq"], version.1, "{what}: {row}");
+    } else {
+        let aside = mode != Mode::Error && stage == Stage::Renamed && before.is_some();
+        if aside {
+            assert_eq!(row["document"]["state"], "interrupted", "{what}: {row}");
+            assert_eq!(doc, None, "{what}: the document was not taken aside");
+            assert_eq!(gone_files(&env).len(), 1, "{what}: {:?}", env.files());
+        } else {
+            let want = if before.is_some() {
+                "matches"
+            } else {
+                "absent"
+            };
+            assert_eq!(row["document"]["state"], want, "{what}: {row}");
+            assert!(doc.as_deref() == old_bytes, "{what}: the document changed");
+        }
+        assert_record(&row, before.as_ref(), &what);
+    }
+    if mode == Mode::Error {
+        // A removal that fails (rather than dies) undoes its own work, or, past its
+        // COMMIT, finishes it.
+        assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    }
+
+    match next {
+        Next::Retry => {
+            let outcome = if committed { "replay" } else { "removed" };
+            env.fp(&args).now(21).expect_stdout(0, outcome);
+        }
+        Next::Claim => {
+            assert_eq!(env.claim(RES, "C", 100, 200), version.0 + 1, "{what}");
+        }
+        Next::Recover => {
+            env.fp(&["recover"]).now(200).expect(0);
+        }
+    }
+    // A removal stages nothing, so even a claim (which sweeps no temp file) leaves nothing.
+    assert_eq!(tool_files(&env), Vec::<String>::new(), "{what}: leftovers");
+    if committed || next == Next::Retry {
+        assert_removed(&env, RES, 201, version, &what);
+        // The tombstone keeps the fence: the version it replaced, sent again by its
+        // writer, is stale and does not bring the document back.
+        if let Some((bytes, epoch, seq)) = &before {
+            let late = versioned_args("write", (*epoch, *seq));
+            let late: Vec<&str> = late.iter().map(String::as_str).collect();
+            env.fp(&late)
+                .now(202)
+                .stdin(bytes.clone())
+                .expect_stdout(5, "stale");
+            assert_removed(&env, RES, 203, version, &what);
+        }
+    } else {
+        assert_version(&env, RES, Some(201), before.as_ref().map(borrowed), &what);
+        env.fp(&["verify"]).now(201).expect(0);
+    }
+
+    // The resource works on: a takeover writes it again and leaves no files.
+    let e3 = env.claim(RES, "D", 100, 300);
+    env.fp(&["write", RES, "--epoch", &e3.to_string()])
+        .now(301)
+        .stdin(newer())
+        .expect_stdout(0, "written");
+    assert_eq!(env.files(), vec![RES.to_string()], "{what}");
+    assert_version(&env, RES, Some(302), Some((&newer(), e3, 0)), &what);
+}
+
+fn remove_point(point: &str) {
+    for mode in MODES {
+        for how in [Removing::Takeover, Removing::NextSeq, Removing::Nothing] {
+            if !how.reaches(point) {
+                continue;
+            }
+            for next in [Next::Retry, Next::Claim, Next::Recover] {
+                remove_case(point, mode, how, next);
+            }
+        }
+    }
+}
+
+/// The matrix covers every failpoint a removal on a local root names: `REMOVE_POINTS`
+/// lists each `remove.*` point of the sources, and each has its test here.
+#[test]
+fn every_removal_failpoint_has_its_crash_test() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut named = Vec::new();
+    for file in ["publish/remove.rs", "atomic.rs"] {
+        let text = std::fs::read_to_string(src.join(file)).expect("read the source");
+        for (at, _) in text.match_indices("failpoint!(\"remove.") {
+            let rest = &text[at + "failpoint!(\"".len()..];
+            named.push(rest[..rest.find('"').expect("a closing quote")].to_string());
+        }
+    }
+    assert!(
+        named.len() >= 5,
+        "the removal's failpoints moved: {named:?}"
+    );
+    for point in &named {
+        assert!(
+            REMOVE_POINTS.contains(&point.as_str()),
+            "{point} is not in REMOVE_POINTS"
+        );
+    }
+    let tests = include_str!("crash.rs");
+    for point in REMOVE_POINTS {
+        assert!(
+            tests.contains(&format!("remove_point(\"{point}\")")),
+            "no crash test stops a removal at {point}"
+        );
+    }
+}
+
+#[test]
+fn remove_before_lock() {
+    remove_point("remove.before_lock");
+}
+
+#[test]
+fn remove_after_begin() {
+    remove_point("txn.after_begin");
+}
+
+#[test]
+fn remove_after_rename() {
+    remove_point("remove.after_rename");
+}
+
+#[test]
+fn remove_after_dir_fsync() {
+    remove_point("remove.after_dir_fsync");
+}
+
+#[test]
+fn remove_before_commit() {
+    remove_point("remove.before_commit");
+}
+
+#[test]
+fn remove_txn_before_commit() {
+    remove_point("txn.before_commit");
+}
+
+#[test]
+fn remove_txn_after_commit() {
+    remove_point("txn.after_commit");
+}
+
+#[test]
+fn remove_before_cleanup() {
+    remove_point("remove.before_cleanup");
 }
 
 /// A write stopped by SIGTERM, SIGINT or SIGHUP before it was accepted under the lock

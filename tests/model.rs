@@ -507,6 +507,7 @@ impl WriteModel {
                 epoch: i64::from(c.epoch),
                 seq: 0,
                 removed: false,
+                tree: false,
                 sha256: hash(c.writer),
                 size: 2,
                 written_at: 0,

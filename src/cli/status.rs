@@ -40,7 +40,8 @@ use fencepost::session::Ctx;
 ///                length limits (why is listed under the table)
 ///   error        the document could not be checked (why is listed under the table)
 /// WRITTEN is the version the sink holds: `epoch 3`, `epoch 3 seq 2` (`write --seq`),
-/// then `removed` for a removal.
+/// then `tree` for a tree (`write --tree`; --json gives its hash as `sink.tree_sha256`)
+/// and `removed` for a removal.
 /// With --store, WRITTEN says `unfenced` after the epoch of a version written with
 /// --unfenced (`sink.unfenced` in --json): no fence kept older epochs out of it.
 /// On a mirror root, without --store, it reads the store the root is bound to; --json
@@ -113,6 +114,11 @@ fn table(status: &Status, clock: ClockKind) -> String {
                         _ => String::new(),
                     };
                     let removed = if s.removed { " removed" } else { "" };
+                    let removed = if s.tree_sha256.is_some() {
+                        format!(" tree{removed}")
+                    } else {
+                        removed.to_string()
+                    };
                     let mark = if s.unfenced { " unfenced" } else { "" };
                     format!("epoch {epoch}{seq}{removed}{mark}")
                 }),

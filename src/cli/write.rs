@@ -80,6 +80,32 @@ pub(crate) struct WriteArgs {
     /// would. A paused old worker can then overwrite a newer document.
     #[arg(long, hide_short_help = true)]
     pub unfenced: bool,
+
+    /// Publish the folder DIR as the tree RESOURCE, whole, in one step (see TREES below).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["from", "allow_empty", "unfenced"])]
+    pub tree: Option<PathBuf>,
+
+    /// With --tree: copy symlinks as symlinks (never followed); without it a symlink in
+    /// DIR is refused.
+    #[arg(long, requires = "tree")]
+    pub allow_symlinks: bool,
+
+    /// With --tree: keep the replaced tree this long beside the new one, for readers still
+    /// walking it (default 60s; ticks under --now, default 60).
+    #[arg(long, value_name = "DURATION", requires = "tree")]
+    pub keep_old: Option<String>,
+
+    /// With --tree: most entries (files, folders, symlinks) DIR may hold.
+    #[arg(long, value_name = "N", requires = "tree", default_value_t = fencepost::tree::DEFAULT_MAX_ENTRIES, hide_short_help = true)]
+    pub max_entries: u64,
+
+    /// With --tree: most bytes DIR's files may hold together.
+    #[arg(long, value_name = "BYTES", requires = "tree", default_value_t = fencepost::tree::DEFAULT_MAX_BYTES, hide_short_help = true)]
+    pub max_size: u64,
+
+    /// With --tree: most folders a path in DIR may go down.
+    #[arg(long, value_name = "N", requires = "tree", default_value_t = fencepost::tree::DEFAULT_MAX_DEPTH, hide_short_help = true)]
+    pub max_depth: usize,
 }
 
 impl WriteArgs {
@@ -106,7 +132,10 @@ pub(crate) fn run(ctx: &Ctx, args: &WriteArgs) -> Result<Report> {
         ..ctx.clone()
     };
     let request = args.request();
-    let outcome = publish::write(ctx, &request, || content_source(args))?;
+    let outcome = match &args.tree {
+        Some(src) => publish::write_tree(ctx, &request, &tree_request(ctx, args, src)?)?,
+        None => publish::write(ctx, &request, || content_source(args))?,
+    };
     let resource = match &outcome {
         Outcome::Written(w) | Outcome::Replay(w) => ctx.stored(&w.resource)?,
         _ => {
@@ -177,6 +206,61 @@ fn sig_ign(status: &str) -> Option<u64> {
 /// Whether `signal` is in the mask `set`.
 fn is_in(set: u64, signal: i32) -> bool {
     (1..=64).contains(&signal) && set & (1 << (signal - 1)) != 0
+}
+
+/// What `--tree` asks for. Stdin is not read: content piped in beside `--tree` is bad
+/// input, said so rather than dropped.
+fn tree_request<'a>(
+    ctx: &Ctx,
+    args: &WriteArgs,
+    src: &'a std::path::Path,
+) -> Result<publish::TreeRequest<'a>> {
+    if stdin_has_bytes() {
+        return Err(Error::usage_hint(
+            "write --tree takes its content from the folder; stdin holds bytes too",
+            "drop the pipe (a tree's files come from --tree DIR only)",
+        ));
+    }
+    let keep_old = match &args.keep_old {
+        Some(text) => crate::cli::durations::parse_duration(
+            text,
+            ctx.clock.kind(),
+            "--keep-old",
+            crate::cli::durations::Zero::Allowed,
+        )?,
+        None => match ctx.clock.kind() {
+            fencepost::clock::ClockKind::Logical => 60,
+            fencepost::clock::ClockKind::Wall => 60_000,
+        },
+    };
+    Ok(publish::TreeRequest {
+        src,
+        allow_symlinks: args.allow_symlinks,
+        keep_old,
+        limits: fencepost::tree::Limits {
+            entries: args.max_entries,
+            bytes: args.max_size,
+            depth: args.max_depth,
+        },
+    })
+}
+
+/// Whether stdin is a regular file with bytes, or a pipe with bytes waiting (a terminal,
+/// `/dev/null` or an empty pipe is not).
+fn stdin_has_bytes() -> bool {
+    let stdin = io::stdin();
+    match rustix::fs::fstat(&stdin) {
+        Ok(st)
+            if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                == rustix::fs::FileType::RegularFile =>
+        {
+            st.st_size > 0
+        }
+        Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo => {
+            rustix::io::ioctl_fionread(&stdin).is_ok_and(|n| n > 0)
+        }
+        _ => false,
+    }
 }
 
 /// The plain answer of a write that published (or replayed) `outcome`.

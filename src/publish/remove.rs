@@ -6,7 +6,8 @@
 //! link (`atomic::Removal`), fsync the folder, record the tombstone (naming the removed
 //! file), COMMIT, then unlink the `-gone` file. A crash before the COMMIT leaves the
 //! `-gone` file, which recovery puts back (`sink::recovery`); after it, recovery removes
-//! it. With a shared store the tombstone is the store's record, and mirrors remove their
+//! it. A removal that fails (an error, not a crash) puts the document back itself before
+//! it exits, as a failed write does. With a shared store the tombstone is the store's record, and mirrors remove their
 //! copy when they apply it.
 
 use super::{Decided, WriteRequest, decide_locked, refusal, refuse_early};
@@ -110,17 +111,33 @@ impl Target<'_> {
             doc.check_unmoved(&ctx.root, resource)?;
         }
         let removal = match doc {
-            Some(doc) => Removal::take(doc)?,
+            Some(doc) => Removal::take(doc, was_tree(&decided))?,
             None => None,
         };
-        let recorded = self.record(&*tx, &decided, removal.as_ref());
+        let recorded = removal
+            .as_ref()
+            .map_or(Ok(()), Removal::sync)
+            .and_then(|()| self.record(&*tx, &decided, removal.as_ref()));
         if let Err(e) = recorded {
+            // Still under the lock, and the transaction will roll back: put the document
+            // back.
             if let (Some(doc), Some(removal)) = (doc, &removal) {
                 crate::recovery::undo(doc, recorded_before, &removal.links())?;
             }
             return Err(e);
         }
-        tx.commit()?;
+        if let Err(e) = tx.commit() {
+            // The lock went with the transaction: recovery, in a transaction of its own,
+            // puts the document back or, if the COMMIT happened after all, drops the
+            // `-gone` file (as a write's failed COMMIT, `super::after_failed_commit`).
+            let event = Event::new(decided.now, resource.as_str(), EventKind::CommitFailed)
+                .owner(decided.written.owner.as_deref())
+                .epoch(Some(self.args.epoch))
+                .seq(self.args.seq)
+                .detail(format!("removal: {e}"));
+            super::recover_after_failed_commit(ctx, resource, &event)?;
+            return Err(e);
+        }
         let hook = (|| -> Result<()> {
             failpoint!("remove.before_cleanup");
             Ok(())
@@ -145,6 +162,8 @@ impl Target<'_> {
             epoch: args.epoch,
             seq: args.seq,
             removed: true,
+            // A removal keeps the resource's kind.
+            tree: was_tree(decided),
             sha256: String::new(),
             size: 0,
             written_at: decided.now,
@@ -159,6 +178,7 @@ impl Target<'_> {
                 owner,
                 blob: None,
                 unfenced: false,
+                manifest: None,
             },
         )?;
         let mut event = Event::new(decided.now, resource.as_str(), EventKind::Remove)
@@ -173,6 +193,15 @@ impl Target<'_> {
         failpoint!("remove.before_commit");
         Ok(())
     }
+}
+
+/// Whether the resource the removal retires is a tree.
+fn was_tree(decided: &Decided) -> bool {
+    decided
+        .record
+        .as_ref()
+        .and_then(|r| r.content.as_ref())
+        .is_some_and(|c| c.tree)
 }
 
 /// The answer of an accepted removal.

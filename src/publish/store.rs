@@ -196,6 +196,7 @@ fn publish(
         epoch: args.epoch,
         seq: args.seq,
         removed: false,
+        tree: false,
         sha256: sha256.to_string(),
         size,
         written_at: now,
@@ -209,6 +210,7 @@ fn publish(
             owner: owner.as_deref(),
             blob: Some(used),
             unfenced: args.unfenced,
+            manifest: None,
         },
     )?;
     let mut event = Event::new(now, resource.as_str(), EventKind::Write)

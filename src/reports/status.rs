@@ -210,7 +210,8 @@ fn row_view(row: Row, now: i64) -> StatusRow {
             removed: c.as_ref().is_some_and(|c| c.removed),
             size: c.as_ref().map(|c| c.size),
             written_at: c.as_ref().map(|c| c.written_at),
-            sha256: c.map(|c| c.sha256),
+            tree_sha256: c.as_ref().filter(|c| c.tree).map(|c| c.sha256.clone()),
+            sha256: c.filter(|c| !c.tree).map(|c| c.sha256),
             unfenced: row.unfenced,
         }
     });

@@ -57,7 +57,17 @@ pub fn verify(ctx: &Ctx, only: Option<&OsStr>) -> Result<Verified> {
             }
         };
         check_lease(lease.as_ref(), content.as_ref(), &mut found);
-        check_document(ctx, &resource, content.as_ref(), &mut found);
+        let manifest = match &content {
+            Some(c) if c.tree => tx.manifest(&resource)?,
+            _ => None,
+        };
+        check_document(
+            ctx,
+            &resource,
+            content.as_ref(),
+            manifest.as_deref(),
+            &mut found,
+        );
     }
     Ok(Verified {
         resource,
@@ -99,6 +109,7 @@ fn check_document(
     ctx: &Ctx,
     resource: &Resource,
     content: Option<&Content>,
+    manifest: Option<&[u8]>,
     found: &mut impl FnMut(&'static str, String),
 ) {
     let examined = document::examine(&Examine {
@@ -133,7 +144,6 @@ fn check_document(
         // The path no longer leads to a document of this root (a folder on it became
         // a file, a symlink out of the root, or another publish root): say why.
         (DocState::Unreachable, Some(_)) => found("unreachable", why()),
-        (DocState::Missing, _) => found("missing", "the recorded document is missing".into()),
         (DocState::Reappeared, Some(c)) => found(
             "reappeared",
             format!(
@@ -143,6 +153,13 @@ fn check_document(
         ),
         (DocState::NotAFile, _) => {
             found("not-a-file", "the document is not a regular file".into());
+        }
+        (DocState::Missing, _) => found("missing", "the recorded document is missing".into()),
+        (DocState::Drifted, Some(c)) if c.tree => {
+            found(
+                "drifted",
+                tree_drift(c, manifest, examined.manifest.as_ref()),
+            );
         }
         (DocState::Drifted, Some(c)) => {
             let sha = examined.hashed.as_ref().map_or("", |(sha, _)| sha.as_str());
@@ -161,6 +178,38 @@ fn check_document(
         // The state file is never a document: write refuses it, and it is not hashed.
         _ => {}
     }
+}
+
+/// Most entries a tree's drift names one by one; the rest are counted.
+const DRIFT_SHOWN: usize = 20;
+
+/// What `verify` says of a tree that is not the one recorded: each entry added, removed
+/// or changed, relative to the resource.
+fn tree_drift(
+    c: &Content,
+    recorded: Option<&[u8]>,
+    found: Option<&crate::tree::Manifest>,
+) -> String {
+    let head = format!(
+        "the tree differs from the one recorded at {}",
+        crate::mirror::place(c.version())
+    );
+    let (Some(recorded), Some(found)) = (
+        recorded.and_then(|m| crate::tree::Manifest::parse(m).ok()),
+        found,
+    ) else {
+        return head;
+    };
+    let differences = crate::tree::diff(&recorded, found);
+    let mut parts: Vec<String> = differences
+        .iter()
+        .take(DRIFT_SHOWN)
+        .map(|d| format!("{} {}", d.what, d.path))
+        .collect();
+    if differences.len() > DRIFT_SHOWN {
+        parts.push(format!("and {} more", differences.len() - DRIFT_SHOWN));
+    }
+    format!("{head}: {}", parts.join(", "))
 }
 
 /// A crashed write awaiting recovery, or the links a finished one left.
@@ -517,7 +566,7 @@ fn verify_mirror_root(
                 behind: None,
             });
         };
-        check_document(&local, &resource, None, &mut found);
+        check_document(&local, &resource, None, None, &mut found);
     }
     Ok(problems)
 }

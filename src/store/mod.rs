@@ -89,6 +89,8 @@ pub struct Published {
     pub seq: i64,
     /// The version removed the resource: no blob, no bytes.
     pub removed: bool,
+    /// The resource is a tree: the blob is its manifest.
+    pub tree: bool,
     pub sha256: String,
     pub size: u64,
     /// The blob holding the content (`None` for a removal).
@@ -184,6 +186,12 @@ pub trait ReadTxn {
 
     /// The sink record stored under `name`, which may no longer pass the name rules.
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>>;
+
+    /// The manifest of the tree the sink records for `resource` (`None`: not a tree, or
+    /// a store that keeps manifests as blobs).
+    fn manifest(&self, _resource: &Resource) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
 
     /// Events, oldest first, optionally for one resource and from a time on.
     fn events(&self, resource: Option<&Resource>, since: Option<i64>) -> Result<Vec<Event>>;
@@ -294,6 +302,8 @@ pub struct WriteRecord<'a> {
     pub blob: Option<i64>,
     /// Written with `--unfenced` (mirrors apply it the same way).
     pub unfenced: bool,
+    /// A tree's manifest, kept with the record by a local state file.
+    pub manifest: Option<&'a [u8]>,
 }
 
 /// A holder's change to its own lease.

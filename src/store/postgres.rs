@@ -179,6 +179,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE fencepost_sink ADD COLUMN IF NOT EXISTS removed boolean NOT NULL DEFAULT false;
     ALTER TABLE fencepost_log ADD COLUMN IF NOT EXISTS seq bigint;
 ",
+    "
+    -- Trees (`write --tree`): the kind of a resource.
+    ALTER TABLE fencepost_sink ADD COLUMN IF NOT EXISTS tree boolean NOT NULL DEFAULT false;
+",
 ];
 
 /// The first schema version with `fencepost_seen`.
@@ -186,6 +190,9 @@ const SEEN_SCHEMA: usize = 2;
 
 /// The first schema version with versions' seqs and removals.
 const VERSIONS_SCHEMA: usize = 3;
+
+/// The first schema version with trees.
+const TREES_SCHEMA: usize = 4;
 
 /// The tables a fencepost store consists of; one of them in a database without
 /// `fencepost_meta` is someone else's.
@@ -1291,6 +1298,7 @@ impl PgStore {
             busy,
             seen: self.schema >= SEEN_SCHEMA,
             versions: self.schema >= VERSIONS_SCHEMA,
+            trees: self.schema >= TREES_SCHEMA,
             open: Cell::new(true),
             now: Cell::new(None),
             url: &self.url,
@@ -1318,6 +1326,8 @@ pub struct PgTxn<'a> {
     seen: bool,
     /// The schema has the sink's `seq` and `removed` (version [`VERSIONS_SCHEMA`]).
     versions: bool,
+    /// The schema has the sink's `tree` (version [`TREES_SCHEMA`]).
+    trees: bool,
     open: Cell<bool>,
     /// The server's clock once the resource's lock was granted.
     now: Cell<Option<i64>>,
@@ -1955,15 +1965,20 @@ impl Txn for PgTxn<'_> {
             owner,
             blob,
             unfenced,
+            manifest: _,
         } = *write;
         self.check_versions(content)?;
         let size = i64::try_from(content.size).unwrap_or(i64::MAX);
         // A schema without versions takes the same statement without their columns
         // (`check_versions` refused any version it cannot hold).
-        let (columns, values, set) = if self.versions {
-            (", seq, removed", ", $11, $12", ", seq = $11, removed = $12")
-        } else {
-            ("", "", "")
+        let (columns, values, set) = match (self.versions, self.trees) {
+            (true, true) => (
+                ", seq, removed, tree",
+                ", $11, $12, $13",
+                ", seq = $11, removed = $12, tree = $13",
+            ),
+            (true, false) => (", seq, removed", ", $11, $12", ", seq = $11, removed = $12"),
+            _ => ("", "", ""),
         };
         let sql = format!(
             "WITH released AS (
@@ -1993,8 +2008,13 @@ impl Txn for PgTxn<'_> {
             CHANNEL,
             content.seq,
             content.removed,
+            content.tree,
         ];
-        let params = if self.versions { &all[..] } else { &all[..10] };
+        let params = match (self.versions, self.trees) {
+            (true, true) => &all[..],
+            (true, false) => &all[..12],
+            _ => &all[..10],
+        };
         // One statement, one round trip: the blob the resource pointed at is marked
         // released (its subquery reads the sink row as it was before this statement, as
         // every part of a statement reads one snapshot), the sink points at the new one
@@ -2143,6 +2163,7 @@ fn published_row(r: &Row) -> Published {
         epoch: r.get(1),
         seq: r.get(7),
         removed: r.get(8),
+        tree: r.get(9),
         sha256: r.get::<_, Option<String>>(2).unwrap_or_default(),
         size: u64::try_from(r.get::<_, Option<i64>>(3).unwrap_or(0)).unwrap_or(0),
         blob: r.get(4),
@@ -2154,10 +2175,10 @@ fn published_row(r: &Row) -> Published {
 impl PgTxn<'_> {
     /// The sink's `seq, removed`, or what they are in a schema without them.
     fn version_columns(&self) -> &'static str {
-        if self.versions {
-            "seq, removed"
-        } else {
-            "0::bigint, false"
+        match (self.versions, self.trees) {
+            (true, true) => "seq, removed, tree",
+            (true, false) => "seq, removed, false",
+            _ => "0::bigint, false, false",
         }
     }
 
@@ -2172,6 +2193,16 @@ impl PgTxn<'_> {
 
     /// Refuses a version this store's schema cannot record (a seq, a removal).
     fn check_versions(&self, content: &Content) -> Result<()> {
+        if content.tree && !self.trees {
+            return Err(Error::usage_hint(
+                format!(
+                    "the store {} has no place for trees (schema older than version \
+                     {TREES_SCHEMA}, and this role may not upgrade it)",
+                    self.shown
+                ),
+                "run `fencepost store init` as the owner of its tables",
+            ));
+        }
         if self.versions || (content.seq == 0 && !content.removed) {
             return Ok(());
         }
@@ -2198,6 +2229,7 @@ fn sink_row(r: &Row) -> SinkRecord {
             epoch,
             seq: r.get(5),
             removed: r.get(6),
+            tree: r.get(7),
             sha256: r.get::<_, Option<String>>(2).unwrap_or_default(),
             size: u64::try_from(r.get::<_, Option<i64>>(3).unwrap_or(0)).unwrap_or(0),
             written_at: r.get::<_, Option<i64>>(4).unwrap_or(0),

@@ -93,6 +93,9 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE sink ADD COLUMN seq INTEGER NOT NULL DEFAULT 0 CHECK (seq >= 0);
     ALTER TABLE sink ADD COLUMN removed INTEGER NOT NULL DEFAULT 0 CHECK (removed IN (0, 1));
     ALTER TABLE log ADD COLUMN seq INTEGER;",
+    // 4: trees (`write --tree`): the kind of a resource, and its tree's manifest.
+    "ALTER TABLE sink ADD COLUMN tree INTEGER NOT NULL DEFAULT 0 CHECK (tree IN (0, 1));
+    ALTER TABLE sink ADD COLUMN manifest BLOB;",
 ];
 
 /// Automatic pruning runs when an event id is a multiple of this.
@@ -462,11 +465,23 @@ impl ReadTxn for SqliteTxn<'_> {
         self.sink_named(resource.as_str())
     }
 
+    fn manifest(&self, resource: &Resource) -> Result<Option<Vec<u8>>> {
+        self.tx
+            .query_row(
+                "SELECT manifest FROM sink WHERE resource = ?1",
+                [resource.as_str()],
+                |r| r.get::<_, Option<Vec<u8>>>(0),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(self.fail())
+    }
+
     /// The sink record stored under `name`, which may no longer pass the name rules.
     fn sink_named(&self, name: &str) -> Result<Option<SinkRecord>> {
         self.tx
             .query_row(
-                "SELECT fence, content_epoch, sha256, size, written_at, dev, ino, seq, removed
+                "SELECT fence, content_epoch, sha256, size, written_at, dev, ino, seq, removed, tree
                  FROM sink WHERE resource = ?1",
                 [name],
                 sink_row,
@@ -653,16 +668,17 @@ impl Txn for SqliteTxn<'_> {
             owner,
             blob: _,
             unfenced: _,
+            manifest,
         } = *write;
         let file = content.file;
         self.tx
             .execute(
                 "INSERT INTO sink (resource, fence, content_epoch, sha256, size, written_at, dev, ino,
-                                   owner, seq, removed)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                                   owner, seq, removed, tree, manifest)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                  ON CONFLICT (resource) DO UPDATE SET fence = ?2, content_epoch = ?3, sha256 = ?4,
                      size = ?5, written_at = ?6, dev = ?7, ino = ?8, owner = ?9, seq = ?10,
-                     removed = ?11",
+                     removed = ?11, tree = ?12, manifest = ?13",
                 params![
                     resource.as_str(),
                     fence,
@@ -676,7 +692,9 @@ impl Txn for SqliteTxn<'_> {
                     file.map(|f| f.ino as i64),
                     owner,
                     content.seq,
-                    content.removed
+                    content.removed,
+                    content.tree,
+                    manifest
                 ],
             )
             .map_err(self.fail())?;
@@ -750,6 +768,7 @@ fn sink_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SinkRecord> {
                 epoch,
                 seq: r.get(7)?,
                 removed: r.get(8)?,
+                tree: r.get(9)?,
                 sha256: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
                 size: size as u64,
                 written_at: r.get::<_, Option<i64>>(4)?.unwrap_or(0),

@@ -61,9 +61,13 @@ fn recover_local(ctx: &Ctx, only: Option<&OsStr>, root_moved: bool) -> Result<Re
         // A name that no longer passes the rules, or one unreachable or broken resource,
         // must not stop the others from being tidied.
         match recover_one(ctx, &mut *store, &name, &pin) {
-            Ok(Done { action, temps }) => resources.push(RecoverLine::Done {
+            Ok(Done {
+                action,
+                temps,
+                tree,
+            }) => resources.push(RecoverLine::Done {
                 resource: name,
-                action: recovery::describe(action),
+                action: tree.map_or_else(|| recovery::describe(action), recovery::describe_tree),
                 temps_removed: temps,
                 recovery: action,
             }),

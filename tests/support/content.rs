@@ -73,3 +73,15 @@ pub(crate) const WRITE_POINTS: [&str; 12] = [
     "txn.after_commit",
     "write.before_cleanup",
 ];
+
+/// Every failpoint of a removal on a local root, in the order a removal reaches them.
+pub(crate) const REMOVE_POINTS: [&str; 8] = [
+    "remove.before_lock",
+    "txn.after_begin",
+    "remove.after_rename",
+    "remove.after_dir_fsync",
+    "remove.before_commit",
+    "txn.before_commit",
+    "txn.after_commit",
+    "remove.before_cleanup",
+];

@@ -36,6 +36,14 @@ pub(crate) fn temp_files(env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// The `-gone` files of removals waiting for their COMMIT (or for recovery).
+pub(crate) fn gone_files(env: &Env) -> Vec<String> {
+    env.files()
+        .into_iter()
+        .filter(|f| f.contains(".fencepost-gone-"))
+        .collect()
+}
+
 pub(crate) fn link_files(env: &Env) -> Vec<String> {
     env.files()
         .into_iter()
@@ -81,4 +89,42 @@ pub(crate) fn assert_consistent(
             );
         }
     }
+}
+
+/// The record is the version `want` (`(bytes, epoch, seq)`, as [`assert_consistent`] says
+/// it) and names its seq; `None` as there.
+pub(crate) fn assert_version(
+    env: &Env,
+    res: &str,
+    now: Option<i64>,
+    want: Option<(&[u8], i64, i64)>,
+    what: &str,
+) {
+    assert_consistent(env, res, now, want.map(|(b, e, _)| (b, e)), what);
+    if let Some((_, _, seq)) = want {
+        let row = status_row(env, res, now);
+        assert_eq!(row["sink"]["seq"], seq, "{what}: {row}");
+        assert_eq!(row["sink"]["removed"], false, "{what}: {row}");
+    }
+}
+
+/// The resource is removed at `(epoch, seq)`: no document, the record a tombstone of that
+/// version (no bytes), `status` says `removed`, and `verify` finds nothing to report.
+pub(crate) fn assert_removed(env: &Env, res: &str, now: i64, (epoch, seq): (i64, i64), what: &str) {
+    let row = status_row(env, res, Some(now));
+    assert_eq!(
+        env.read(res),
+        None,
+        "{what}: the document is there; row {row}"
+    );
+    assert_eq!(row["document"]["state"], "removed", "{what}: {row}");
+    assert_eq!(row["sink"]["removed"], true, "{what}: {row}");
+    assert_eq!(row["sink"]["content_epoch"], epoch, "{what}: {row}");
+    assert_eq!(row["sink"]["seq"], seq, "{what}: {row}");
+    assert_eq!(row["sink"]["sha256"], "", "{what}: {row}");
+    assert!(
+        row["sink"]["fence"].as_i64().is_some_and(|f| f >= epoch),
+        "{what}: the fence is under the removal's epoch: {row}"
+    );
+    env.fp(&["verify"]).now(now).expect(0);
 }

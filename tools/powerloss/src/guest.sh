@@ -2,12 +2,14 @@
 # PID 1 of the power-loss guest. Makes an ext4 filesystem on a log-writes device over
 # /dev/vda (the log goes to /dev/vdb), then runs fencepost rounds on it and marks the log
 # (with mode=direct, the filesystem is on /dev/vda itself and the marks go to the console):
-#   fp:setup              the filesystem and the publish root exist and are synced
-#   fp:try:EPOCH:SHA      a write of this content under this epoch is about to start
-#   fp:ack:EPOCH:SHA      that write printed `written`
-#   fp:seen:EPOCH:SHA     that write was killed after its COMMIT and `status` shows its
-#                         content as the record and the document (readers see it)
-#   fp:done:ACKS          every round ran; ACKS is how many ack and seen marks there are
+#   fp:setup                  the filesystem and the publish root exist and are synced
+#   fp:try:EPOCH:SEQ:SHA      a write of this content as this version (epoch, seq; seq 0
+#                             without --seq) is about to start; SHA `removed`: a removal
+#   fp:ack:EPOCH:SEQ:SHA      that write printed `written` (a removal: `removed`)
+#   fp:seen:EPOCH:SEQ:SHA     that write was killed after its COMMIT and `status` shows its
+#                             content as the record and the document (a removal: the
+#                             tombstone, and no document): readers see it
+#   fp:done:ACKS              every round ran; ACKS is how many ack and seen marks there are
 # A mark is logged after everything already flushed, so it follows the write it reports.
 # Lines starting with "powerloss-guest:" on the console tell the host how it went.
 
@@ -55,13 +57,14 @@ acks=0
 fp() {
     fencepost --root /mnt/pub --now "$now" "$@"
 }
-# The content of round $1 for epoch $2 in /tmp/content (a few bytes to a dozen KiB, so
-# some versions span many blocks); its SHA-256 in $sha.
+# The content of round $1 for epoch $2 (and seq $3, 0 if not given) in /tmp/content (a
+# few bytes to a dozen KiB, so some versions span many blocks); its SHA-256 in $sha.
 content() {
-    n=$((($1 * 97 + $2 * 31) % 400 + 1))
+    s=${3:-0}
+    n=$((($1 * 97 + $2 * 31 + s * 53) % 400 + 1))
     {
-        echo "round $1 epoch $2"
-        seq 1 "$n" | sed "s/^/round $1 epoch $2 line /"
+        echo "round $1 epoch $2 seq $s"
+        seq 1 "$n" | sed "s/^/round $1 epoch $2 seq $s line /"
     } >/tmp/content
     sha=$(sha256sum /tmp/content | cut -d' ' -f1)
 }
@@ -71,20 +74,40 @@ claim() {
     epoch=$(fp claim "$res" --owner "$1" --ttl 10) || fail "round $r: claim by $1"
 }
 # Writes /tmp/content as owner $1 with epoch $2, failpoints $3 (or none), and checks the
-# exit code is $4.
+# exit code is $4; with $5, as that seq (--seq).
 write() {
-    mark "fp:try:$2:$sha"
+    seqno=${5:-0}
+    version="--epoch $2"
+    [ "$seqno" = 0 ] || version="$version --seq $seqno"
+    mark "fp:try:$2:$seqno:$sha"
     rc=0
     if [ -n "$3" ]; then
-        FAILPOINTS="$3" fencepost --root /mnt/pub --now "$now" write "$res" --epoch "$2" \
+        # $version unquoted: two or four words.
+        FAILPOINTS="$3" fencepost --root /mnt/pub --now "$now" write "$res" $version \
             --owner "$1" --from /tmp/content >/dev/null 2>&1 || rc=$?
     else
-        fp write "$res" --epoch "$2" --owner "$1" --from /tmp/content >/dev/null || rc=$?
+        fp write "$res" $version --owner "$1" --from /tmp/content >/dev/null || rc=$?
     fi
-    [ "$rc" = "$4" ] || fail "round $r: write by $1 at epoch $2 exited $rc, wanted $4"
+    [ "$rc" = "$4" ] || fail "round $r: write by $1 at epoch $2 seq $seqno exited $rc, wanted $4"
 }
+# Removes the document as owner $1 with epoch $2 and seq $3, failpoints $4 (or none), and
+# checks the exit code is $5. Its SHA, for the marks, is `removed`.
+remove() {
+    seqno=$3
+    sha=removed
+    mark "fp:try:$2:$seqno:$sha"
+    rc=0
+    if [ -n "$4" ]; then
+        FAILPOINTS="$4" fencepost --root /mnt/pub --now "$now" remove "$res" --epoch "$2" \
+            --seq "$seqno" --owner "$1" >/dev/null 2>&1 || rc=$?
+    else
+        fp remove "$res" --epoch "$2" --seq "$seqno" --owner "$1" >/dev/null || rc=$?
+    fi
+    [ "$rc" = "$5" ] || fail "round $r: removal by $1 at epoch $2 seq $seqno exited $rc, wanted $5"
+}
+# Marks the last write or removal (its epoch $2, its $seqno and $sha) as $1 (ack or seen).
 ack() {
-    mark "fp:$1:$2:$sha"
+    mark "fp:$1:$2:$seqno:$sha"
     acks=$((acks + 1))
 }
 complete() {
@@ -96,7 +119,7 @@ r=1
 while [ "$r" -le "$rounds" ]; do
     a=w$((r % 2))
     b=w$(((r + 1) % 2))
-    case $((r % 5)) in
+    case $((r % 7)) in
     1) # a plain round
         claim "$a"
         content "$r" "$epoch"
@@ -128,12 +151,38 @@ while [ "$r" -le "$rounds" ]; do
         content "$r" "$epoch"
         write "$a" "$epoch" "write.after_dir_fsync=return(abort)" 134
         ;;
-    0) # killed with its links made, before the rename; recovered, then written
+    5) # killed with its links made, before the rename; recovered, then written
         claim "$a"
         content "$r" "$epoch"
         write "$a" "$epoch" "write.after_new_link=return(abort)" 134
         fp recover >/dev/null || fail "round $r: recover"
         write "$a" "$epoch" "" 0
+        ack ack "$epoch"
+        complete "$a" "$epoch"
+        ;;
+    6) # versions of one lease: seq 1, then seq 2 over it; then a removal (seq 3) killed
+        # right after its COMMIT, its -gone file left behind
+        claim "$a"
+        content "$r" "$epoch" 1
+        write "$a" "$epoch" "" 0 1
+        ack ack "$epoch"
+        content "$r" "$epoch" 2
+        write "$a" "$epoch" "" 0 2
+        ack ack "$epoch"
+        remove "$a" "$epoch" 3 "txn.after_commit=return(abort)" 134
+        st=$(fp status "$res" --json) || fail "round $r: status"
+        echo "$st" | grep -q '"state":"removed"' && echo "$st" | grep -q '"removed":true' ||
+            fail "round $r: status does not show the committed removal: $st"
+        ack seen "$epoch"
+        ;;
+    0) # a removal killed after its rename and the folder fsync, before COMMIT (the next
+        # removal's recovery puts the document back), then removed for good
+        claim "$a"
+        content "$r" "$epoch" 1
+        write "$a" "$epoch" "" 0 1
+        ack ack "$epoch"
+        remove "$a" "$epoch" 2 "remove.after_dir_fsync=return(abort)" 134
+        remove "$a" "$epoch" 2 "" 0
         ack ack "$epoch"
         complete "$a" "$epoch"
         ;;

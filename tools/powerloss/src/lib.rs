@@ -34,7 +34,7 @@ pub struct Config {
     pub fencepost: PathBuf,
     /// An unpacked `linux-image-*-cloud-amd64` package.
     pub kernel: PathBuf,
-    /// Rounds of claim / write / complete the guest runs (five kinds, in turn).
+    /// Rounds of claim / write / complete the guest runs (seven kinds, in turn).
     pub rounds: u32,
     /// Check the state after every log entry, not only at flush points.
     pub every_entry: bool,
@@ -45,12 +45,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration with the defaults: ten rounds, flush points only.
+    /// A configuration with the defaults: fourteen rounds (two of each kind), flush
+    /// points only.
     pub fn new(fencepost: PathBuf, kernel: PathBuf, work: PathBuf) -> Config {
         Config {
             fencepost,
             kernel,
-            rounds: 10,
+            rounds: 14,
             every_entry: false,
             work,
             guest_timeout: guest::DEFAULT_TIMEOUT,
@@ -71,8 +72,12 @@ pub struct Report {
     pub states_checked: u64,
     /// States in which `recover` had something to undo or tidy.
     pub recovered: u64,
-    /// States in which `recover` undid a write that had not committed.
+    /// States in which `recover` undid a write (or a removal) that had not committed.
     pub rolled_back: u64,
+    /// Of those, states in which it put back a document whose removal had not committed.
+    pub removals_rolled_back: u64,
+    /// States whose record, once recovered, was a removal's tombstone.
+    pub tombstones: u64,
     /// Acknowledgements the replay saw marked.
     pub acks: u64,
     /// Acknowledgements the guest counted (its last mark), if it finished.
@@ -88,9 +93,10 @@ impl Report {
     /// One line of figures.
     pub fn summary(&self) -> String {
         format!(
-            "{} rounds, {} acknowledged writes, {} log entries, {} flush points, {} states \
-             replayed and checked ({} needed recovery, {} of them a roll-back), {} violations; \
-             guest {:.1} s, replay {:.1} s",
+            "{} rounds, {} acknowledged versions, {} log entries, {} flush points, {} states \
+             replayed and checked ({} needed recovery, {} of them a roll-back, {} of a \
+             removal; {} with a tombstone recorded), {} violations; guest {:.1} s, replay \
+             {:.1} s",
             self.rounds,
             self.acks,
             self.entries,
@@ -98,6 +104,8 @@ impl Report {
             self.states_checked,
             self.recovered,
             self.rolled_back,
+            self.removals_rolled_back,
+            self.tombstones,
             self.violations.len(),
             self.guest_seconds,
             self.replay_seconds

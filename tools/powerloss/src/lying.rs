@@ -78,7 +78,9 @@ pub fn lying_disk(cfg: &Config, cycles: u32, seed: Option<u64>) -> Result<LyingR
         report.cycles += 1;
         report.acks += judge.acks;
         match states.check(&data, &judge)? {
-            Checked::Fine(recovery) => report.recovered += u32::from(recovery != Recovery::None),
+            Checked::Fine(recovery, _) => {
+                report.recovered += u32::from(recovery != Recovery::None);
+            }
             Checked::Violated(what) => {
                 let keep = cfg.work.join(format!("violation-{cycle}.img"));
                 std::fs::rename(&data, &keep).map_err(|e| io("cannot keep", &keep, e))?;

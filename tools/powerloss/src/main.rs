@@ -26,9 +26,11 @@ struct Args {
     #[arg(long, default_value = "target/powerloss-kernel")]
     kernel: PathBuf,
 
-    /// Rounds the guest runs (five kinds in turn: plain, killed after COMMIT, takeover
-    /// with a stale late writer, killed before COMMIT, killed before the rename).
-    #[arg(long, default_value_t = 10)]
+    /// Rounds the guest runs (seven kinds in turn: plain, killed after COMMIT, takeover
+    /// with a stale late writer, killed before COMMIT, killed before the rename, seq 1
+    /// and seq 2 then a removal killed after COMMIT, a removal killed before COMMIT then
+    /// made).
+    #[arg(long, default_value_t = 14)]
     rounds: u32,
 
     /// Check the state after every log entry, not only at flush points.

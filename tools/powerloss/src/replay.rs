@@ -3,14 +3,17 @@
 //! through a loop device, lets fencepost recover, and judges what it finds.
 //!
 //! The judgement uses the marks the guest logged, each of which the log places after the
-//! writes it reports:
+//! writes it reports. A version is `(epoch, seq)` (seq 0 without `--seq`), and publishes
+//! bytes or the document's removal (a tombstone):
 //!
-//! - after recovery, `fencepost verify` passes, and the document's SHA-256 (hashed here,
-//!   not by fencepost) is the one the record names;
-//! - the record names a version some writer tried (a `fp:try` mark);
-//! - once an epoch was acknowledged (`fp:ack`, `fp:seen`), the record's epoch is never
-//!   lower, and if it is that epoch, the content is the acknowledged content. A higher
-//!   epoch is a later write that was in progress or acknowledged since;
+//! - after recovery, `fencepost verify` passes, no file of the tool's (a temp file, a
+//!   recovery link, a removal's `-gone` file) is left beside the document, and the
+//!   document's SHA-256 (hashed here, not by fencepost) is the one the record names; a
+//!   tombstone's document is absent;
+//! - the record names a version some writer tried (a `fp:try` mark), with its body;
+//! - once a version was acknowledged (`fp:ack`, `fp:seen`), the record's version is never
+//!   lower, and if it is that version, its body is the acknowledged one. A higher version
+//!   is a later write or removal that was in progress or acknowledged since;
 //! - with no record, there is no document and nothing was acknowledged.
 
 use std::collections::BTreeSet;
@@ -58,41 +61,96 @@ impl fmt::Display for Violation {
     }
 }
 
+/// A version's place in the order: `(epoch, seq)`.
+pub(crate) type Place = (u64, u64);
+
+/// What a version publishes: bytes (their SHA-256, hex), or the document's removal.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Body {
+    Bytes(String),
+    Removed,
+}
+
+impl Body {
+    /// The body a mark names: its SHA-256, or `removed`.
+    fn of_mark(text: &str) -> Body {
+        if text == "removed" {
+            Body::Removed
+        } else {
+            Body::Bytes(text.to_string())
+        }
+    }
+}
+
+impl fmt::Display for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Body::Bytes(sha) => f.write_str(short(sha)),
+            Body::Removed => f.write_str("a removal"),
+        }
+    }
+}
+
+/// A version as the record holds it: its place and its body.
+pub(crate) type Version = (Place, Body);
+
+/// A place in words: `epoch E`, and `seq S` when it has one.
+fn place(&(epoch, seq): &Place) -> String {
+    if seq == 0 {
+        format!("epoch {epoch}")
+    } else {
+        format!("epoch {epoch} seq {seq}")
+    }
+}
+
 /// What the marks so far say was tried and acknowledged.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Judge {
     setup: bool,
-    tries: BTreeSet<(u64, String)>,
-    acked: Option<(u64, String)>,
+    tries: BTreeSet<Version>,
+    acked: Option<Version>,
     pub(crate) acks: u64,
     pub(crate) done: Option<u64>,
     pub(crate) last_mark: String,
 }
 
 impl Judge {
+    /// Reads one mark. A version is `EPOCH:SEQ:SHA` (`SHA` is `removed` for a removal);
+    /// `EPOCH:SHA`, with no seq, is seq 0.
     pub(crate) fn mark(&mut self, text: &str) -> Result<(), Error> {
         self.last_mark = text.to_string();
         let parts: Vec<&str> = text.split(':').collect();
-        let epoch = |s: &str| {
+        let number = |s: &str| {
             s.parse::<u64>()
-                .map_err(|_| Error::new(format!("mark {text:?}: bad epoch")))
+                .map_err(|_| Error::new(format!("mark {text:?}: bad number {s:?}")))
+        };
+        let version = |rest: &[&str]| -> Result<Version, Error> {
+            match rest {
+                [e, sha] => Ok(((number(e)?, 0), Body::of_mark(sha))),
+                [e, seq, sha] => Ok(((number(e)?, number(seq)?), Body::of_mark(sha))),
+                _ => Err(Error::new(format!("mark {text:?}: bad version"))),
+            }
         };
         match parts.as_slice() {
             ["fp", "setup"] => self.setup = true,
-            ["fp", "try", e, sha] => {
-                self.tries.insert((epoch(e)?, sha.to_string()));
+            ["fp", "try", rest @ ..] => {
+                self.tries.insert(version(rest)?);
             }
-            ["fp", "ack" | "seen", e, sha] => {
-                let e = epoch(e)?;
-                if self.acked.as_ref().is_some_and(|(last, _)| *last >= e) {
+            ["fp", "ack" | "seen", rest @ ..] => {
+                let acked = version(rest)?;
+                if self
+                    .acked
+                    .as_ref()
+                    .is_some_and(|(last, _)| *last >= acked.0)
+                {
                     return Err(Error::new(format!(
-                        "mark {text:?}: acknowledged epochs must grow"
+                        "mark {text:?}: acknowledged versions must grow"
                     )));
                 }
-                self.acked = Some((e, sha.to_string()));
+                self.acked = Some(acked);
                 self.acks += 1;
             }
-            ["fp", "done", n] => self.done = Some(epoch(n)?),
+            ["fp", "done", n] => self.done = Some(number(n)?),
             ["fp", ..] => return Err(Error::new(format!("unknown mark {text:?}"))),
             _ => {} // the target's own marks (dm-log-writes-end)
         }
@@ -104,58 +162,73 @@ impl Judge {
         self.tries.is_empty()
     }
 
-    /// Judges a recovered state: the record's (epoch, SHA-256) and the document's hash.
+    /// Judges a recovered state: the record's version and the document's hash (`None`:
+    /// no document).
     pub(crate) fn judge(
         &self,
-        record: Option<(u64, String)>,
+        record: Option<Version>,
         doc: Option<String>,
-    ) -> Result<(), String> {
-        let Some((epoch, sha)) = record else {
-            if let Some((e, _)) = &self.acked {
+    ) -> Result<Kept, String> {
+        let Some((at, body)) = record else {
+            if let Some((acked, _)) = &self.acked {
                 return Err(format!(
-                    "epoch {e} was acknowledged but nothing is recorded"
+                    "{} was acknowledged but nothing is recorded",
+                    place(acked)
                 ));
             }
             if doc.is_some() {
                 return Err("a document exists but no write is recorded".into());
             }
-            return Ok(());
+            return Ok(Kept::Nothing);
         };
-        match &doc {
-            None => {
+        let at_words = place(&at);
+        match (&body, &doc) {
+            (Body::Bytes(_), None) => {
                 return Err(format!(
-                    "the record names epoch {epoch} but there is no document"
+                    "the record names {at_words} but there is no document"
                 ));
             }
-            Some(d) if *d != sha => {
+            (Body::Bytes(sha), Some(d)) if d != sha => {
                 return Err(format!(
-                    "the document's SHA-256 {} is not the one recorded for epoch {epoch} ({})",
+                    "the document's SHA-256 {} is not the one recorded for {at_words} ({})",
                     short(d),
-                    short(&sha)
+                    short(sha)
                 ));
             }
-            Some(_) => {}
+            (Body::Removed, Some(d)) => {
+                return Err(format!(
+                    "the record is a removal at {at_words} but a document is there ({})",
+                    short(d)
+                ));
+            }
+            _ => {}
         }
-        if !self.tries.contains(&(epoch, sha.clone())) {
+        let version = (at, body);
+        if !self.tries.contains(&version) {
             return Err(format!(
-                "the record names content no writer tried (epoch {epoch}, {})",
-                short(&sha)
+                "the record names content no writer tried ({at_words}, {})",
+                version.1
             ));
         }
-        if let Some((acked, acked_sha)) = &self.acked {
-            if epoch < *acked {
+        if let Some((acked, acked_body)) = &self.acked {
+            if version.0 < *acked {
                 return Err(format!(
-                    "acknowledged epoch {acked} lost: the record went back to epoch {epoch}"
+                    "acknowledged {} lost: the record went back to {at_words}",
+                    place(acked)
                 ));
             }
-            if epoch == *acked && sha != *acked_sha {
+            if version.0 == *acked && version.1 != *acked_body {
                 return Err(format!(
-                    "acknowledged epoch {acked} holds other content ({})",
-                    short(&sha)
+                    "acknowledged {} holds other content ({}, not {acked_body})",
+                    place(acked),
+                    version.1
                 ));
             }
         }
-        Ok(())
+        Ok(match version.1 {
+            Body::Bytes(_) => Kept::Document,
+            Body::Removed => Kept::Tombstone,
+        })
     }
 }
 
@@ -175,6 +248,8 @@ struct Job {
 struct Found {
     recovered: u64,
     rolled_back: u64,
+    removals_rolled_back: u64,
+    tombstones: u64,
     violations: Vec<Violation>,
     /// The image of the earliest violating state found so far (the others are removed).
     first: Option<(u64, PathBuf)>,
@@ -223,6 +298,8 @@ pub(crate) fn replay(cfg: &Config, log: &Path, report: &mut Report) -> Result<()
     report.violations = violations;
     report.recovered = found.recovered;
     report.rolled_back = found.rolled_back;
+    report.removals_rolled_back = found.removals_rolled_back;
+    report.tombstones = found.tombstones;
     report.acks = disk.judge.acks;
     report.guest_acks = disk.judge.done;
     report.replay_seconds = started.elapsed().as_secs_f64();
@@ -315,9 +392,11 @@ fn work(
         };
         let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
         match checked {
-            Some(Ok(Checked::Fine(recovery))) => {
+            Some(Ok(Checked::Fine(recovery, kept))) => {
                 found.recovered += u64::from(recovery != Recovery::None);
-                found.rolled_back += u64::from(recovery == Recovery::RolledBack);
+                found.rolled_back += u64::from(recovery.rolled_back());
+                found.removals_rolled_back += u64::from(recovery == Recovery::RolledBackRemoval);
+                found.tombstones += u64::from(kept == Kept::Tombstone);
             }
             Some(Ok(Checked::Violated(what))) => {
                 let violation = Violation {
@@ -380,7 +459,8 @@ fn apply(disk: &File, entry: &Entry, sectorsize: u64) -> Result<(), Error> {
 }
 
 pub(crate) enum Checked {
-    Fine(Recovery),
+    /// The state passed: what `recover` did, and what the record kept.
+    Fine(Recovery, Kept),
     Violated(String),
 }
 
@@ -388,10 +468,29 @@ pub(crate) enum Checked {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Recovery {
     None,
-    /// Removed recovery links or dead writers' temp files only.
+    /// Removed recovery links, a committed removal's `-gone` file or dead writers' temp
+    /// files only.
     Tidied,
     /// Undid a write that had not committed.
     RolledBack,
+    /// Put back a document whose removal had not committed.
+    RolledBackRemoval,
+}
+
+impl Recovery {
+    /// Whether it undid a write or a removal.
+    pub(crate) fn rolled_back(self) -> bool {
+        matches!(self, Recovery::RolledBack | Recovery::RolledBackRemoval)
+    }
+}
+
+/// What the record holds in a state that passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    Nothing,
+    Document,
+    /// A removal's tombstone (and no document).
+    Tombstone,
 }
 
 /// Mounts states and runs fencepost on them (one per worker).
@@ -444,6 +543,13 @@ impl States {
             )));
         }
         let recovered = recovery(&json(&recover)?);
+        let left = leftovers(&root)?;
+        if !left.is_empty() {
+            return Ok(Checked::Violated(format!(
+                "recovery left files of the tool's beside the document: {}",
+                left.join(", ")
+            )));
+        }
         let verify = self.run(&root, &["verify"])?;
         if !verify.status.success() {
             return Ok(Checked::Violated(format!("verify: {}", problems(&verify))));
@@ -478,7 +584,12 @@ impl States {
 fn recovery(out: &Value) -> Recovery {
     let actions = out["resources"].as_array().cloned().unwrap_or_default();
     let did = |r: &Value| r["action"].as_str().unwrap_or("nothing to do").to_string();
-    if actions.iter().any(|r| did(r).starts_with("rolled back")) {
+    if actions
+        .iter()
+        .any(|r| did(r).starts_with("rolled back an uncommitted removal"))
+    {
+        Recovery::RolledBackRemoval
+    } else if actions.iter().any(|r| did(r).starts_with("rolled back")) {
         Recovery::RolledBack
     } else if actions
         .iter()
@@ -490,11 +601,36 @@ fn recovery(out: &Value) -> Recovery {
     }
 }
 
-fn verdict(judged: Result<(), String>, recovered: Recovery) -> Checked {
+fn verdict(judged: Result<Kept, String>, recovered: Recovery) -> Checked {
     match judged {
-        Ok(()) => Checked::Fine(recovered),
+        Ok(kept) => Checked::Fine(recovered, kept),
         Err(what) => Checked::Violated(what),
     }
+}
+
+/// The names of the tool's files (temp files, recovery links, `-gone` files) in the
+/// document's folder.
+fn leftovers(root: &Path) -> Result<Vec<String>, Error> {
+    let path = root.join(RESOURCE);
+    let Some(folder) = path.parent() else {
+        return Ok(Vec::new());
+    };
+    let entries = match fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::new(format!("cannot list {}: {e}", folder.display()))),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| Error::new(format!("cannot list {}: {e}", folder.display())))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.contains(".fencepost-") {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The document's SHA-256 (hashed here, not by fencepost), or None if there is none.
@@ -507,17 +643,24 @@ fn document(root: &Path) -> Result<Option<String>, Error> {
     }
 }
 
-/// The record's content epoch and SHA-256 from `status --json RES`, if any.
-fn record(status: &Value) -> Option<(u64, String)> {
+/// The record's version from `status --json RES` (its epoch, seq and SHA-256, or that it
+/// is a removal), if it holds one.
+fn record(status: &Value) -> Option<Version> {
     let row = status["resources"]
         .as_array()?
         .iter()
         .find(|r| r["resource"].as_str() == Some(RESOURCE))?;
     let sink = &row["sink"];
-    Some((
+    let at = (
         sink["content_epoch"].as_u64()?,
-        sink["sha256"].as_str()?.to_string(),
-    ))
+        sink["seq"].as_u64().unwrap_or(0),
+    );
+    let body = if sink["removed"].as_bool() == Some(true) {
+        Body::Removed
+    } else {
+        Body::Bytes(sink["sha256"].as_str()?.to_string())
+    };
+    Some((at, body))
 }
 
 fn json(out: &Output) -> Result<Value, Error> {
@@ -624,14 +767,19 @@ mod tests {
         j
     }
 
-    fn rec(epoch: u64, sha: &str) -> Option<(u64, String)> {
-        Some((epoch, sha.to_string()))
+    fn rec(epoch: u64, sha: &str) -> Option<Version> {
+        versioned(epoch, 0, sha)
+    }
+
+    /// The record of a version (`removed` for a removal's tombstone).
+    fn versioned(epoch: u64, seq: u64, sha: &str) -> Option<Version> {
+        Some(((epoch, seq), Body::of_mark(sha)))
     }
 
     #[test]
     fn nothing_recorded_before_any_acknowledgement_is_fine() {
         let j = judge(&["fp:setup", "fp:try:1:aaaa"]);
-        assert_eq!(j.judge(None, None), Ok(()));
+        assert_eq!(j.judge(None, None), Ok(Kept::Nothing));
         assert!(
             j.judge(None, Some(A.into())).is_err(),
             "an unrecorded document survived"
@@ -646,8 +794,8 @@ mod tests {
             "fp:ack:1:aaaa",
             "fp:try:2:bbbb",
         ]);
-        assert_eq!(j.judge(rec(1, A), Some(A.into())), Ok(()));
-        assert_eq!(j.judge(rec(2, B), Some(B.into())), Ok(()));
+        assert_eq!(j.judge(rec(1, A), Some(A.into())), Ok(Kept::Document));
+        assert_eq!(j.judge(rec(2, B), Some(B.into())), Ok(Kept::Document));
     }
 
     #[test]
@@ -680,17 +828,88 @@ mod tests {
     }
 
     #[test]
+    fn an_acknowledged_seq_is_never_lost_to_an_earlier_one() {
+        let mut j = judge(&["fp:try:1:1:aaaa", "fp:ack:1:1:aaaa", "fp:try:1:2:bbbb"]);
+        // Before seq 2's acknowledgement, either version.
+        assert_eq!(
+            j.judge(versioned(1, 1, A), Some(A.into())),
+            Ok(Kept::Document)
+        );
+        assert_eq!(
+            j.judge(versioned(1, 2, B), Some(B.into())),
+            Ok(Kept::Document)
+        );
+        j.mark("fp:ack:1:2:bbbb").expect("ack");
+        let err = j
+            .judge(versioned(1, 1, A), Some(A.into()))
+            .expect_err("back to seq 1");
+        assert!(err.contains("acknowledged epoch 1 seq 2 lost"), "{err}");
+        assert_eq!(
+            j.judge(versioned(1, 2, B), Some(B.into())),
+            Ok(Kept::Document)
+        );
+        // Seq 2's bytes recorded as seq 1 were never tried.
+        let err = j
+            .judge(versioned(1, 1, B), Some(B.into()))
+            .expect_err("untried");
+        assert!(err.contains("no writer tried"), "{err}");
+    }
+
+    #[test]
+    fn a_removal_is_the_old_document_or_a_tombstone_never_half() {
+        let mut j = judge(&["fp:try:1:1:aaaa", "fp:ack:1:1:aaaa", "fp:try:1:2:removed"]);
+        // Before its acknowledgement: the old document and record, or removed.
+        assert_eq!(
+            j.judge(versioned(1, 1, A), Some(A.into())),
+            Ok(Kept::Document)
+        );
+        assert_eq!(
+            j.judge(versioned(1, 2, "removed"), None),
+            Ok(Kept::Tombstone)
+        );
+        // Half states: the document gone under the old record, or there under the
+        // tombstone.
+        let err = j
+            .judge(versioned(1, 1, A), None)
+            .expect_err("gone, old record");
+        assert!(err.contains("there is no document"), "{err}");
+        let err = j
+            .judge(versioned(1, 2, "removed"), Some(A.into()))
+            .expect_err("a document under a tombstone");
+        assert!(err.contains("a document is there"), "{err}");
+        j.mark("fp:ack:1:2:removed").expect("ack");
+        let err = j
+            .judge(versioned(1, 1, A), Some(A.into()))
+            .expect_err("removal lost");
+        assert!(err.contains("acknowledged epoch 1 seq 2 lost"), "{err}");
+        assert_eq!(
+            j.judge(versioned(1, 2, "removed"), None),
+            Ok(Kept::Tombstone)
+        );
+        // A later version writes the document again.
+        j.mark("fp:try:2:0:cccc").expect("try");
+        assert_eq!(j.judge(rec(2, C), Some(C.into())), Ok(Kept::Document));
+    }
+
+    #[test]
     fn marks_are_checked() {
         let mut j = judge(&["fp:ack:2:aaaa"]);
         assert!(
             j.mark("fp:ack:2:bbbb").is_err(),
             "acknowledged epochs must grow"
         );
+        assert!(
+            j.mark("fp:ack:2:0:bbbb").is_err(),
+            "the same version, with its seq"
+        );
+        j.mark("fp:ack:2:1:bbbb").expect("a later seq");
         assert!(j.mark("fp:nonsense").is_err());
         assert!(j.mark("fp:try:x:aaaa").is_err());
         assert!(j.mark("dm-log-writes-end").is_ok());
-        j.mark("fp:done:1").expect("done");
-        assert_eq!((j.acks, j.done), (1, Some(1)));
+        assert!(j.mark("fp:try:1:x:aaaa").is_err());
+        assert!(j.mark("fp:try:1:1:2:aaaa").is_err());
+        j.mark("fp:done:2").expect("done");
+        assert_eq!((j.acks, j.done), (2, Some(2)));
     }
 
     #[test]
