@@ -457,6 +457,10 @@ pub struct Applied {
 #[derive(Debug, Serialize)]
 pub struct Printed {
     pub resource: String,
+    /// A file of a tree (`cat TREE/PATH`): its path in the tree (the key is there only
+    /// then; `sha256` and `size` are the file's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub epoch: i64,
     /// The version's seq within its epoch (0 without `--seq`).
     pub seq: i64,

@@ -30,6 +30,7 @@ use crate::store::{ReadTxn, Txn, WriteRecord};
 
 mod remove;
 mod store;
+mod store_tree;
 mod tree;
 
 pub use remove::remove;

@@ -22,7 +22,7 @@ use crate::sink::{Body, Content, WriteDecision, fence_after_write};
 use crate::store::{Blob, SMALL_BLOB, Store, WriteRecord};
 
 /// What `write` tells when its COMMIT's answer is lost.
-const RETRY: &str = "running the same command again is safe: a replay if it was made, else \
+pub(super) const RETRY: &str = "running the same command again is safe: a replay if it was made, else \
                      decided afresh (`stale` if a newer epoch took over meanwhile)";
 
 /// Publishes `source` to `resource` in the shared store under `args.epoch`.

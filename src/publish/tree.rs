@@ -55,10 +55,7 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
         ));
     }
     if ctx.remote.is_some() {
-        return Err(Error::usage_hint(
-            "write --tree publishes to a local root; a shared store does not keep trees yet",
-            "publish the tree on the host that holds the root",
-        ));
+        return super::store_tree::write_tree(ctx, args, &resource, tree);
     }
     let src = open_source(tree.src)?;
     let mut store = ctx.store()?;
@@ -93,7 +90,7 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
 }
 
 /// Opens the source folder, or says why it cannot be one (bad input).
-fn open_source(src: &Path) -> Result<Folder> {
+pub(super) fn open_source(src: &Path) -> Result<Folder> {
     let meta = std::fs::metadata(src)
         .map_err(|e| Error::usage(format!("cannot read --tree {}: {e}", src.display())))?;
     if !meta.is_dir() {
@@ -108,7 +105,7 @@ fn open_source(src: &Path) -> Result<Folder> {
 
 /// A resource is a document or a tree for its whole life: a tree is refused where the
 /// sink recorded a document.
-fn refuse_kind(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
+pub(super) fn refuse_kind(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
     match tx.sink(resource)?.and_then(|r| r.content) {
         Some(c) if !c.tree => Err(Error::usage_hint(
             format!("{resource} is a document: a tree cannot be published there"),
