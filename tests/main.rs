@@ -46,4 +46,5 @@ mod sync_commit;
 mod tls;
 mod torture;
 mod trees_stores;
+mod versions;
 mod walls;
