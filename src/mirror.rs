@@ -372,7 +372,10 @@ fn apply_tree(
     store.read(published, &mut bytes)?;
     let manifest = crate::tree::Manifest::parse(&bytes)?;
     let incoming = IncomingTree::make(&mirror.root.join(STATE_DIR))?;
-    download_tree(store, &incoming, &manifest)?;
+    let manifest_blob = published
+        .blob
+        .ok_or(Error::Internal("a published tree has no manifest"))?;
+    download_tree(store, &incoming, &manifest, manifest_blob)?;
     let request = WriteRequest {
         resource: std::ffi::OsStr::new(&published.resource),
         epoch: published.epoch,
@@ -441,6 +444,7 @@ fn download_tree(
     store: &mut dyn SharedStore,
     into: &IncomingTree,
     manifest: &crate::tree::Manifest,
+    manifest_blob: i64,
 ) -> Result<()> {
     use crate::tree::ItemKind;
     use std::os::unix::ffi::OsStrExt;
@@ -475,13 +479,13 @@ fn download_tree(
                 let mut file = parent
                     .create_file(name, 0o600)?
                     .ok_or(Error::Internal("a tree manifest names an entry twice"))?;
-                store.read_blob(&item.sha256, item.size, &mut file)?;
+                store.read_blob(manifest_blob, &item.sha256, item.size, &mut file)?;
                 rustix::fs::fchmod(&file, rustix::fs::Mode::from_raw_mode(item.mode))
                     .map_err(|e| Error::io("cannot set mode of", parent.join(name))(e.into()))?;
             }
             ItemKind::Symlink => {
                 let mut target = Vec::new();
-                store.read_blob(&item.sha256, item.size, &mut target)?;
+                store.read_blob(manifest_blob, &item.sha256, item.size, &mut target)?;
                 parent
                     .symlink(std::ffi::OsStr::from_bytes(&target), name)
                     .map_err(Error::io("cannot create the symlink", parent.join(name)))?;

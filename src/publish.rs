@@ -709,6 +709,7 @@ fn check_issued_owner(
                 Some(owner),
                 RefusalDetail::IssuedToAnother {
                     issued_to: lease.owner.clone(),
+                    seq: args.seq,
                 },
             )))
         }
@@ -758,7 +759,10 @@ fn refusal(
                 }
                 None => format!("no epoch was ever issued for {resource}: claim it first"),
             },
-            RefusalDetail::Unissued { issued },
+            RefusalDetail::Unissued {
+                issued,
+                seq: args.seq,
+            },
         ),
         WriteDecision::Write | WriteDecision::Replay => {
             return Error::Internal("an accepted write was reported as a refusal");

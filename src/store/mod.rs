@@ -132,9 +132,15 @@ pub trait Blobs {
     /// need not be uploaded again).
     fn has(&mut self, sha256: &str) -> Result<bool>;
 
-    /// Streams the oldest complete blob with this SHA-256 to `out`, checking its size and
-    /// hash at the end (a tree's content, named by its manifest).
-    fn read_blob(&mut self, sha256: &str, size: u64, out: &mut dyn Write) -> Result<()>;
+    /// Streams the content with this SHA-256 that the tree manifest blob `manifest` links
+    /// to `out`, checking its size and hash at the end.
+    fn read_blob(
+        &mut self,
+        manifest: i64,
+        sha256: &str,
+        size: u64,
+        out: &mut dyn Write,
+    ) -> Result<()>;
 
     /// Removes blobs nothing points at that are older than `grace`; returns how many.
     fn collect(&mut self, grace: Duration) -> Result<usize>;

@@ -189,8 +189,9 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE fencepost_sink ADD COLUMN IF NOT EXISTS tree boolean NOT NULL DEFAULT false;
     CREATE TABLE IF NOT EXISTS fencepost_tree_blob (
         manifest bigint NOT NULL REFERENCES fencepost_blob (id) ON DELETE CASCADE,
+        sha256   text NOT NULL,
         blob     bigint NOT NULL REFERENCES fencepost_blob (id),
-        PRIMARY KEY (manifest, blob)
+        PRIMARY KEY (manifest, sha256)
     );
     CREATE INDEX IF NOT EXISTS fencepost_tree_blob_by_blob ON fencepost_tree_blob (blob);
 ",
@@ -2187,8 +2188,8 @@ impl Txn for PgTxn<'_> {
              ), picked AS (
                  SELECT DISTINCT ON (sha256) id, sha256 FROM locked ORDER BY sha256, id
              )
-             INSERT INTO fencepost_tree_blob (manifest, blob)
-             SELECT $1, id FROM picked ON CONFLICT DO NOTHING
+             INSERT INTO fencepost_tree_blob (manifest, sha256, blob)
+             SELECT $1, sha256, id FROM picked ON CONFLICT DO NOTHING
              RETURNING blob",
             args![manifest, contents],
         )?;
@@ -2435,7 +2436,13 @@ impl Blobs for PgStore {
         Ok(row.is_some())
     }
 
-    fn read_blob(&mut self, sha256: &str, size: u64, out: &mut dyn Write) -> Result<()> {
+    fn read_blob(
+        &mut self,
+        manifest: i64,
+        sha256: &str,
+        size: u64,
+        out: &mut dyn Write,
+    ) -> Result<()> {
         let (shown, busy) = (self.shown.clone(), self.busy);
         let fail = |e| pg_error(&shown, busy, e);
         self.client
@@ -2448,13 +2455,12 @@ impl Blobs for PgStore {
             let id: i64 = self
                 .client
                 .query_typed_opt(
-                    "SELECT id FROM fencepost_blob WHERE sha256 = $1 AND complete
-                     ORDER BY id LIMIT 1",
-                    args![sha256],
+                    "SELECT blob FROM fencepost_tree_blob WHERE manifest = $1 AND sha256 = $2",
+                    args![manifest, sha256],
                 )
                 .map_err(|e| pg_error(&shown, busy, e))?
                 .ok_or_else(|| Error::Damaged {
-                    message: format!("the store has no content with SHA-256 {sha256}"),
+                    message: format!("the store's tree names no content with SHA-256 {sha256}"),
                     hint: Some("the store's tables were changed by hand, or damaged".to_string()),
                 })?
                 .get(0);

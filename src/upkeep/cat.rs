@@ -123,7 +123,10 @@ fn cat_in_tree(
             ))
         })?;
     let mut held = tempfile::tempfile().map_err(Error::io("cannot create", "a temporary file"))?;
-    store.read_blob(&item.sha256, item.size, &mut held)?;
+    let manifest_blob = published
+        .blob
+        .ok_or(Error::Internal("a published tree has no manifest"))?;
+    store.read_blob(manifest_blob, &item.sha256, item.size, &mut held)?;
     held.rewind()
         .map_err(Error::io("cannot read back", "a temporary file"))?;
     std::io::copy(&mut held, out)
