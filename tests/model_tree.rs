@@ -445,7 +445,7 @@ impl Worker {
 }
 
 /// The `recover` command, which an operator may run at any time, again and again. `quiet`:
-/// no writer was running and no reader walking when it planned.
+/// no writer was running when it planned.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Recoverer {
     Idle,
@@ -467,6 +467,8 @@ enum Reader {
     Torn,
     /// Found a file missing: the tree was taken away during the walk.
     Cut,
+    /// Died with the power.
+    Gone,
 }
 
 impl Reader {
@@ -860,8 +862,8 @@ impl TreeModel {
         }
         s.recoverer = Recoverer::Idle;
         if s.reader.walking().is_some() {
-            // The reader is gone too; a walk after the power loss is another run's.
-            s.reader = Reader::Whole;
+            // A walk after the power loss is another run's.
+            s.reader = Reader::Gone;
         }
         s.power_losses += 1;
         let more = (s.power_losses < self.max_power_losses).then_some(self.power_loss);
@@ -1004,7 +1006,7 @@ impl Model for TreeModel {
             Action::Crash(w) => s.workers[usize::from(w)].phase = Phase::Dead,
             Action::RecoverBegin => {
                 let plan = self.recovery_plan(&s);
-                let quiet = !s.workers.iter().any(Worker::alive) && s.reader.walking().is_none();
+                let quiet = !s.workers.iter().any(Worker::alive);
                 s.recoverer = if plan.is_empty() {
                     Recoverer::Recovered(quiet)
                 } else {
