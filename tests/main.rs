@@ -19,6 +19,7 @@ mod mirror_edges;
 mod mirror_service;
 mod mirrors;
 mod model;
+mod model_tree;
 mod operator;
 mod package;
 mod partition;
