@@ -386,10 +386,7 @@ fn apply_tree(
         unfenced: false,
         applied: true,
     };
-    let keep_old = match mirror.clock.kind() {
-        crate::clock::ClockKind::Logical => 60,
-        crate::clock::ClockKind::Wall => 60_000,
-    };
+    let keep_old = crate::recovery::keep_old(mirror.clock.kind());
     let tree = crate::publish::TreeRequest {
         src: &incoming.path,
         allow_symlinks: true,

@@ -242,10 +242,7 @@ fn tree_request<'a>(
             "--keep-old",
             crate::cli::durations::Zero::Allowed,
         )?,
-        None => match ctx.clock.kind() {
-            fencepost::clock::ClockKind::Logical => 60,
-            fencepost::clock::ClockKind::Wall => 60_000,
-        },
+        None => fencepost::recovery::keep_old(ctx.clock.kind()),
     };
     Ok(publish::TreeRequest {
         src,

@@ -295,7 +295,8 @@ impl Target<'_> {
         });
         if let Err(e) = placed {
             // Still under the lock: undo this publish as recovery would.
-            crate::recovery::undo_tree(doc, recorded_before, &marker, ctx.now())?;
+            let deadline = ctx.now().saturating_add(self.keep_old);
+            crate::recovery::undo_tree(doc, recorded_before, &marker, deadline)?;
             staged.placed = true;
             return Err(e);
         }
@@ -334,6 +335,10 @@ impl Target<'_> {
         // From here the staged folder is recovery's (the marker names it).
         staged.placed = true;
         failpoint!("tree.after_marker");
+        // The marker is durable before the swap: a filesystem that keeps any subset of
+        // the changes since the last fsync could otherwise keep the swap without it, and
+        // recovery would not know the tree at the resource's name is uncommitted.
+        doc.folder.sync()?;
         if existed {
             tree::exchange(&doc.folder, &staged.name, &doc.name)?;
         } else {
