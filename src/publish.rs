@@ -34,7 +34,6 @@ mod store_tree;
 mod tree;
 
 pub use remove::remove;
-pub(crate) use tree::retire as retire_tree;
 pub use tree::{TreeRequest, write_tree};
 
 /// A write as the sink takes it: the resource as named, the writer's epoch and owner, and

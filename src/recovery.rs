@@ -239,7 +239,7 @@ fn apply_tree(
     let folder = &doc.folder;
     let retire = |name: &OsString| -> Result<()> {
         if folder.stat(name)?.is_some() {
-            crate::publish::retire_tree(doc, name, marker.staged, deadline)?;
+            crate::tree::retire(doc, name, marker.staged, deadline)?;
         }
         Ok(())
     };

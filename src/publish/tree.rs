@@ -307,7 +307,7 @@ impl Target<'_> {
         })();
         let now = ctx.now();
         if existed {
-            let _ = retire(
+            let _ = tree::retire(
                 doc,
                 &staged.name,
                 staged.ino,
@@ -401,17 +401,6 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
         crate::folder::Child::Folder(dir) => Ok(tree::read_manifest(&dir)?.sha256() == sha256),
         _ => Ok(false),
     }
-}
-
-/// Retires the old tree at `name` (the staged name, after the swap): renamed to
-/// `.<name>.fencepost-old-<token>-<deadline>`, or removed at once when its deadline has
-/// passed already (`--keep-old 0`).
-pub(crate) fn retire(doc: &DocPath, name: &OsString, token: u64, deadline: i64) -> Result<()> {
-    let retired = tree::sibling(doc, "old", &format!("{token}-{deadline}"));
-    doc.folder.rename(name, &retired).map_err(Error::io(
-        "cannot retire the old tree",
-        doc.folder.join(name),
-    ))
 }
 
 impl Written {
