@@ -397,16 +397,19 @@ fn changed_under(path: &std::path::Path) -> Error {
     ))
 }
 
-/// How a copy treats owners: kept (run as root), or left to whoever copies.
+/// How a copy treats owners: kept (run as root), or left to whoever copies; and whether
+/// a big file's hash may run on a second thread (`overlap`: the caller found a CPU to
+/// spare; see `copy_in_steps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Copying {
     pub allow_symlinks: bool,
     pub keep_owners: bool,
     pub limits: Limits,
+    pub overlap: bool,
 }
 
 /// Copies the folder `src` into the empty folder `dst` (the staged tree): files (see
-/// [`copy_file`]), folders, and symlinks as symlinks, each with its permission bits (and
+/// `copy_file`), folders, and symlinks as symlinks, each with its permission bits (and
 /// its owner with `keep_owners`), the top folder's mode last. Returns the manifest of what
 /// was staged, each file hashed as it lies in the staged copy (the bytes written into it,
 /// or read back from it after a kernel copy; never a second read of the source: a source
@@ -572,7 +575,7 @@ fn copy_file(
     let (sha256, size) = if expected <= SMALL_FILE {
         copy_through(&mut from, &mut to, expected, &shown)?
     } else {
-        copy_in_steps(&from, &to, &shown)?
+        copy_in_steps(&from, &to, how.overlap && expected > KERNEL_STEP, &shown)?
     };
     set_owner_and_mode(to.as_fd(), how.keep_owners, &st, &shown)?;
     Ok((size, sha256, st.st_mode & 0o7777))
@@ -618,28 +621,129 @@ fn copy_through(
 /// it was still writing. The disk writes while the rest is copied and hashed, and the
 /// flush before the swap finds little left to write. Advice only: an error is ignored,
 /// and [`sync_staged`] still makes every byte durable (and reports a writeback error).
-fn copy_in_steps(from: &File, to: &File, shown: &std::path::Path) -> Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 128 * 1024];
-    let (mut size, mut told) = (0u64, 0u64);
-    loop {
-        let n = io::copy(&mut Read::take(from, KERNEL_STEP), &mut &*to)
-            .map_err(Error::io("cannot copy into", shown))?;
-        if n == 0 {
-            return Ok((hex(&hasher.finalize()), size));
+///
+/// With `overlap`, the read-back, hash and advice run on a second thread that follows the
+/// copy step by step, so that copying and hashing use two CPUs. Measured side by side on 2
+/// CPUs (bench/notes.md): faster on a quiet machine, slower on a loaded one, where the
+/// second thread waits for a CPU; hence the caller's choice. Without a thread to be had
+/// (a process limit), the copy goes on in series.
+fn copy_in_steps(
+    from: &File,
+    to: &File,
+    overlap: bool,
+    shown: &std::path::Path,
+) -> Result<(String, u64)> {
+    let copy = |progress: &mut dyn FnMut(u64) -> bool| -> Result<u64> {
+        let mut size = 0u64;
+        loop {
+            // `io::copy` from a `Take` of one file to another uses `copy_file_range`
+            // where the filesystem allows, and a buffer of this process where it does not.
+            let n = io::copy(&mut Read::take(from, KERNEL_STEP), &mut &*to)
+                .map_err(Error::io("cannot copy into", shown))?;
+            size += n;
+            if n == 0 || !progress(size) {
+                return Ok(size);
+            }
         }
-        hash_range(to, &mut hasher, &mut buf, size, size + n)
-            .map_err(Error::io("cannot read back", shown))?;
-        if size + n >= KERNEL_STEP {
+    };
+    if overlap {
+        let (marks, staged) = std::sync::mpsc::channel::<u64>();
+        let done = std::thread::scope(|scope| {
+            let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
+                let mut hashing = Hashing::new(to, shown);
+                for mark in staged {
+                    hashing.up_to(mark)?;
+                }
+                Ok::<_, Error>(hashing)
+            });
+            let Ok(hasher) = spawned else {
+                return None;
+            };
+            // A failed send means the hasher stopped on an error: the copy stops, and the
+            // hasher's error is the one reported.
+            let copied = copy(&mut |mark| marks.send(mark).is_ok());
+            drop(marks);
+            let hashed = hasher.join().map_err(|_| {
+                Error::io("cannot read back", shown)(io::Error::other("the hashing thread failed"))
+            });
+            Some(hashed.and_then(|h| h).and_then(|h| h.end(copied?)))
+        });
+        if let Some(done) = done {
+            return done;
+        }
+    }
+    let mut hashing = Hashing::new(to, shown);
+    let mut failed = None;
+    let copied = copy(&mut |mark| match hashing.up_to(mark) {
+        Ok(()) => true,
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    hashing.end(copied?)
+}
+
+/// The read-back of a staged copy in steps, as [`copy_in_steps`] hashes it, and the
+/// write-behind that follows the hash.
+struct Hashing<'f> {
+    file: &'f File,
+    shown: &'f std::path::Path,
+    hasher: Sha256,
+    buf: Vec<u8>,
+    /// Bytes hashed so far.
+    hashed: u64,
+    /// Bytes the kernel has been told once that they are no longer needed here.
+    told: u64,
+}
+
+impl<'f> Hashing<'f> {
+    fn new(file: &'f File, shown: &'f std::path::Path) -> Hashing<'f> {
+        Hashing {
+            file,
+            shown,
+            hasher: Sha256::new(),
+            buf: vec![0u8; 128 * 1024],
+            hashed: 0,
+            told: 0,
+        }
+    }
+
+    /// Reads back and hashes the staged copy up to `mark` (the bytes copied so far),
+    /// then advises the kernel (see [`copy_in_steps`]).
+    fn up_to(&mut self, mark: u64) -> Result<()> {
+        hash_range(
+            self.file,
+            &mut self.hasher,
+            &mut self.buf,
+            self.hashed,
+            mark,
+        )
+        .map_err(Error::io("cannot read back", self.shown))?;
+        if mark >= KERNEL_STEP {
             let _ = rustix::fs::fadvise(
-                to,
-                told,
-                std::num::NonZeroU64::new(size + n - told),
+                self.file,
+                self.told,
+                std::num::NonZeroU64::new(mark - self.told),
                 rustix::fs::Advice::DontNeed,
             );
-            told = size;
+            self.told = self.hashed;
         }
-        size += n;
+        self.hashed = mark;
+        Ok(())
+    }
+
+    /// The SHA-256 and size of the copy, once `copied` bytes were copied in all.
+    fn end(self, copied: u64) -> Result<(String, u64)> {
+        if self.hashed != copied {
+            return Err(Error::io("cannot read back", self.shown)(io::Error::other(
+                "the staged file is shorter than what was copied into it",
+            )));
+        }
+        Ok((hex(&self.hasher.finalize()), copied))
     }
 }
 
@@ -911,31 +1015,36 @@ mod tests {
         for (name, size) in sizes {
             std::fs::write(src.path().join(name), content(size)).expect("write a file");
         }
-        let how = Copying {
-            allow_symlinks: false,
-            keep_owners: false,
-            limits: Limits::default(),
-        };
-        let staged = Folder::open(dst.path()).expect("open the staged folder");
-        let manifest = copy(
-            &Folder::open(src.path()).expect("open the source"),
-            &staged,
-            &how,
-        )
-        .expect("copy");
-        assert_eq!(
-            manifest,
-            read_manifest(&staged).expect("read the copy back")
-        );
-        for (name, size) in sizes {
-            let item = manifest.get(name.as_bytes()).expect("copied");
-            assert_eq!(item.size, size, "{name}");
-            assert_eq!(item.sha256, hex(&Sha256::digest(content(size))), "{name}");
+        for overlap in [false, true] {
+            let how = Copying {
+                allow_symlinks: false,
+                keep_owners: false,
+                limits: Limits::default(),
+                overlap,
+            };
+            let into = dst.path().join(format!("overlap-{overlap}"));
+            std::fs::create_dir(&into).expect("make the staged folder");
+            let staged = Folder::open(&into).expect("open the staged folder");
+            let manifest = copy(
+                &Folder::open(src.path()).expect("open the source"),
+                &staged,
+                &how,
+            )
+            .expect("copy");
             assert_eq!(
-                std::fs::read(dst.path().join(name)).expect("read the copy"),
-                content(size),
-                "{name}"
+                manifest,
+                read_manifest(&staged).expect("read the copy back")
             );
+            for (name, size) in sizes {
+                let item = manifest.get(name.as_bytes()).expect("copied");
+                assert_eq!(item.size, size, "{name}");
+                assert_eq!(item.sha256, hex(&Sha256::digest(content(size))), "{name}");
+                assert_eq!(
+                    std::fs::read(into.join(name)).expect("read the copy"),
+                    content(size),
+                    "{name}"
+                );
+            }
         }
     }
 

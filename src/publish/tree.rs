@@ -223,6 +223,8 @@ fn stage<'d>(doc: &'d DocPath, src: &Folder, tree: &TreeRequest<'_>) -> Result<S
         // Best effort: root keeps every owner, another user those it may give.
         keep_owners: true,
         limits: tree.limits,
+        // A big file's hash on a second thread only while a CPU is free for it.
+        overlap: super::cpu_to_spare(),
     };
     staged.manifest = tree::copy(src, &staged.dir, &copying)?;
     failpoint!("tree.after_copy");
