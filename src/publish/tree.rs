@@ -302,7 +302,19 @@ impl Target<'_> {
             staged.placed = true;
             return Err(e);
         }
-        tx.commit()?;
+        if let Err(e) = tx.commit() {
+            // The lock went with the transaction: recovery, in a transaction of its own,
+            // swaps the old tree back or, if the COMMIT happened after all, retires it
+            // (as a document write's failed COMMIT, `super::after_failed_commit`).
+            let event = Event::new(decided.now, resource.as_str(), EventKind::CommitFailed)
+                .owner(decided.written.owner.as_deref())
+                .epoch(Some(args.epoch))
+                .seq(args.seq)
+                .sha256(Some(&staged.sha256))
+                .detail(format!("tree: {e}"));
+            super::recover_after_failed_commit(ctx, resource, &event)?;
+            return Err(e);
+        }
         let hook = (|| -> Result<()> {
             failpoint!("tree.before_cleanup");
             Ok(())
