@@ -274,6 +274,20 @@ fn staged(env: &Env) -> Vec<String> {
         .collect()
 }
 
+/// The kinds of problem `verify --json` lists at `now`, in its order (none: exit 0).
+fn problems(env: &Env, now: i64) -> Vec<String> {
+    let done = env.fp(&["--json", "verify"]).now(now).output();
+    let found: Vec<String> = done.json()["problems"]
+        .as_array()
+        .expect("a list of problems")
+        .iter()
+        .map(|p| p["problem"].as_str().expect("a kind").to_string())
+        .collect();
+    let code = if found.is_empty() { 0 } else { 9 };
+    assert_eq!(done.code, code, "verify: {done:?}");
+    found
+}
+
 /// A tree version as the tests name it: the tree, its epoch and seq.
 type Version<'t> = (&'t Tree, i64, i64);
 
@@ -441,6 +455,18 @@ fn tree_case(point: &str, mode: Mode, how: Publishing, next: Next) {
             "{what}: leftovers"
         );
     }
+    // verify says what recovery has to do: undo a swap (`interrupted`), tidy a marker
+    // (`leftover-links`), remove a dead writer's staged tree (`leftover-temp`); nothing
+    // once the publish undid or finished its own work.
+    let mut want: Vec<&str> = match (crashed, stage) {
+        (false, _) | (true, Stage::Unmarked) => vec![],
+        (true, Stage::Marked | Stage::Committed) => vec!["leftover-links"],
+        (true, Stage::Swapped) => vec!["interrupted"],
+    };
+    if crashed && !staged(&env).is_empty() {
+        want.push("leftover-temp");
+    }
+    assert_eq!(problems(&env, 20), want, "{what}: {:?}", names(&env));
 
     let now = match next {
         Next::Retry => {
