@@ -154,33 +154,59 @@ fn tree_markers(doc: &DocPath) -> Result<Vec<TreeMarker>> {
     Ok(found)
 }
 
-/// A tree publish's marker beside the document, if any: in progress while its writer
-/// holds the staged folder's lock (the folder is at the resource's name after the swap,
-/// at the staged name before), a crash awaiting recovery once it does not.
-pub fn pending_tree(doc: &DocPath) -> Result<Option<Pending>> {
-    let Some(marker) = tree_markers(doc)?.into_iter().next() else {
+/// Whether a tree publish's marker stands beside the document (one that crashed, or one
+/// in progress): a resource with no record yet is then a tree being published.
+pub fn tree_marked(doc: &DocPath) -> Result<bool> {
+    Ok(!tree_markers(doc)?.is_empty())
+}
+
+/// What recovery would do for the tree publishes marked beside the document, if any (see
+/// [`Pending`]), in the terms of a document's: undoing a swap (or a first publish) is a
+/// rollback, as a write's renamed document is; retiring a committed publish's old tree or
+/// dropping a tree that never swapped in only tidies, as a finished write's links do. A
+/// publish whose writer still holds the staged folder's lock (at the resource's name
+/// after the swap, at the staged name before) is in progress, not a crash.
+pub fn pending_tree(doc: &DocPath, recorded: Option<Recorded>) -> Result<Option<Pending>> {
+    let markers = tree_markers(doc)?;
+    if markers.is_empty() {
         return Ok(None);
-    };
-    let locked =
-        [&doc.name, &marker.staged_name]
-            .into_iter()
-            .any(|name| match doc.folder.child(name) {
-                Ok(crate::folder::Child::Folder(dir)) => {
-                    dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
-                        && matches!(
-                            rustix::fs::flock(
-                                &dir,
-                                rustix::fs::FlockOperation::NonBlockingLockShared
-                            ),
-                            Err(rustix::io::Errno::WOULDBLOCK)
-                        )
-                }
-                _ => false,
-            });
-    Ok(Some(Pending {
+    }
+    let mut found = Pending {
         action: Recovery::Nothing,
-        in_progress: locked,
-    }))
+        in_progress: false,
+    };
+    for marker in markers {
+        if tree_writer_alive(doc, &marker) {
+            found.in_progress = true;
+            continue;
+        }
+        let action = match decide_tree(doc, recorded, &marker)? {
+            TreeRecovery::SwapBack => Recovery::RestorePre,
+            TreeRecovery::RemoveNew => Recovery::RemoveDoc,
+            TreeRecovery::Retire | TreeRecovery::DropStaged => Recovery::DropLinks,
+        };
+        if weight(action) > weight(found.action) {
+            found.action = action;
+        }
+    }
+    Ok(Some(found))
+}
+
+/// Whether the writer of the tree publish `marker` names still holds its staged folder's
+/// lock.
+fn tree_writer_alive(doc: &DocPath, marker: &TreeMarker) -> bool {
+    [&doc.name, &marker.staged_name]
+        .into_iter()
+        .any(|name| match doc.folder.child(name) {
+            Ok(crate::folder::Child::Folder(dir)) => {
+                dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
+                    && matches!(
+                        rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared),
+                        Err(rustix::io::Errno::WOULDBLOCK)
+                    )
+            }
+            _ => false,
+        })
 }
 
 /// The rule of `sink::tree_recovery` for one marker, plus one check on disk: a tree to
