@@ -167,7 +167,8 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
     // document that is a symlink, a folder or a special file can never be written: refuse
     // the claim now, before any lease is recorded. A folder the sink recorded as a tree is
-    // that tree: the next lease publishes over it.
+    // that tree, and one beside a tree publish's marker is a first publish that crashed
+    // (the claim's recovery resolves it): the next lease publishes over it.
     // With a store, the document is the store's: a mirror root's copy is not checked here.
     let local = ctx.remote.is_none();
     if local {
@@ -184,9 +185,9 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     Ok(resource)
 }
 
-/// Whether a folder stands at the resource's name and the state file (if there is one)
-/// records a tree for it. Opens the state file read-only: a claim refused here creates
-/// nothing.
+/// Whether a folder stands at the resource's name and is a tree: a tree publish's marker
+/// stands beside it, or the state file (if there is one) records a tree for it. Opens the
+/// state file read-only: a claim refused here creates nothing.
 fn recorded_tree(ctx: &Ctx, doc: &crate::resource::DocPath, resource: &Resource) -> Result<bool> {
     let folder = doc
         .folder
@@ -194,6 +195,9 @@ fn recorded_tree(ctx: &Ctx, doc: &crate::resource::DocPath, resource: &Resource)
         .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
     if !folder || !ctx.db.exists() {
         return Ok(false);
+    }
+    if crate::recovery::tree_marked(doc)? {
+        return Ok(true);
     }
     let mut store = ctx.read_store("nothing was ever claimed here")?;
     let snapshot = store.snapshot()?;
