@@ -658,56 +658,69 @@ fn a_tree_edited_by_hand_after_an_uncommitted_swap_is_kept() {
     }
 }
 
-/// Recovery that stops part way through removing an uncommitted first tree (here: the
-/// root folder made immutable, so the tree's entries go but its folder cannot) must not
+/// Recovery that stops part way through removing an uncommitted first tree must not
 /// leave part of that tree standing as the resource: the next recovery finishes the
-/// removal rather than keep what is left as an edit made by hand. Needs root, and a
-/// filesystem that keeps the immutable flag (`chattr +i`).
+/// removal rather than keep what is left as an edit made by hand. Stopped two ways, with
+/// the immutable flag (`chattr +i`): on the root folder (the tree's own folder cannot be
+/// removed from it, nor renamed), and on a folder inside the tree (its entries cannot be
+/// removed). Needs root, and a filesystem that keeps the flag.
 #[test]
 #[cfg_attr(fp_missing = "root", ignore = "needs root (chattr +i)")]
 fn a_recovery_stopped_while_it_removes_a_first_tree_leaves_none_of_it() {
     crate::support::needs::root();
-    let env = Env::new();
-    let trees = Trees::new();
-    let (version, _) = Publishing::First.setup(&env, &trees);
-    let args = publish_args(version, &trees.new);
-    let args = strs(&args);
-    crash(
-        &env,
-        &args,
-        20,
-        b"",
-        "txn.before_commit",
-        Mode::Abort,
-        "first",
-    );
-    assert_on_disk(&env, Some(&trees.new), "crashed");
-    let immutable = |on: bool| {
-        let ok = std::process::Command::new("chattr")
-            .arg(if on { "+i" } else { "-i" })
+    for inside in [false, true] {
+        let what = if inside {
+            "a folder of the tree immutable"
+        } else {
+            "the root immutable"
+        };
+        let env = Env::new();
+        let trees = Trees::new();
+        let (version, _) = Publishing::First.setup(&env, &trees);
+        let args = publish_args(version, &trees.new);
+        let args = strs(&args);
+        crash(&env, &args, 20, b"", "txn.before_commit", Mode::Abort, what);
+        assert_on_disk(&env, Some(&trees.new), what);
+        let chattr = |flag: &str, path: &Path| {
+            let ok = std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(path)
+                .status()
+                .expect("run chattr")
+                .success();
+            assert!(ok, "chattr {flag} {}", path.display());
+        };
+        let locked = if inside {
+            env.path(&format!("{SITE}/readonly"))
+        } else {
+            env.root().to_path_buf()
+        };
+        chattr("+i", &locked);
+        let stopped = env.fp(&["recover"]).now(21).output();
+        // Wherever recovery left the locked folder (a tree taken aside moves it).
+        std::process::Command::new("chattr")
+            .args(["-R", "-i"])
             .arg(env.root())
+            // It says it cannot change the markers' flags (symlinks): they have none.
+            .stderr(std::process::Stdio::null())
             .status()
-            .expect("run chattr")
-            .success();
-        assert!(ok, "chattr on {}", env.root().display());
-    };
-    immutable(true);
-    let stopped = env.fp(&["recover"]).now(21).output();
-    immutable(false);
-    assert_ne!(stopped.code, 0, "recover went through: {stopped:?}");
-    // Whatever the stopped recovery did, the resource is the whole new tree or nothing.
-    let found = manifest(&env.path(SITE));
-    assert!(
-        found.is_none() || found == Some(trees.new.manifest()),
-        "a part of the tree stands:\n{}",
-        found.unwrap_or_default()
-    );
-    env.fp(&["recover"]).now(22).expect(0);
-    assert_eq!(names(&env), Vec::<String>::new(), "left: {:?}", names(&env));
-    assert_tree(&env, 23, None, "recovered");
-    // And the publish goes through when sent again.
-    env.fp(&args).now(24).expect_stdout(0, "written");
-    assert_tree(&env, 25, Some((&trees.new, 1, 0)), "published");
+            .expect("run chattr");
+        assert_ne!(stopped.code, 0, "{what}: recover went through: {stopped:?}");
+        // Whatever the stopped recovery did, the resource is the whole new tree or
+        // nothing.
+        let found = manifest(&env.path(SITE));
+        assert!(
+            found.is_none() || found == Some(trees.new.manifest()),
+            "{what}: a part of the tree stands:\n{}",
+            found.unwrap_or_default()
+        );
+        env.fp(&["recover"]).now(22).expect(0);
+        assert_eq!(names(&env), Vec::<String>::new(), "{what}: left");
+        assert_tree(&env, 23, None, what);
+        // And the publish goes through when sent again.
+        env.fp(&args).now(24).expect_stdout(0, "written");
+        assert_tree(&env, 25, Some((&trees.new, 1, 0)), what);
+    }
 }
 
 /// An old tree retired by a publish is kept for its grace period (`--keep-old`, 60 ticks
