@@ -258,7 +258,18 @@ fn apply_tree(doc: &DocPath, marker: &TreeMarker, action: TreeRecovery, now: i64
             crate::tree::remove_tree(folder, &marker.staged_name)?;
         }
         TreeRecovery::RemoveNew => {
-            crate::tree::remove_tree(folder, &doc.name)?;
+            // Taken aside to the staged name first: a recovery stopped part way through
+            // the removal leaves nothing at the resource's name, and the marker (removed
+            // last) names the rest for the next recovery, which drops it as a tree that
+            // never swapped in. Removed in place, what was left would stand as the
+            // resource, no longer the staged tree: kept as a hand edit.
+            folder
+                .rename(&doc.name, &marker.staged_name)
+                .map_err(crate::error::Error::io(
+                    "cannot take aside the uncommitted tree",
+                    doc.path(),
+                ))?;
+            crate::tree::remove_tree(folder, &marker.staged_name)?;
             folder.sync()?;
         }
         TreeRecovery::DropStaged => crate::tree::remove_tree(folder, &marker.staged_name)?,
