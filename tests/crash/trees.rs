@@ -416,57 +416,8 @@ fn tree_case(point: &str, mode: Mode, how: Publishing, next: Next) {
     let new_version = (&trees.new, version.0, version.1);
     let mut standing = if committed { Some(new_version) } else { before };
 
-    // Before any recovery: status only looks. The resource is one whole tree; the record
-    // describes the committed state.
-    let row = status_row(&env, SITE, Some(20));
     let crashed = mode != Mode::Error;
-    if crashed && stage == Stage::Swapped {
-        assert_eq!(row["document"]["state"], "interrupted", "{what}: {row}");
-        assert_on_disk(&env, Some(&trees.new), &what);
-        // The old tree waits whole at the staged name, for recovery to swap back.
-        if let Some((old, _, _)) = before {
-            let at = staged(&env);
-            assert_eq!(at.len(), 1, "{what}: {:?}", names(&env));
-            assert_eq!(manifest(&env.path(&at[0])), Some(old.manifest()), "{what}");
-        }
-    } else {
-        let want = if standing.is_some() {
-            "matches"
-        } else {
-            "absent"
-        };
-        assert_eq!(row["document"]["state"], want, "{what}: {row}");
-        assert_on_disk(&env, standing.map(|(t, _, _)| t), &what);
-    }
-    assert_record(&row, standing, &what);
-    let marked = crashed && stage != Stage::Unmarked;
-    assert_eq!(
-        markers(&env).len(),
-        usize::from(marked),
-        "{what}: {:?}",
-        names(&env)
-    );
-    if !crashed {
-        // A publish that fails (rather than dies) undoes its own work, or, past its
-        // COMMIT, finishes it: only an old tree within its grace period may be there.
-        assert_eq!(
-            leftovers(&env, 20),
-            Vec::<String>::new(),
-            "{what}: leftovers"
-        );
-    }
-    // verify says what recovery has to do: undo a swap (`interrupted`), tidy a marker
-    // (`leftover-links`), remove a dead writer's staged tree (`leftover-temp`); nothing
-    // once the publish undid or finished its own work.
-    let mut want: Vec<&str> = match (crashed, stage) {
-        (false, _) | (true, Stage::Unmarked) => vec![],
-        (true, Stage::Marked | Stage::Committed) => vec!["leftover-links"],
-        (true, Stage::Swapped) => vec!["interrupted"],
-    };
-    if crashed && !staged(&env).is_empty() {
-        want.push("leftover-temp");
-    }
-    assert_eq!(problems(&env, 20), want, "{what}: {:?}", names(&env));
+    before_recovery(&env, &trees, stage, crashed, (before, standing), &what);
 
     let now = match next {
         Next::Retry => {
@@ -513,6 +464,69 @@ fn tree_case(point: &str, mode: Mode, how: Publishing, next: Next) {
     env.fp(&strs(&third)).now(301).expect_stdout(0, "written");
     assert_eq!(names(&env), vec![SITE.to_string()], "{what}");
     assert_tree(&env, 302, Some((&trees.newer, e3, 0)), &what);
+}
+
+/// What a crashed (or failed) tree publish leaves before any recovery, as `status` and
+/// `verify` (which only look) and the folder show it: `before` is the version that stood
+/// before the publish, `standing` the one recovery will keep.
+fn before_recovery(
+    env: &Env,
+    trees: &Trees,
+    stage: Stage,
+    crashed: bool,
+    (before, standing): (Option<Version<'_>>, Option<Version<'_>>),
+    what: &str,
+) {
+    // Before any recovery: status only looks. The resource is one whole tree; the record
+    // describes the committed state.
+    let row = status_row(env, SITE, Some(20));
+    if crashed && stage == Stage::Swapped {
+        assert_eq!(row["document"]["state"], "interrupted", "{what}: {row}");
+        assert_on_disk(env, Some(&trees.new), what);
+        // The old tree waits whole at the staged name, for recovery to swap back.
+        if let Some((old, _, _)) = before {
+            let at = staged(env);
+            assert_eq!(at.len(), 1, "{what}: {:?}", names(env));
+            assert_eq!(manifest(&env.path(&at[0])), Some(old.manifest()), "{what}");
+        }
+    } else {
+        let want = if standing.is_some() {
+            "matches"
+        } else {
+            "absent"
+        };
+        assert_eq!(row["document"]["state"], want, "{what}: {row}");
+        assert_on_disk(env, standing.map(|(t, _, _)| t), what);
+    }
+    assert_record(&row, standing, what);
+    let marked = crashed && stage != Stage::Unmarked;
+    assert_eq!(
+        markers(env).len(),
+        usize::from(marked),
+        "{what}: {:?}",
+        names(env)
+    );
+    if !crashed {
+        // A publish that fails (rather than dies) undoes its own work, or, past its
+        // COMMIT, finishes it: only an old tree within its grace period may be there.
+        assert_eq!(
+            leftovers(env, 20),
+            Vec::<String>::new(),
+            "{what}: leftovers"
+        );
+    }
+    // verify says what recovery has to do: undo a swap (`interrupted`), tidy a marker
+    // (`leftover-links`), remove a dead writer's staged tree (`leftover-temp`); nothing
+    // once the publish undid or finished its own work.
+    let mut want: Vec<&str> = match (crashed, stage) {
+        (false, _) | (true, Stage::Unmarked) => vec![],
+        (true, Stage::Marked | Stage::Committed) => vec!["leftover-links"],
+        (true, Stage::Swapped) => vec!["interrupted"],
+    };
+    if crashed && !staged(env).is_empty() {
+        want.push("leftover-temp");
+    }
+    assert_eq!(problems(env, 20), want, "{what}: {:?}", names(env));
 }
 
 fn tree_point(point: &str) {
