@@ -165,10 +165,8 @@ fn take_or_replay(
 pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     let resource = ctx.resource(raw)?;
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
-    // document that is a symlink, a folder or a special file can never be written: refuse
-    // the claim now, before any lease is recorded. A folder the sink recorded as a tree is
-    // that tree, and one beside a tree publish's marker is a first publish that crashed
-    // (the claim's recovery resolves it): the next lease publishes over it.
+    // document that is a symlink or a special file can never be written: refuse the claim
+    // now, before any lease is recorded. A folder may be a tree (`write --tree`).
     // With a store, the document is the store's: a mirror root's copy is not checked here.
     let local = ctx.remote.is_none();
     if local {
@@ -176,35 +174,15 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     }
     if local && let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
         crate::session::refuse_state_file(ctx, &doc, &resource)?;
-        if let Err(e) = crate::atomic::inspect_document(&doc)
-            && !recorded_tree(ctx, &doc, &resource)?
-        {
-            return Err(e);
+        let folder = doc
+            .folder
+            .stat(&doc.name)?
+            .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
+        if !folder {
+            crate::atomic::inspect_document(&doc)?;
         }
     }
     Ok(resource)
-}
-
-/// Whether a folder stands at the resource's name and is a tree: a tree publish's marker
-/// stands beside it, or the state file (if there is one) records a tree for it. Opens the
-/// state file read-only: a claim refused here creates nothing.
-fn recorded_tree(ctx: &Ctx, doc: &crate::resource::DocPath, resource: &Resource) -> Result<bool> {
-    let folder = doc
-        .folder
-        .stat(&doc.name)?
-        .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
-    if !folder || !ctx.db.exists() {
-        return Ok(false);
-    }
-    if crate::recovery::tree_marked(doc)? {
-        return Ok(true);
-    }
-    let mut store = ctx.read_store("nothing was ever claimed here")?;
-    let snapshot = store.snapshot()?;
-    Ok(snapshot
-        .sink(resource)?
-        .and_then(|r| r.content)
-        .is_some_and(|c| c.tree))
 }
 
 /// Whether a claim by `owner` is a retry of the claim that made `lease` (see

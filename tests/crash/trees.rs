@@ -10,7 +10,7 @@
 //! tree hash covers, so the record's hash is checked against the bytes on disk too.
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{MODES, Mode, Next, crash};
 use crate::harness::{Env, scratch};
@@ -539,14 +539,16 @@ fn tree_point(point: &str) {
     }
 }
 
-/// The matrix covers every failpoint of a tree publish: `TREE_POINTS` lists each
-/// `tree.*` point of the sources, and each of its points has its test here.
+/// The matrix covers every failpoint of a tree publish on a local root: `TREE_POINTS`
+/// lists each `tree.*` point of its sources (a store's tree publish, in
+/// `publish/store_tree.rs`, uploads and commits in the store: its points are a store's),
+/// and each of its points has its test here.
 #[test]
 fn every_tree_failpoint_has_its_crash_test() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut named = Vec::new();
-    for file in rust_files(&src) {
-        let text = std::fs::read_to_string(&file).expect("read the source");
+    for file in ["publish/tree.rs", "tree.rs", "recovery.rs"] {
+        let text = std::fs::read_to_string(src.join(file)).expect("read the source");
         for (at, _) in text.match_indices("failpoint!(\"tree.") {
             let rest = &text[at + "failpoint!(\"".len()..];
             named.push(rest[..rest.find('"').expect("a closing quote")].to_string());
@@ -566,20 +568,6 @@ fn every_tree_failpoint_has_its_crash_test() {
             "no crash test stops a tree publish at {point}"
         );
     }
-}
-
-/// The `.rs` files under `dir`, recursively.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("read_dir") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            out.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[test]
@@ -672,15 +660,17 @@ fn a_tree_edited_by_hand_after_an_uncommitted_swap_is_kept() {
     }
 }
 
-/// Recovery that stops part way through removing an uncommitted first tree must not
-/// leave part of that tree standing as the resource: the next recovery finishes the
-/// removal rather than keep what is left as an edit made by hand. Stopped two ways, with
-/// the immutable flag (`chattr +i`): on the root folder (the tree's own folder cannot be
-/// removed from it, nor renamed), and on a folder inside the tree (its entries cannot be
-/// removed). Needs root, and a filesystem that keeps the flag.
+/// Recovery that stops part way through taking an uncommitted first tree away must not
+/// leave part of that tree standing as the resource, which the next recovery would keep
+/// as an edit made by hand: the resource is the whole tree or nothing, and once the grace
+/// period of what it took away is over, nothing of the tree is left. Stopped two ways,
+/// with the immutable flag (`chattr +i`): on the root folder (nothing at the resource's
+/// name can be renamed or removed: the recovery itself stops), and on a folder inside the
+/// tree (its entries cannot be removed: the removal of the tree taken away stops, once its
+/// grace period is over). Needs root, and a filesystem that keeps the flag.
 #[test]
 #[cfg_attr(fp_missing = "root", ignore = "needs root (chattr +i)")]
-fn a_recovery_stopped_while_it_removes_a_first_tree_leaves_none_of_it() {
+fn a_recovery_stopped_while_it_takes_a_first_tree_away_leaves_none_of_it() {
     crate::support::needs::root();
     for inside in [false, true] {
         let what = if inside {
@@ -695,23 +685,25 @@ fn a_recovery_stopped_while_it_removes_a_first_tree_leaves_none_of_it() {
         let args = strs(&args);
         crash(&env, &args, 20, b"", "txn.before_commit", Mode::Abort, what);
         assert_on_disk(&env, Some(&trees.new), what);
-        let chattr = |flag: &str, path: &Path| {
-            let ok = std::process::Command::new("chattr")
-                .arg(flag)
-                .arg(path)
-                .status()
-                .expect("run chattr")
-                .success();
-            assert!(ok, "chattr {flag} {}", path.display());
-        };
         let locked = if inside {
             env.path(&format!("{SITE}/readonly"))
         } else {
             env.root().to_path_buf()
         };
-        chattr("+i", &locked);
-        let stopped = env.fp(&["recover"]).now(21).output();
-        // Wherever recovery left the locked folder (a tree taken aside moves it).
+        let ok = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&locked)
+            .status()
+            .expect("run chattr")
+            .success();
+        assert!(ok, "chattr +i {}", locked.display());
+        if inside {
+            // Taken away whole, kept for its grace period.
+            env.fp(&["recover"]).now(1000).expect(0);
+            assert_on_disk(&env, None, what);
+        }
+        let stopped = env.fp(&["recover"]).now(2000).output();
+        // Wherever recovery left the locked folder (a tree taken away moves it).
         std::process::Command::new("chattr")
             .args(["-R", "-i"])
             .arg(env.root())
@@ -728,12 +720,17 @@ fn a_recovery_stopped_while_it_removes_a_first_tree_leaves_none_of_it() {
             "{what}: a part of the tree stands:\n{}",
             found.unwrap_or_default()
         );
-        env.fp(&["recover"]).now(22).expect(0);
+        env.fp(&["recover"]).now(2001).expect(0);
+        assert_eq!(leftovers(&env, 2001), Vec::<String>::new(), "{what}: left");
+        assert_tree(&env, 2001, None, what);
+        env.fp(&["recover"]).now(3000).expect(0);
         assert_eq!(names(&env), Vec::<String>::new(), "{what}: left");
-        assert_tree(&env, 23, None, what);
         // And the publish goes through when sent again.
-        env.fp(&args).now(24).expect_stdout(0, "written");
-        assert_tree(&env, 25, Some((&trees.new, 1, 0)), what);
+        let e2 = env.claim(SITE, "B", 100, 3001);
+        env.fp(&strs(&publish_args((e2, 0), &trees.new)))
+            .now(3002)
+            .expect_stdout(0, "written");
+        assert_tree(&env, 3003, Some((&trees.new, e2, 0)), what);
     }
 }
 
