@@ -431,7 +431,9 @@ fn tree_case(point: &str, mode: Mode, how: Publishing, next: Next) {
             200
         }
         Next::Recover => {
-            env.fp(&["recover"]).now(200).expect(0);
+            let done = env.fp(&["recover"]).now(200).expect(0);
+            let said = recovered(mode, stage, how, point);
+            assert_eq!(done.stdout.trim(), said, "{what}");
             200
         }
     };
@@ -527,6 +529,30 @@ fn before_recovery(
         want.push("leftover-temp");
     }
     assert_eq!(problems(env, 20), want, "{what}: {:?}", names(env));
+}
+
+/// What `recover` says after a publish stopped at `point` of `stage` in `mode`.
+fn recovered(mode: Mode, stage: Stage, how: Publishing, point: &str) -> String {
+    let did = match (mode, stage) {
+        // A failed publish undid or finished its own work (an old tree it kept for its
+        // grace period goes silently once the grace period is over).
+        (Mode::Error, _) => return "nothing to recover".into(),
+        (_, Stage::Unmarked) if point == "tree.before_stage" => {
+            return "nothing to recover".into();
+        }
+        (_, Stage::Unmarked) => "nothing to do, 1 temp file removed",
+        (_, Stage::Marked) => "removed a tree publish that never swapped in, 0 temp files removed",
+        (_, Stage::Swapped) if how == Publishing::First => {
+            "rolled back an uncommitted first tree publish (tree removed), 0 temp files removed"
+        }
+        (_, Stage::Swapped) => {
+            "rolled back an uncommitted tree publish (previous tree restored), 0 temp files removed"
+        }
+        (_, Stage::Committed) => {
+            "finished a committed tree publish (its old tree removed), 0 temp files removed"
+        }
+    };
+    format!("{SITE}: {did}")
 }
 
 fn tree_point(point: &str) {
