@@ -171,11 +171,9 @@ pub fn tree_marked(doc: &DocPath) -> Result<bool> {
 }
 
 /// What recovery would do for the tree publishes marked beside the document, if any (see
-/// [`Pending`]), in the terms of a document's: undoing a swap (or a first publish) is a
-/// rollback, as a write's renamed document is; retiring a committed publish's old tree or
-/// dropping a tree that never swapped in only tidies, as a finished write's links do. A
-/// publish whose writer still holds the staged folder's lock (at the resource's name
-/// after the swap, at the staged name before) is in progress, not a crash.
+/// [`Pending`]), in the terms of a document's ([`as_document`]). A publish whose writer
+/// still holds the staged folder's lock (at the resource's name after the swap, at the
+/// staged name before) is in progress, not a crash.
 pub fn pending_tree(doc: &DocPath, recorded: Option<Recorded>) -> Result<Option<Pending>> {
     let markers = tree_markers(doc)?;
     if markers.is_empty() {
@@ -190,16 +188,25 @@ pub fn pending_tree(doc: &DocPath, recorded: Option<Recorded>) -> Result<Option<
             found.in_progress = true;
             continue;
         }
-        let action = match decide_tree(doc, recorded, &marker)? {
-            TreeRecovery::SwapBack => Recovery::RestorePre,
-            TreeRecovery::RemoveNew => Recovery::RemoveDoc,
-            TreeRecovery::Retire | TreeRecovery::DropStaged => Recovery::DropLinks,
-        };
+        let action = as_document(decide_tree(doc, recorded, &marker)?);
         if weight(action) > weight(found.action) {
             found.action = action;
         }
     }
     Ok(Some(found))
+}
+
+/// A tree recovery in the terms of a document's: undoing a swap (or a first publish) is a
+/// rollback, as putting a write's pre-image back (or removing a first document) is;
+/// retiring a committed publish's old tree or dropping a tree that never swapped in only
+/// tidies, as dropping a finished write's links does.
+#[must_use]
+pub fn as_document(action: TreeRecovery) -> Recovery {
+    match action {
+        TreeRecovery::SwapBack => Recovery::RestorePre,
+        TreeRecovery::RemoveNew => Recovery::RemoveDoc,
+        TreeRecovery::Retire | TreeRecovery::DropStaged => Recovery::DropLinks,
+    }
 }
 
 /// Whether the writer of the tree publish `marker` names still holds its staged folder's
