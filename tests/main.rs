@@ -45,4 +45,5 @@ mod structure;
 mod sync_commit;
 mod tls;
 mod torture;
+mod trees;
 mod walls;
