@@ -464,6 +464,47 @@ fn a_different_tree_under_the_same_version_is_a_conflict_that_changes_nothing() 
 }
 
 #[test]
+fn a_takeover_fences_the_old_holder_out_and_its_tree_replaces_the_old_one() {
+    let env = Env::new();
+    let src = sources();
+    let (t1, late, t2) = (
+        site(&src.path().join("t1"), "A's first"),
+        site(&src.path().join("late"), "A's late"),
+        site(&src.path().join("t2"), "B's"),
+    );
+    assert_eq!(env.claim(RES, "A", 10, 0), 1);
+    tree_write(&env, RES, (1, None), &t1, 1, &[]).expect_stdout(0, "written");
+    // A's lease runs out; B takes the tree over. The claim registers epoch 2 with the
+    // sink: A is stale before B publishes anything.
+    assert_eq!(env.claim(RES, "B", 100, 20), 2);
+    let (before, row) = (root_state(&env), status_row(&env, RES, Some(21)));
+    for (what, tree) in [("another tree", &late), ("its own tree again", &t1)] {
+        let j = tree_write_json(&env, RES, (1, None), tree, 21, 5);
+        assert_eq!(j["outcome"], "stale", "{what}: {j}");
+        assert_eq!(j["fence"], 2, "{what}: {j}");
+        assert_eq!(
+            root_state(&env),
+            before,
+            "{what}: a stale write changed the root"
+        );
+        assert_eq!(status_row(&env, RES, Some(21)), row, "{what}");
+    }
+    // B's tree replaces A's, whole; A's is kept beside it for its readers.
+    let j = tree_write_json(&env, RES, (2, None), &t2, 22, 0);
+    assert_eq!(j["outcome"], "written");
+    assert_eq!(j["previous_fence"], 2);
+    assert_published(&env, RES, &t2, (2, 0), 23);
+    let old = old_trees(&env, RES);
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert_eq!(snapshot(&env.path(&old[0].0)), snapshot(&t1));
+    // And A is still stale after B's publish.
+    let (before, row) = (root_state(&env), status_row(&env, RES, Some(23)));
+    tree_write(&env, RES, (1, None), &late, 23, &[]).expect_stdout(5, "stale");
+    assert_eq!(root_state(&env), before);
+    assert_eq!(status_row(&env, RES, Some(23)), row);
+}
+
+#[test]
 fn an_epoch_never_issued_is_unissued_and_makes_no_folder() {
     let env = Env::new();
     let src = sources();
