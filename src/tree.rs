@@ -314,23 +314,24 @@ fn survey_into(
     limits: &Limits,
     survey: &mut Survey,
 ) -> Result<()> {
+    // The folders each entry of `dir` goes down: `dir`'s own depth.
     let depth = components(path).len();
-    if depth >= limits.depth {
-        return Err(Error::usage_hint(
-            format!(
-                "{} is more than {} folders deep: not published",
-                dir.path().display(),
-                limits.depth
-            ),
-            "pass a higher --max-depth if the tree is meant to be that deep",
-        ));
-    }
     let mut names = dir.names()?;
     names.sort();
     for name in names {
         let Some(entry) = dir.stat(&name)? else {
             continue;
         };
+        if depth > limits.depth {
+            return Err(Error::usage_hint(
+                format!(
+                    "{} is more than {} folders deep: not published",
+                    dir.join(&name).display(),
+                    limits.depth
+                ),
+                "pass a higher --max-depth if the tree is meant to be that deep",
+            ));
+        }
         survey.entries += 1;
         if survey.entries > limits.entries {
             return Err(Error::usage_hint(
@@ -446,7 +447,7 @@ fn copy_into(
         };
         // The limits again: the source may have grown since it was surveyed.
         count.entries += 1;
-        if count.entries > how.limits.entries || components(path).len() >= how.limits.depth {
+        if count.entries > how.limits.entries || components(path).len() > how.limits.depth {
             return Err(changed_under(&src.join(&name)));
         }
         let len = path.len();

@@ -804,6 +804,51 @@ fn a_source_that_holds_the_resources_folder_is_refused() {
     }
 }
 
+/// Each limit at its value passes; one past it is bad input, refused before a byte is
+/// staged. `--max-entries` counts files, folders and symlinks (not the top folder),
+/// `--max-size` the bytes of the files, `--max-depth` the folders a path goes down.
+#[test]
+fn each_limit_refuses_a_source_one_past_it() {
+    let src = sources();
+    let env = with_a_tree(src.path());
+    // 5 entries: a, d1, d1/d2, d1/d2/f, e (empty); 10 bytes; f goes down 2 folders.
+    let tree = build(
+        &src.path().join("small"),
+        0o755,
+        &[
+            Make::File("a", 0o644, b"12345"),
+            Make::Dir("d1", 0o755),
+            Make::Dir("d1/d2", 0o755),
+            Make::File("d1/d2/f", 0o644, b"67890"),
+            Make::Dir("e", 0o755),
+        ],
+    );
+    for (limit, passes, refused_at, word) in [
+        ("--max-entries", "5", "4", "entries"),
+        ("--max-size", "10", "9", "bytes"),
+        ("--max-depth", "2", "1", "deep"),
+    ] {
+        let line = refused(&env, &tree, &[limit, refused_at], limit);
+        assert!(line.contains(word), "{limit} {refused_at}: {line}");
+        let mut seq = status_row(&env, RES, Some(5))["sink"]["seq"]
+            .as_i64()
+            .expect("a seq");
+        seq += 1;
+        tree_write(&env, RES, (1, Some(seq)), &tree, 5, &[limit, passes])
+            .expect_stdout(0, "written");
+        assert_published(&env, RES, &tree, (1, seq), 5);
+    }
+    // A flat folder goes down no folder at all.
+    let flat = build(
+        &src.path().join("flat"),
+        0o755,
+        &[Make::File("only", 0o644, b"x")],
+    );
+    tree_write(&env, RES, (1, Some(10)), &flat, 6, &["--max-depth", "0"])
+        .expect_stdout(0, "written");
+    assert_published(&env, RES, &flat, (1, 10), 6);
+}
+
 #[test]
 fn options_that_give_content_another_way_are_refused() {
     let src = sources();
