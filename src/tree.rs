@@ -326,7 +326,7 @@ fn survey_into(
             return Err(Error::usage_hint(
                 format!(
                     "{} is more than {} folders deep: not published",
-                    dir.join(&name).display(),
+                    shown_path(&dir.join(&name)),
                     limits.depth
                 ),
                 "pass a higher --max-depth if the tree is meant to be that deep",
@@ -337,7 +337,7 @@ fn survey_into(
             return Err(Error::usage_hint(
                 format!(
                     "{} holds more than {} entries: not published",
-                    dir.path().display(),
+                    shown_path(dir.path()),
                     limits.entries
                 ),
                 "pass a higher --max-entries if the tree is meant to be that big",
@@ -350,7 +350,7 @@ fn survey_into(
                     return Err(Error::usage_hint(
                         format!(
                             "the files under {} hold more than {} bytes: not published",
-                            dir.path().display(),
+                            shown_path(dir.path()),
                             limits.bytes
                         ),
                         "pass a higher --max-size if the tree is meant to be that big",
@@ -374,7 +374,7 @@ fn survey_into(
                 return Err(Error::usage_hint(
                     format!(
                         "{} is a symlink: a tree holds files and folders",
-                        dir.join(&name).display()
+                        shown_path(&dir.join(&name))
                     ),
                     "pass --allow-symlinks to publish symlinks as symlinks (never followed)",
                 ));
@@ -383,7 +383,7 @@ fn survey_into(
                 return Err(Error::usage(format!(
                     "{} is a device, FIFO or socket: a tree holds files, folders and \
                      (with --allow-symlinks) symlinks",
-                    dir.join(&name).display()
+                    shown_path(&dir.join(&name))
                 )));
             }
         }
@@ -391,10 +391,17 @@ fn survey_into(
     Ok(())
 }
 
+/// A path under a source folder for a message: its names are anyone's, so one that holds
+/// a newline or another misleading character is quoted with it escaped, never printed as
+/// a line of its own.
+fn shown_path(path: &std::path::Path) -> String {
+    crate::text::display_name(&path.to_string_lossy())
+}
+
 fn changed_under(path: &std::path::Path) -> Error {
     Error::usage(format!(
         "{} changed while it was being copied: not published",
-        path.display()
+        shown_path(path)
     ))
 }
 

@@ -717,6 +717,19 @@ fn a_symlink_in_the_source_is_refused_without_allow_symlinks() {
     }
 }
 
+/// A source's names are anyone's: one that holds a newline is shown escaped, and the
+/// refusal stays one `fencepost:` line that nothing in the name can add to.
+#[test]
+fn a_refused_entry_with_a_newline_in_its_name_is_named_on_one_line() {
+    let src = sources();
+    let env = with_a_tree(src.path());
+    let tree = site(&src.path().join("newline"), "v2");
+    std::os::unix::fs::symlink("/etc/passwd", tree.join("evil\nfencepost: written"))
+        .expect("symlink");
+    let line = refused(&env, &tree, &[], "a symlink named with a newline");
+    assert!(line.contains(r"evil\nfencepost: written"), "{line}");
+}
+
 #[test]
 fn a_fifo_or_a_socket_in_the_source_is_refused() {
     let src = sources();
@@ -1157,6 +1170,27 @@ fn verify_names_each_entry_added_removed_or_changed_by_hand() {
     chmod(&tree, 0o755);
     let done = env.fp(&["verify", RES]).now(3).expect(9);
     assert!(done.stdout.contains("changed ."), "{}", done.stdout);
+}
+
+/// `verify` says each drifted entry on the resource's one line: a name with a newline
+/// is shown escaped, never as a line of its own.
+#[test]
+fn verify_shows_a_drifted_name_with_a_newline_escaped() {
+    let env = Env::new();
+    let src = sources();
+    let v1 = site(&src.path().join("v1"), "v1");
+    std::fs::write(v1.join("new\nline"), "x\n").expect("write");
+    env.claim(RES, "A", 100, 0);
+    tree_write(&env, RES, (1, Some(1)), &v1, 1, &[]).expect_stdout(0, "written");
+    assert_published(&env, RES, &v1, (1, 1), 2);
+    std::fs::write(env.path(RES).join("new\nline"), "edited\n").expect("edit");
+    let done = env.fp(&["verify"]).now(3).expect(9);
+    assert_eq!(done.stdout.lines().count(), 1, "{:?}", done.stdout);
+    assert!(
+        done.stdout.contains(r#"changed "new\nline""#),
+        "{:?}",
+        done.stdout
+    );
 }
 
 /// A replay of the recorded version over a tree edited by hand puts the recorded tree
