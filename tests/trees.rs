@@ -1209,6 +1209,24 @@ fn publishing_the_recorded_tree_again_over_a_drifted_one_puts_it_back() {
     env.fp(&["verify"]).now(4).expect(0);
 }
 
+/// The same with a FIFO put in the tree by hand, which no tree can hold: the tree on
+/// disk is not the recorded one, and the replay puts the recorded one back rather than
+/// failing on it; `verify` names the entry.
+#[test]
+fn publishing_the_recorded_tree_again_over_a_fifo_put_in_by_hand_puts_it_back() {
+    let env = Env::new();
+    let src = sources();
+    let v1 = site(&src.path().join("v1"), "v1");
+    env.claim(RES, "A", 100, 0);
+    tree_write(&env, RES, (1, Some(1)), &v1, 1, &[]).expect_stdout(0, "written");
+    crate::support::mkfifo(&env.path(RES).join("deep/a/b/pipe"));
+    let done = env.fp(&["verify"]).now(2).expect(9);
+    assert!(done.stdout.contains("pipe"), "{}", done.stdout);
+    tree_write(&env, RES, (1, Some(1)), &v1, 3, &[]).expect_stdout(0, "written");
+    assert_published(&env, RES, &v1, (1, 1), 4);
+    env.fp(&["verify"]).now(4).expect(0);
+}
+
 #[test]
 fn removing_a_tree_takes_the_folder_away() {
     let env = Env::new();

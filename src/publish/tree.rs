@@ -396,7 +396,11 @@ impl Target<'_> {
 /// Whether the tree at the resource's name is the one hashed to `sha256`.
 fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
     match doc.folder.child(&doc.name)? {
-        crate::folder::Child::Folder(dir) => Ok(tree::read_manifest(&dir)?.sha256() == sha256),
+        // A tree that cannot be read back (a FIFO put in it by hand, which no tree holds)
+        // is not the recorded one either: the replay puts that one back.
+        crate::folder::Child::Folder(dir) => {
+            Ok(tree::read_manifest(&dir).is_ok_and(|m| m.sha256() == sha256))
+        }
         _ => Ok(false),
     }
 }
