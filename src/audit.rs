@@ -195,6 +195,15 @@ impl Event {
             (EventKind::Refused(RefusalKind::Held | RefusalKind::Lost), Some(o), Some(e)) => {
                 format!(" (holder {o} e{e})")
             }
+            // `write --tree`: a folder published as one version.
+            (EventKind::Write, _, _)
+                if self
+                    .detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with("tree")) =>
+            {
+                " tree".to_string()
+            }
             // `write --unfenced`: accepted without the fence's check, over a newer epoch
             // when the fence was past its own.
             (EventKind::Write, _, fence) if self.detail.as_deref() == Some("unfenced") => {

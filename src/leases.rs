@@ -165,8 +165,9 @@ fn take_or_replay(
 pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     let resource = ctx.resource(raw)?;
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
-    // document that is a symlink, a folder or a special file can never be written: refuse
-    // the claim now, before any lease is recorded.
+    // document that is a symlink or a special file can never be written: refuse the claim
+    // now, before any lease is recorded. A folder is refused too, unless the sink records a
+    // tree there (`write --tree`).
     // With a store, the document is the store's: a mirror root's copy is not checked here.
     let local = ctx.remote.is_none();
     if local {

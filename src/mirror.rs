@@ -302,6 +302,9 @@ fn apply(
     if published.removed {
         return apply_removal(mirror, published).map(seen);
     }
+    if published.tree {
+        return apply_tree(mirror, store, published).map(seen);
+    }
     if roll_forward(mirror, &resource, published)?.is_some() {
         return Ok(seen("applied"));
     }
@@ -354,6 +357,143 @@ fn apply_removal(mirror: &Ctx, published: &Published) -> Result<&'static str> {
         Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => Ok("stale"),
         Err(e) => Err(e),
     }
+}
+
+/// Applies a tree the store published: its manifest and files are downloaded into a
+/// folder of the mirror's `.fencepost/` (each checked against its SHA-256), which the
+/// local tree publish then stages and swaps in under the same version. A crashed apply
+/// is kept by the local recovery (a mirror rolls forward), and the next one records it.
+fn apply_tree(
+    mirror: &Ctx,
+    store: &mut dyn SharedStore,
+    published: &Published,
+) -> Result<&'static str> {
+    let mut bytes = Vec::new();
+    store.read(published, &mut bytes)?;
+    let manifest = crate::tree::Manifest::parse(&bytes)?;
+    let incoming = IncomingTree::make(&mirror.root.join(STATE_DIR))?;
+    let manifest_blob = published
+        .blob
+        .ok_or(Error::Internal("a published tree has no manifest"))?;
+    download_tree(store, &incoming, &manifest, manifest_blob)?;
+    let request = WriteRequest {
+        resource: std::ffi::OsStr::new(&published.resource),
+        epoch: published.epoch,
+        seq: published.seq,
+        owner: published.owner.as_deref(),
+        from: None,
+        allow_empty: false,
+        unfenced: false,
+        applied: true,
+    };
+    let keep_old = crate::recovery::keep_old(mirror.clock.kind());
+    let tree = crate::publish::TreeRequest {
+        src: &incoming.path,
+        allow_symlinks: true,
+        keep_old,
+        // The store took the tree within its writer's limits.
+        limits: crate::tree::Limits {
+            entries: u64::MAX,
+            bytes: u64::MAX,
+            depth: usize::MAX,
+        },
+    };
+    match crate::publish::write_tree(mirror, &request, &tree) {
+        Ok(Outcome::Written(_)) => Ok("applied"),
+        Ok(_) => Ok("current"),
+        Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => Ok("stale"),
+        Err(e) => Err(e),
+    }
+}
+
+/// A tree downloaded into the mirror's `.fencepost/`, removed when dropped.
+struct IncomingTree {
+    parent: crate::folder::Folder,
+    name: std::ffi::OsString,
+    path: PathBuf,
+}
+
+impl IncomingTree {
+    fn make(dir: &Path) -> Result<IncomingTree> {
+        let parent = crate::folder::Folder::open(dir)?;
+        loop {
+            let name: std::ffi::OsString =
+                format!("incoming-{}-{:08x}", std::process::id(), fastrand::u32(..)).into();
+            if !parent.make_child(&name)? {
+                continue;
+            }
+            let path = dir.join(&name);
+            return Ok(IncomingTree { parent, name, path });
+        }
+    }
+}
+
+impl Drop for IncomingTree {
+    fn drop(&mut self) {
+        let _ = crate::tree::remove_tree(&self.parent, &self.name);
+    }
+}
+
+/// Makes the tree `manifest` describes in `into`, its contents read from the store:
+/// folders first (in the manifest's order, each after its parent), then files and
+/// symlinks, then the folders' modes, deepest first.
+fn download_tree(
+    store: &mut dyn SharedStore,
+    into: &IncomingTree,
+    manifest: &crate::tree::Manifest,
+    manifest_blob: i64,
+) -> Result<()> {
+    use crate::tree::ItemKind;
+    use std::os::unix::ffi::OsStrExt;
+    let mut folders: Vec<(Vec<u8>, crate::folder::Folder, u32)> = Vec::new();
+    for item in &manifest.items {
+        let (parent_path, name) = match item.path.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&item.path[..i], &item.path[i + 1..]),
+            None => (&b""[..], &item.path[..]),
+        };
+        if item.path.is_empty() {
+            let top = crate::folder::Folder::open(&into.path)?;
+            folders.push((Vec::new(), top, item.mode));
+            continue;
+        }
+        let parent = folders
+            .iter()
+            .find(|(p, _, _)| p.as_slice() == parent_path)
+            .map(|(_, f, _)| f)
+            .ok_or(Error::Internal(
+                "a tree manifest names an entry before its folder",
+            ))?;
+        let name = std::ffi::OsStr::from_bytes(name);
+        match item.kind {
+            ItemKind::Folder => {
+                parent.make_child(name)?;
+                let crate::folder::Child::Folder(made) = parent.child(name)? else {
+                    return Err(Error::Internal("a downloaded folder is not a folder"));
+                };
+                folders.push((item.path.clone(), made, item.mode));
+            }
+            ItemKind::File => {
+                let mut file = parent
+                    .create_file(name, 0o600)?
+                    .ok_or(Error::Internal("a tree manifest names an entry twice"))?;
+                store.read_blob(manifest_blob, &item.sha256, item.size, &mut file)?;
+                rustix::fs::fchmod(&file, rustix::fs::Mode::from_raw_mode(item.mode))
+                    .map_err(|e| Error::io("cannot set mode of", parent.join(name))(e.into()))?;
+            }
+            ItemKind::Symlink => {
+                let mut target = Vec::new();
+                store.read_blob(manifest_blob, &item.sha256, item.size, &mut target)?;
+                parent
+                    .symlink(std::ffi::OsStr::from_bytes(&target), name)
+                    .map_err(Error::io("cannot create the symlink", parent.join(name)))?;
+            }
+        }
+    }
+    for (_, folder, mode) in folders.iter().rev() {
+        rustix::fs::fchmod(folder, rustix::fs::Mode::from_raw_mode(*mode))
+            .map_err(|e| Error::io("cannot set mode of", folder.path())(e.into()))?;
+    }
+    Ok(())
 }
 
 /// Rolls forward a crashed apply of `published`: the document is the file that apply
@@ -818,7 +958,15 @@ pub fn remove_dead_downloads(ctx: &Ctx) -> Result<usize> {
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
                 Err(nix::errno::Errno::ESRCH)
             );
-        if !alive && std::fs::remove_file(entry.path()).is_ok() {
+        let gone = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            // A tree's download.
+            crate::folder::Folder::open(&dir)
+                .and_then(|d| crate::tree::remove_tree(&d, &name))
+                .is_ok()
+        } else {
+            std::fs::remove_file(entry.path()).is_ok()
+        };
+        if !alive && gone {
             removed += 1;
         }
     }

@@ -457,6 +457,10 @@ pub struct Applied {
 #[derive(Debug, Serialize)]
 pub struct Printed {
     pub resource: String,
+    /// A file of a tree (`cat TREE/PATH`): its path in the tree (the key is there only
+    /// then; `sha256` and `size` are the file's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub epoch: i64,
     /// The version's seq within its epoch (0 without `--seq`).
     pub seq: i64,
@@ -495,10 +499,12 @@ pub enum RefusalDetail {
         seq: i64,
         recorded_sha256: Option<String>,
     },
-    /// write: `claim` never issued this epoch (`issued`: the highest it did).
-    Unissued { issued: Option<i64> },
-    /// write --owner: the epoch was issued to another owner.
-    IssuedToAnother { issued_to: String },
+    /// write, remove: `claim` never issued this epoch (`issued`: the highest it did;
+    /// `seq`: the request's).
+    Unissued { issued: Option<i64>, seq: i64 },
+    /// write --owner, remove --owner: the epoch was issued to another owner (`seq`: the
+    /// request's).
+    IssuedToAnother { issued_to: String, seq: i64 },
 }
 
 impl RefusalDetail {
@@ -534,8 +540,8 @@ impl RefusalDetail {
             RefusalDetail::Stale { fence, .. } | RefusalDetail::Conflict { fence, .. } => {
                 (None, Some(*fence))
             }
-            RefusalDetail::Unissued { issued } => (None, *issued),
-            RefusalDetail::IssuedToAnother { issued_to } => (Some(issued_to.as_str()), None),
+            RefusalDetail::Unissued { issued, .. } => (None, *issued),
+            RefusalDetail::IssuedToAnother { issued_to, .. } => (Some(issued_to.as_str()), None),
         }
     }
 }

@@ -30,10 +30,10 @@ use crate::store::{ReadTxn, Txn, WriteRecord};
 
 mod remove;
 mod store;
+mod store_tree;
 mod tree;
 
 pub use remove::remove;
-pub(crate) use tree::retire as retire_tree;
 pub use tree::{TreeRequest, write_tree};
 
 /// A write as the sink takes it: the resource as named, the writer's epoch and owner, and
@@ -89,8 +89,8 @@ pub fn write<'s>(
     let mut store = ctx.store()?;
     {
         let snapshot = store.snapshot()?;
-        refuse_early(ctx, &*snapshot, &resource, args)?;
         refuse_tree(&*snapshot, &resource)?;
+        refuse_early(ctx, &*snapshot, &resource, args)?;
     }
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
@@ -174,12 +174,17 @@ fn refuse_tree(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
         .and_then(|r| r.content)
         .is_some_and(|c| c.tree)
     {
-        return Err(Error::usage_hint(
-            format!("{resource} is a tree: a document cannot be published there"),
-            "publish the folder with --tree DIR, or pick another name",
-        ));
+        return Err(tree_name_taken(resource));
     }
     Ok(())
+}
+
+/// The refusal of a document where a tree was published.
+fn tree_name_taken(resource: &Resource) -> Error {
+    Error::usage_hint(
+        format!("{resource} is a tree: a document cannot be published there"),
+        "publish the folder with --tree DIR, or pick another name",
+    )
 }
 
 /// The write being made: the document it replaces, its resource and the request.
@@ -347,8 +352,8 @@ fn run_overlapped(
         });
         let opened = ctx.store().and_then(|mut store| {
             let snapshot = store.snapshot()?;
-            refuse_early(ctx, &*snapshot, resource, args)?;
             refuse_tree(&*snapshot, resource)?;
+            refuse_early(ctx, &*snapshot, resource, args)?;
             drop(snapshot);
             Ok(store)
         });
@@ -703,6 +708,7 @@ fn check_issued_owner(
                 Some(owner),
                 RefusalDetail::IssuedToAnother {
                     issued_to: lease.owner.clone(),
+                    seq: args.seq,
                 },
             )))
         }
@@ -752,7 +758,10 @@ fn refusal(
                 }
                 None => format!("no epoch was ever issued for {resource}: claim it first"),
             },
-            RefusalDetail::Unissued { issued },
+            RefusalDetail::Unissued {
+                issued,
+                seq: args.seq,
+            },
         ),
         WriteDecision::Write | WriteDecision::Replay => {
             return Error::Internal("an accepted write was reported as a refusal");

@@ -28,6 +28,16 @@ pub struct Done {
     pub tree: Option<TreeRecovery>,
 }
 
+/// How long recovery keeps a tree it takes away, on the state file's `clock`: 60 s (60
+/// ticks on the logical clock), `write --tree`'s default `--keep-old`.
+#[must_use]
+pub fn keep_old(clock: crate::clock::ClockKind) -> i64 {
+    match clock {
+        crate::clock::ClockKind::Logical => 60,
+        crate::clock::ClockKind::Wall => 60_000,
+    }
+}
+
 /// Recovers one resource's document under the caller's write lock on the state store:
 /// undoes a crashed write's rename (or drops the links of writes that committed or never
 /// renamed) and removes temp files of dead writers. `recorded` reads the identity of the
@@ -39,7 +49,7 @@ pub fn recover(
     resource: &Resource,
     recorded: impl FnOnce() -> Result<Option<Recorded>>,
     mirror: impl FnOnce() -> Result<bool>,
-    now: i64,
+    (now, keep_old): (i64, i64),
 ) -> Result<Done> {
     let Some(doc) = locate(root, resource, false)? else {
         return Ok(Done {
@@ -76,7 +86,7 @@ pub fn recover(
             // A mirror applies only versions its store committed: rolled forward.
             action = TreeRecovery::Retire;
         }
-        apply_tree(&doc, &marker, action, now)?;
+        apply_tree(&doc, &marker, action, now.saturating_add(keep_old))?;
         tree = Some(action);
     }
     remove_expired_trees(&doc, now)?;
@@ -215,27 +225,41 @@ fn decide_tree(
     Ok(action)
 }
 
-/// Carries out a tree recovery for `marker`, then removes the marker.
-fn apply_tree(doc: &DocPath, marker: &TreeMarker, action: TreeRecovery, now: i64) -> Result<()> {
+/// Carries out a tree recovery for `marker`, then removes the marker. A tree it takes
+/// away (the old one of a committed publish, an uncommitted one swapped back or taken off
+/// the resource's name, a staged one) is retired, never removed at once: a reader may
+/// have opened it at the resource's name and be walking it (see `tests/model_tree.rs`).
+/// `deadline`: until when retired trees are kept.
+fn apply_tree(
+    doc: &DocPath,
+    marker: &TreeMarker,
+    action: TreeRecovery,
+    deadline: i64,
+) -> Result<()> {
     let folder = &doc.folder;
-    match action {
-        TreeRecovery::Retire => {
-            if folder.stat(&marker.staged_name)?.is_some() {
-                // Its writer is gone, and with it the grace period it would have kept:
-                // due at once, removed by the sweep of old trees that follows.
-                crate::publish::retire_tree(doc, &marker.staged_name, marker.staged, now)?;
-            }
+    let retire = |name: &OsString| -> Result<()> {
+        if folder.stat(name)?.is_some() {
+            crate::tree::retire(doc, name, marker.staged, deadline)?;
         }
+        Ok(())
+    };
+    match action {
+        TreeRecovery::Retire => retire(&marker.staged_name)?,
         TreeRecovery::SwapBack => {
             crate::tree::exchange(folder, &marker.staged_name, &doc.name)?;
             folder.sync()?;
-            crate::tree::remove_tree(folder, &marker.staged_name)?;
+            retire(&marker.staged_name)?;
         }
         TreeRecovery::RemoveNew => {
-            crate::tree::remove_tree(folder, &doc.name)?;
-            folder.sync()?;
+            retire(&doc.name)?;
         }
-        TreeRecovery::DropStaged => crate::tree::remove_tree(folder, &marker.staged_name)?,
+        TreeRecovery::DropStaged => retire(&marker.staged_name)?,
+    }
+    if action != TreeRecovery::Retire {
+        // The undoing is durable before the marker that calls for it goes: a filesystem
+        // that keeps any subset of the changes since the last fsync could otherwise keep
+        // the marker's removal and lose the undoing.
+        folder.sync()?;
     }
     folder.remove_if_present(&marker.name)?;
     Ok(())
@@ -247,12 +271,12 @@ pub fn undo_tree(
     doc: &DocPath,
     recorded: Option<Recorded>,
     marker: &OsString,
-    now: i64,
+    deadline: i64,
 ) -> Result<()> {
     for found in tree_markers(doc)? {
         if &found.name == marker {
             let action = decide_tree(doc, recorded, &found)?;
-            apply_tree(doc, &found, action, now)?;
+            apply_tree(doc, &found, action, deadline)?;
         }
     }
     Ok(())

@@ -721,7 +721,7 @@ impl Ctx {
                     .and_then(crate::sink::Recorded::of))
             },
             || Ok(tx.meta_bytes(MIRROR_OF)?.is_some()),
-            self.now(),
+            (self.now(), recovery::keep_old(self.clock.kind())),
         )
     }
 

@@ -734,6 +734,23 @@ pub fn exchange(folder: &Folder, a: &OsStr, b: &OsStr) -> Result<()> {
     }
 }
 
+/// Retires the tree at `name` (the old one at the staged name, after a swap; one that
+/// recovery takes away): renamed to `.<name>.fencepost-old-<token>-<deadline>`, kept for
+/// readers walking it until the deadline, then removed by the next write or `recover`
+/// (at once by the write, when the deadline has passed already: `--keep-old 0`).
+pub fn retire(
+    doc: &crate::resource::DocPath,
+    name: &OsString,
+    token: u64,
+    deadline: i64,
+) -> Result<()> {
+    let retired = sibling(doc, "old", &format!("{token}-{deadline}"));
+    doc.folder.rename(name, &retired).map_err(Error::io(
+        "cannot retire the old tree",
+        doc.folder.join(name),
+    ))
+}
+
 /// The folder's own name for its `what` sibling with `token`: `.<name>.fencepost-<what>-<token>`.
 #[must_use]
 pub fn sibling(doc: &crate::resource::DocPath, what: &str, token: &str) -> OsString {

@@ -483,7 +483,13 @@ fn refusals_are_typed_and_carry_their_facts() {
         RefusalKind::Unissued,
     );
     assert!(
-        matches!(unissued.detail, RefusalDetail::Unissued { issued: Some(1) }),
+        matches!(
+            unissued.detail,
+            RefusalDetail::Unissued {
+                issued: Some(1),
+                ..
+            }
+        ),
         "{:?}",
         unissued.detail
     );

@@ -425,6 +425,7 @@ fn short_help_fits_a_screen_and_long_help_keeps_everything() {
             "--seq",
             "--from",
             "--allow-empty",
+            "--tree",
             "--help"
         ],
         "{short}"

@@ -170,11 +170,12 @@ fn a_store_made_by_an_older_version_gets_the_table_of_what_mirrors_hold() {
     publish(url, "doc.md", "A", "v1");
     let mut client = store.client();
     // The store as an older build made it: schema version 1, no fencepost_seen, no
-    // versions' seqs or removals.
+    // versions' seqs or removals, no trees.
     client
         .batch_execute(
             "DROP TABLE IF EXISTS fencepost_seen;
-             ALTER TABLE fencepost_sink DROP COLUMN seq, DROP COLUMN removed;
+             DROP TABLE fencepost_tree_blob;
+             ALTER TABLE fencepost_sink DROP COLUMN seq, DROP COLUMN removed, DROP COLUMN tree;
              ALTER TABLE fencepost_log DROP COLUMN seq;
              UPDATE fencepost_meta SET value = '1'::bytea WHERE key = 'schema'",
         )
@@ -186,7 +187,7 @@ fn a_store_made_by_an_older_version_gets_the_table_of_what_mirrors_hold() {
         .query_one("SELECT value FROM fencepost_meta WHERE key = 'schema'", &[])
         .expect("schema")
         .get(0);
-    assert_eq!(schema, b"3");
+    assert_eq!(schema, b"4");
     let seen: i64 = client
         .query_one("SELECT count(*) FROM fencepost_seen", &[])
         .expect("the table of what mirrors hold")
@@ -204,10 +205,11 @@ fn a_store_made_by_the_version_before_gets_versions_and_removals_with_its_histor
     let url = store.url();
     publish(url, "doc.md", "A", "v1");
     let mut client = store.client();
-    // Schema version 2: no seqs, no removals.
+    // Schema version 2: no seqs, no removals, no trees.
     client
         .batch_execute(
-            "ALTER TABLE fencepost_sink DROP COLUMN seq, DROP COLUMN removed;
+            "DROP TABLE fencepost_tree_blob;
+             ALTER TABLE fencepost_sink DROP COLUMN seq, DROP COLUMN removed, DROP COLUMN tree;
              ALTER TABLE fencepost_log DROP COLUMN seq;
              UPDATE fencepost_meta SET value = '2'::bytea WHERE key = 'schema'",
         )
@@ -222,7 +224,7 @@ fn a_store_made_by_the_version_before_gets_versions_and_removals_with_its_histor
         .query_one("SELECT value FROM fencepost_meta WHERE key = 'schema'", &[])
         .expect("schema")
         .get(0);
-    assert_eq!(schema, b"3");
+    assert_eq!(schema, b"4");
     // The version the older build published reads as seq 0, and a removal takes.
     run(&["remove", "doc.md", "--epoch", "2", "--seq", "2"]).expect_stdout(0, "removed");
     let log = run(&["log", "doc.md"]).expect(0).stdout;

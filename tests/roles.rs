@@ -120,7 +120,7 @@ fn a_role_made_as_the_readme_says_works_after_store_init_and_its_grants() {
         .json();
     assert_eq!(
         (again["outcome"].as_str(), again["schema"].as_u64()),
-        (Some("ready"), Some(3)),
+        (Some("ready"), Some(4)),
         "{again}"
     );
     // Before the grants: the owner's tables are not jobs's to use.
@@ -192,6 +192,14 @@ fn writers_day(url: &str, res: &str) -> Option<String> {
         run(&["verify"], "")?;
         run(&["log", res], "")?;
         run(&["cat", res], "")?;
+        // A tree, and a file of it read back.
+        let site = format!("{res}.site");
+        let folder = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::write(folder.path().join("page"), "a page").map_err(|e| e.to_string())?;
+        let tree = folder.path().to_str().ok_or("a UTF-8 path")?;
+        let three = run(&["claim", &site, "-o", "w", "-t", "1m"], "")?;
+        run(&["write", &site, "-e", &three, "--tree", tree], "")?;
+        run(&["cat", &format!("{site}/page")], "")?;
         step(
             mirror.fp(&["mirror"]).env("FENCEPOST_STORE", url),
             "mirror",
@@ -212,6 +220,10 @@ fn readers_day(url: &str, res: &str) -> Option<String> {
         ("verify", on(&dir, url, &["verify"])),
         ("log", on(&dir, url, &["log"])),
         ("cat", on(&dir, url, &["cat", res])),
+        (
+            "cat a tree's file",
+            on(&dir, url, &["cat", &format!("{res}.site/page")]),
+        ),
         ("mirror", mirror.fp(&["mirror"]).env("FENCEPOST_STORE", url)),
     ];
     for (what, run) in runs {
@@ -332,7 +344,7 @@ fn the_printed_grants_are_what_a_writer_and_a_reader_need_and_no_more() {
             "{what}: {hint}"
         );
     }
-    assert_eq!(n, 30, "privileges tried");
+    assert_eq!(n, 33, "privileges tried");
 }
 
 /// Environments share one database, a schema each, named by `search_path` in the URL's

@@ -209,7 +209,9 @@ fn write_answers_and_refusals_keep_their_keys() {
     let unissued = write("1", None, "a", 0, 8);
     assert_keys(
         &unissued,
-        &["epoch", "error", "issued", "outcome", "owner", "resource"],
+        &[
+            "epoch", "error", "issued", "outcome", "owner", "resource", "seq",
+        ],
     );
     env.claim("doc.md", "A", 10, 0);
     let accepted = [
@@ -247,6 +249,7 @@ fn write_answers_and_refusals_keep_their_keys() {
             "outcome",
             "owner",
             "resource",
+            "seq",
         ],
     );
     env.claim("doc.md", "B", 10, 10);

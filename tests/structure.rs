@@ -19,7 +19,7 @@ const LAYERS: Layers = &[
     ("files and names", &["folder", "resource"]),
     ("stores", &["store"]),
     ("root", &["root"]),
-    ("document", &["atomic", "recovery", "document"]),
+    ("document", &["tree", "atomic", "recovery", "document"]),
     ("session", &["session"]),
     ("engine", &["leases", "publish"]),
     ("mirror", &["mirror"]),

@@ -38,6 +38,14 @@ use fencepost::session::{Ctx, Kept};
 /// With stdin, whatever arrives before end-of-file is published: render to a file and
 /// use --from when the producer can fail half-way.
 ///
+/// With --tree DIR the resource is a folder, published whole: DIR is copied beside it
+/// (files, folders, modes; symlinks only with --allow-symlinks, never followed), flushed,
+/// hashed (its manifest's SHA-256 decides replay and conflict), then swapped in under the
+/// lock in one step (renameat2 RENAME_EXCHANGE). The replaced tree stays beside it as
+/// .NAME.fencepost-old-* for --keep-old, for readers still walking it. A resource is a
+/// document or a tree for its whole life. Limits (exit 2 before anything is copied):
+/// --max-entries, --max-size, --max-depth.
+///
 /// Example:
 ///   render-report > out.tmp && fencepost write reports/daily.md --epoch "$epoch" --from out.tmp
 #[derive(Debug, Args)]
@@ -81,18 +89,24 @@ pub(crate) struct WriteArgs {
     #[arg(long, hide_short_help = true)]
     pub unfenced: bool,
 
-    /// Publish the folder DIR as the tree RESOURCE, whole, in one step (see TREES below).
+    /// Publish the folder DIR as the tree RESOURCE, whole, in one step (README: "Publishing
+    /// a folder").
     #[arg(long, value_name = "DIR", conflicts_with_all = ["from", "allow_empty", "unfenced"])]
     pub tree: Option<PathBuf>,
 
     /// With --tree: copy symlinks as symlinks (never followed); without it a symlink in
     /// DIR is refused.
-    #[arg(long, requires = "tree")]
+    #[arg(long, requires = "tree", hide_short_help = true)]
     pub allow_symlinks: bool,
 
     /// With --tree: keep the replaced tree this long beside the new one, for readers still
     /// walking it (default 60s; ticks under --now, default 60).
-    #[arg(long, value_name = "DURATION", requires = "tree")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "tree",
+        hide_short_help = true
+    )]
     pub keep_old: Option<String>,
 
     /// With --tree: most entries (files, folders, symlinks) DIR may hold.
@@ -228,10 +242,7 @@ fn tree_request<'a>(
             "--keep-old",
             crate::cli::durations::Zero::Allowed,
         )?,
-        None => match ctx.clock.kind() {
-            fencepost::clock::ClockKind::Logical => 60,
-            fencepost::clock::ClockKind::Wall => 60_000,
-        },
+        None => fencepost::recovery::keep_old(ctx.clock.kind()),
     };
     Ok(publish::TreeRequest {
         src,

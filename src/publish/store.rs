@@ -22,7 +22,7 @@ use crate::sink::{Body, Content, WriteDecision, fence_after_write};
 use crate::store::{Blob, SMALL_BLOB, Store, WriteRecord};
 
 /// What `write` tells when its COMMIT's answer is lost.
-const RETRY: &str = "running the same command again is safe: a replay if it was made, else \
+pub(super) const RETRY: &str = "running the same command again is safe: a replay if it was made, else \
                      decided afresh (`stale` if a newer epoch took over meanwhile)";
 
 /// Publishes `source` to `resource` in the shared store under `args.epoch`.
@@ -177,7 +177,17 @@ fn publish(
 ) -> Result<(Outcome, i64)> {
     let tx = ctx.begin(store, resource)?;
     let (sha256, size) = (bytes.sha256(), bytes.size());
+    // A tree's name takes no document: read from the record the decision reads, no
+    // statement more.
     let decided = decide_locked(ctx, &*tx, resource, args, Body::Bytes(sha256), size)?;
+    if decided
+        .record
+        .as_ref()
+        .and_then(|r| r.content.as_ref())
+        .is_some_and(|c| c.tree)
+    {
+        return Err(super::tree_name_taken(resource));
+    }
     if decided.decision != WriteDecision::Write {
         return answer_unwritten(ctx, tx, resource, args, decided).map(|outcome| (outcome, 0));
     }

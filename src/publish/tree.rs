@@ -55,17 +55,14 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
         ));
     }
     if ctx.remote.is_some() {
-        return Err(Error::usage_hint(
-            "write --tree publishes to a local root; a shared store does not keep trees yet",
-            "publish the tree on the host that holds the root",
-        ));
+        return super::store_tree::write_tree(ctx, args, &resource, tree);
     }
     let src = open_source(tree.src)?;
     let mut store = ctx.store()?;
     {
         let snapshot = store.snapshot()?;
-        refuse_early(ctx, &*snapshot, &resource, args)?;
         refuse_kind(&*snapshot, &resource)?;
+        refuse_early(ctx, &*snapshot, &resource, args)?;
     }
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
@@ -93,7 +90,7 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
 }
 
 /// Opens the source folder, or says why it cannot be one (bad input).
-fn open_source(src: &Path) -> Result<Folder> {
+pub(super) fn open_source(src: &Path) -> Result<Folder> {
     let meta = std::fs::metadata(src)
         .map_err(|e| Error::usage(format!("cannot read --tree {}: {e}", src.display())))?;
     if !meta.is_dir() {
@@ -108,7 +105,7 @@ fn open_source(src: &Path) -> Result<Folder> {
 
 /// A resource is a document or a tree for its whole life: a tree is refused where the
 /// sink recorded a document.
-fn refuse_kind(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
+pub(super) fn refuse_kind(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
     match tx.sink(resource)?.and_then(|r| r.content) {
         Some(c) if !c.tree => Err(Error::usage_hint(
             format!("{resource} is a document: a tree cannot be published there"),
@@ -298,7 +295,8 @@ impl Target<'_> {
         });
         if let Err(e) = placed {
             // Still under the lock: undo this publish as recovery would.
-            crate::recovery::undo_tree(doc, recorded_before, &marker, ctx.now())?;
+            let deadline = ctx.now().saturating_add(self.keep_old);
+            crate::recovery::undo_tree(doc, recorded_before, &marker, deadline)?;
             staged.placed = true;
             return Err(e);
         }
@@ -309,7 +307,7 @@ impl Target<'_> {
         })();
         let now = ctx.now();
         if existed {
-            let _ = retire(
+            let _ = tree::retire(
                 doc,
                 &staged.name,
                 staged.ino,
@@ -337,6 +335,10 @@ impl Target<'_> {
         // From here the staged folder is recovery's (the marker names it).
         staged.placed = true;
         failpoint!("tree.after_marker");
+        // The marker is durable before the swap: a filesystem that keeps any subset of
+        // the changes since the last fsync could otherwise keep the swap without it, and
+        // recovery would not know the tree at the resource's name is uncommitted.
+        doc.folder.sync()?;
         if existed {
             tree::exchange(&doc.folder, &staged.name, &doc.name)?;
         } else {
@@ -403,17 +405,6 @@ fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
         }
         _ => Ok(false),
     }
-}
-
-/// Retires the old tree at `name` (the staged name, after the swap): renamed to
-/// `.<name>.fencepost-old-<token>-<deadline>`, or removed at once when its deadline has
-/// passed already (`--keep-old 0`).
-pub(crate) fn retire(doc: &DocPath, name: &OsString, token: u64, deadline: i64) -> Result<()> {
-    let retired = tree::sibling(doc, "old", &format!("{token}-{deadline}"));
-    doc.folder.rename(name, &retired).map_err(Error::io(
-        "cannot retire the old tree",
-        doc.folder.join(name),
-    ))
 }
 
 impl Written {

@@ -128,6 +128,20 @@ pub trait Blobs {
     /// record at the end.
     fn read(&mut self, published: &Published, out: &mut dyn Write) -> Result<()>;
 
+    /// Whether a complete blob with this SHA-256 is in the store (a tree's content that
+    /// need not be uploaded again).
+    fn has(&mut self, sha256: &str) -> Result<bool>;
+
+    /// Streams the content with this SHA-256 that the tree manifest blob `manifest` links
+    /// to `out`, checking its size and hash at the end.
+    fn read_blob(
+        &mut self,
+        manifest: i64,
+        sha256: &str,
+        size: u64,
+        out: &mut dyn Write,
+    ) -> Result<()>;
+
     /// Removes blobs nothing points at that are older than `grace`; returns how many.
     fn collect(&mut self, grace: Duration) -> Result<usize>;
 
@@ -236,6 +250,14 @@ pub trait Txn: ReadTxn {
     /// it held is kept). Fails for a role without the privilege to write it.
     fn report_seen(&self, _resource: &str, _mirror: &str, _epoch: i64) -> Result<()> {
         Ok(())
+    }
+
+    /// Links the tree manifest blob `manifest` to the blobs of its `contents` (distinct
+    /// SHA-256s, all uploaded), which are kept while it is. Shared stores only.
+    fn link_tree(&self, _manifest: i64, _contents: &[String]) -> Result<()> {
+        Err(crate::error::Error::Internal(
+            "a store without a place for contents was given a tree",
+        ))
     }
 
     /// The blob to point a resource at for `blob`'s bytes: an older copy of the same

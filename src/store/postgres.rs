@@ -79,6 +79,9 @@ impl Param for &[u8] {
 impl Param for Vec<&str> {
     const TYPE: Type = Type::TEXT_ARRAY;
 }
+impl Param for &[String] {
+    const TYPE: Type = Type::TEXT_ARRAY;
+}
 impl<T: Param> Param for Option<T> {
     const TYPE: Type = T::TYPE;
 }
@@ -180,8 +183,17 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE fencepost_log ADD COLUMN IF NOT EXISTS seq bigint;
 ",
     "
-    -- Trees (`write --tree`): the kind of a resource.
+    -- Trees (`write --tree`): the kind of a resource, and the content blobs each tree's
+    -- manifest (a blob itself, which the sink points at) names, so that they are kept
+    -- while it is.
     ALTER TABLE fencepost_sink ADD COLUMN IF NOT EXISTS tree boolean NOT NULL DEFAULT false;
+    CREATE TABLE IF NOT EXISTS fencepost_tree_blob (
+        manifest bigint NOT NULL REFERENCES fencepost_blob (id) ON DELETE CASCADE,
+        sha256   text NOT NULL,
+        blob     bigint NOT NULL REFERENCES fencepost_blob (id),
+        PRIMARY KEY (manifest, sha256)
+    );
+    CREATE INDEX IF NOT EXISTS fencepost_tree_blob_by_blob ON fencepost_tree_blob (blob);
 ",
 ];
 
@@ -205,6 +217,7 @@ const TABLES: &[&str] = &[
     "fencepost_sink",
     "fencepost_log",
     "fencepost_seen",
+    "fencepost_tree_blob",
 ];
 
 /// The channel a publishing transaction notifies, with the resource's name as payload.
@@ -1253,8 +1266,27 @@ impl Store for PgStore {
 }
 
 impl PgStore {
-    /// Streams a blob's chunks to `out` and checks them against the record.
+    /// Streams a blob's chunks to `out` and checks them against the record. A tree's
+    /// blob is its manifest, whose hash is the tree's; the size recorded is its files'.
     fn read_chunks(&mut self, published: &Published, out: &mut dyn Write) -> Result<()> {
+        let blob = published
+            .blob
+            .ok_or(Error::Internal("a removal has no bytes to read"))?;
+        let size = (!published.tree).then_some(published.size);
+        let what = format!("{} (epoch {})", published.resource, published.epoch);
+        self.read_checked(blob, &published.sha256, size, &what, out)
+    }
+
+    /// Streams the chunks of `blob` to `out`, checking them against `sha256` (and `size`,
+    /// when given); `what` names it in the error.
+    fn read_checked(
+        &mut self,
+        blob: i64,
+        expected_sha: &str,
+        expected_size: Option<u64>,
+        what: &str,
+        out: &mut dyn Write,
+    ) -> Result<()> {
         let (shown, busy) = (self.shown.clone(), self.busy);
         let fail = |e| pg_error(&shown, busy, e);
         let select = "SELECT data FROM fencepost_chunk WHERE blob = $1 AND seq = $2";
@@ -1263,7 +1295,7 @@ impl PgStore {
         let mut seq: i32 = 0;
         while let Some(row) = self
             .client
-            .query_typed_opt(select, args![published.blob, seq])
+            .query_typed_opt(select, args![blob, seq])
             .map_err(fail)?
         {
             let data: &[u8] = row.get(0);
@@ -1274,12 +1306,12 @@ impl PgStore {
             seq += 1;
         }
         let sha256 = crate::text::hex(&hasher.finalize());
-        if sha256 != published.sha256 || size != published.size {
+        if sha256 != expected_sha || expected_size.is_some_and(|s| s != size) {
+            let recorded = expected_size.map_or_else(String::new, |s| format!("{s} bytes with "));
             return Err(Error::Damaged {
                 message: format!(
-                    "the store's copy of {} (epoch {}) does not match its record: \
-                     {size} bytes with SHA-256 {sha256}, recorded {} bytes with {}",
-                    published.resource, published.epoch, published.size, published.sha256
+                    "the store's copy of {what} does not match its record: \
+                     {size} bytes with SHA-256 {sha256}, recorded {recorded}{expected_sha}"
                 ),
                 hint: Some("the store's tables were changed by hand, or damaged".to_string()),
             });
@@ -2143,6 +2175,39 @@ impl Txn for PgTxn<'_> {
             .ok_or(Error::Internal("a small blob was neither found nor made"))
     }
 
+    fn link_tree(&self, manifest: i64, contents: &[String]) -> Result<()> {
+        if !self.trees {
+            return Err(Error::Internal("a tree linked in a store without trees"));
+        }
+        // Each content's oldest complete blob, locked (as `reuse_blob` does) so that
+        // `recover` cannot remove it before this transaction links it.
+        let linked = self.query(
+            "WITH locked AS (
+                 SELECT id, sha256 FROM fencepost_blob
+                 WHERE sha256 = ANY($2::text[]) AND complete FOR KEY SHARE
+             ), picked AS (
+                 SELECT DISTINCT ON (sha256) id, sha256 FROM locked ORDER BY sha256, id
+             )
+             INSERT INTO fencepost_tree_blob (manifest, sha256, blob)
+             SELECT $1, sha256, id FROM picked ON CONFLICT DO NOTHING
+             RETURNING blob",
+            args![manifest, contents],
+        )?;
+        if linked.len() != contents.len() {
+            return Err(Error::Remote {
+                message: format!(
+                    "{} of the tree's {} contents were removed from the store before it could \
+                     be published (`recover --grace` shorter than the upload): nothing was \
+                     published",
+                    contents.len() - linked.len(),
+                    contents.len()
+                ),
+                hint: Some("write it again; give `recover` a longer --grace".to_string()),
+            });
+        }
+        Ok(())
+    }
+
     fn reuse_blob(&self, blob: &Blob) -> Result<i64> {
         // A copy of the same bytes made earlier, locked so that `recover` cannot remove
         // it before this transaction points at it (or after: it is then referenced).
@@ -2332,8 +2397,10 @@ impl Blobs for PgStore {
         let _ = self.client.batch_execute(&format!(
             "BEGIN; SET LOCAL synchronous_commit = off;
              DELETE FROM fencepost_blob b WHERE id = {id}
-             AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id);
-             COMMIT"
+             AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+             {};
+             COMMIT",
+            self.named_by_a_tree()
         ));
         // A failed statement leaves the transaction open (ROLLBACK is a no-op if not).
         let _ = self.client.batch_execute("ROLLBACK");
@@ -2357,38 +2424,71 @@ impl Blobs for PgStore {
         end.map_err(fail)
     }
 
-    fn collect(&mut self, grace: Duration) -> Result<usize> {
+    fn has(&mut self, sha256: &str) -> Result<bool> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let row = self
+            .client
+            .query_typed_opt(
+                "SELECT 1 FROM fencepost_blob WHERE sha256 = $1 AND complete LIMIT 1",
+                args![sha256],
+            )
+            .map_err(|e| pg_error(&shown, busy, e))?;
+        Ok(row.is_some())
+    }
+
+    fn read_blob(
+        &mut self,
+        manifest: i64,
+        sha256: &str,
+        size: u64,
+        out: &mut dyn Write,
+    ) -> Result<()> {
         let (shown, busy) = (self.shown.clone(), self.busy);
         let fail = |e| pg_error(&shown, busy, e);
-        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
-        let candidates: Vec<i64> = self
-            .client
-            .query_typed(
-                "SELECT id FROM fencepost_blob b
-                 WHERE coalesce(released_at, created_at)
-                       < now() - make_interval(secs => $1::bigint / 1000.0)
-                   AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
-                args![grace_ms],
+        self.client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {}",
+                self.local
+            ))
+            .map_err(fail)?;
+        let read = (|| {
+            let id: i64 = self
+                .client
+                .query_typed_opt(
+                    "SELECT blob FROM fencepost_tree_blob WHERE manifest = $1 AND sha256 = $2",
+                    args![manifest, sha256],
+                )
+                .map_err(|e| pg_error(&shown, busy, e))?
+                .ok_or_else(|| Error::Damaged {
+                    message: format!("the store's tree names no content with SHA-256 {sha256}"),
+                    hint: Some("the store's tables were changed by hand, or damaged".to_string()),
+                })?
+                .get(0);
+            self.read_checked(
+                id,
+                sha256,
+                Some(size),
+                &format!("the content {sha256}"),
+                out,
             )
-            .map_err(fail)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut removed = 0;
-        for id in candidates {
-            // One at a time: a write that points at this blob meanwhile holds a key-share
-            // lock on it, and then this delete fails on the reference and skips it.
-            match self.client.execute_typed(
-                "DELETE FROM fencepost_blob b WHERE id = $1
-                 AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)",
-                args![id],
-            ) {
-                Ok(n) => removed += usize::try_from(n).unwrap_or(0),
-                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {}
-                Err(e) => return Err(fail(e)),
-            }
-        }
-        Ok(removed)
+        })();
+        let end = self
+            .client
+            .batch_execute(if read.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        read?;
+        end.map_err(|e| pg_error(&shown, busy, e))
+    }
+
+    fn collect(&mut self, grace: Duration) -> Result<usize> {
+        // A tree's contents are named by its manifest until the manifest goes: a second
+        // round collects what the first one's manifests named alone.
+        let first = self.collect_round(grace)?;
+        let second = if first > 0 {
+            self.collect_round(grace)?
+        } else {
+            0
+        };
+        Ok(first + second)
     }
 
     fn listen(&mut self) -> Result<()> {
@@ -2413,6 +2513,59 @@ impl Blobs for PgStore {
             names.push(n.payload().to_string());
         }
         Ok(names)
+    }
+}
+
+impl PgStore {
+    /// The condition that a blob `b` is not a tree's content, in a schema with trees.
+    fn named_by_a_tree(&self) -> &'static str {
+        if self.schema >= TREES_SCHEMA {
+            "AND NOT EXISTS (SELECT 1 FROM fencepost_tree_blob t WHERE t.blob = b.id)"
+        } else {
+            ""
+        }
+    }
+
+    /// One round of [`Blobs::collect`]: the blobs nothing points at, older than `grace`.
+    fn collect_round(&mut self, grace: Duration) -> Result<usize> {
+        let (shown, busy) = (self.shown.clone(), self.busy);
+        let fail = |e| pg_error(&shown, busy, e);
+        let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let named = self.named_by_a_tree();
+        let candidates: Vec<i64> = self
+            .client
+            .query_typed(
+                &format!(
+                    "SELECT id FROM fencepost_blob b
+                     WHERE coalesce(released_at, created_at)
+                           < now() - make_interval(secs => $1::bigint / 1000.0)
+                       AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+                       {named}"
+                ),
+                args![grace_ms],
+            )
+            .map_err(fail)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut removed = 0;
+        for id in candidates {
+            // One at a time: a write that points at this blob meanwhile holds a key-share
+            // lock on it, and then this delete fails on the reference and skips it.
+            match self.client.execute_typed(
+                &format!(
+                    "DELETE FROM fencepost_blob b WHERE id = $1
+                     AND NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+                     {named}"
+                ),
+                args![id],
+            ) {
+                Ok(n) => removed += usize::try_from(n).unwrap_or(0),
+                Err(e) if e.code() == Some(&SqlState::FOREIGN_KEY_VIOLATION) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Ok(removed)
     }
 }
 

@@ -113,6 +113,12 @@ const NEEDS: &[Needs] = &[
         reader: &[],
     },
     Needs {
+        kind: Kind::Table,
+        name: "fencepost_tree_blob",
+        writer: &["SELECT", "INSERT"],
+        reader: &["SELECT"],
+    },
+    Needs {
         kind: Kind::Sequence,
         name: "fencepost_blob_id_seq",
         writer: &["USAGE"],

@@ -20,9 +20,18 @@ pub fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> 
     }
     let resource = ctx.resource(resource)?;
     let mut store = ctx.shared_store("nothing to print")?;
+    if let Some(printed) = cat_in_tree(&mut *store, &resource, out)? {
+        return Ok(printed);
+    }
     let published = {
         let tx = store.snapshot()?;
         if let Some(p) = tx.published(resource.as_str())? {
+            if p.tree {
+                return Err(Error::usage_hint(
+                    format!("{resource} is a tree: name a file in it"),
+                    format!("fencepost cat {resource}/PATH"),
+                ));
+            }
             if p.removed {
                 return Err(Error::usage(format!(
                     "{resource} was removed (under {}): nothing to print",
@@ -60,9 +69,75 @@ pub fn cat(ctx: &Ctx, resource: &OsStr, out: &mut dyn Write) -> Result<Printed> 
         .map_err(Error::io("cannot write", "the output"))?;
     Ok(Printed {
         resource: resource.to_string(),
+        path: None,
         epoch: published.epoch,
         seq: published.seq,
         sha256: published.sha256,
         size: published.size,
     })
+}
+
+/// `cat TREE/PATH`: when no resource is published under the whole name but a tree is
+/// under a folder of it, the file at the rest of the path in that tree's current
+/// version, checked against the SHA-256 its manifest names. `None`: no tree there.
+fn cat_in_tree(
+    store: &mut dyn crate::store::SharedStore,
+    resource: &crate::resource::Resource,
+    out: &mut dyn Write,
+) -> Result<Option<Printed>> {
+    let name = resource.as_str();
+    let (published, path) = {
+        let tx = store.snapshot()?;
+        if tx.published(name)?.is_some() {
+            return Ok(None);
+        }
+        let mut found = None;
+        for (i, _) in name.match_indices('/') {
+            if let Some(p) = tx.published(&name[..i])?.filter(|p| p.tree) {
+                found = Some((p, name[i + 1..].to_string()));
+            }
+        }
+        match found {
+            Some(found) => found,
+            None => return Ok(None),
+        }
+    };
+    if published.removed {
+        return Err(Error::usage(format!(
+            "{} was removed (under {}): nothing to print",
+            published.resource,
+            crate::mirror::place((published.epoch, published.seq))
+        )));
+    }
+    let mut bytes = Vec::new();
+    store.read(&published, &mut bytes)?;
+    let manifest = crate::tree::Manifest::parse(&bytes)?;
+    let item = manifest
+        .get(path.as_bytes())
+        .filter(|i| i.kind == crate::tree::ItemKind::File)
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "the tree {} (under {}) has no file {path}",
+                published.resource,
+                crate::mirror::place((published.epoch, published.seq))
+            ))
+        })?;
+    let mut held = tempfile::tempfile().map_err(Error::io("cannot create", "a temporary file"))?;
+    let manifest_blob = published
+        .blob
+        .ok_or(Error::Internal("a published tree has no manifest"))?;
+    store.read_blob(manifest_blob, &item.sha256, item.size, &mut held)?;
+    held.rewind()
+        .map_err(Error::io("cannot read back", "a temporary file"))?;
+    std::io::copy(&mut held, out)
+        .and_then(|_| out.flush())
+        .map_err(Error::io("cannot write", "the output"))?;
+    Ok(Some(Printed {
+        resource: published.resource.clone(),
+        path: Some(path),
+        epoch: published.epoch,
+        seq: published.seq,
+        sha256: item.sha256.clone(),
+        size: item.size,
+    }))
 }

@@ -81,6 +81,12 @@ impl Backend {
         }
     }
 
+    /// A client of the store's schema (PostgreSQL only).
+    #[track_caller]
+    pub(crate) fn pg_client(&self) -> postgres::Client {
+        self.pg.as_ref().expect("a PostgreSQL backend").client()
+    }
+
     pub(crate) fn is_local(&self) -> bool {
         self.pg.is_none()
     }
@@ -259,6 +265,9 @@ impl Backend {
             .files()
             .into_iter()
             .filter(|f| f.contains(".fencepost-"))
+            // A replaced tree kept for readers until its deadline (`--keep-old`) is not
+            // left behind: the next write or `recover` after it removes it.
+            .filter(|f| !f.contains(".fencepost-old-"))
             .collect();
         if let Ok(dir) = std::fs::read_dir(self.env.path(".fencepost")) {
             left.extend(
@@ -273,6 +282,7 @@ impl Backend {
                 .query(
                     "SELECT 'blob ' || id FROM fencepost_blob b
                      WHERE NOT EXISTS (SELECT 1 FROM fencepost_sink s WHERE s.blob = b.id)
+                       AND NOT EXISTS (SELECT 1 FROM fencepost_tree_blob t WHERE t.blob = b.id)
                        AND NOT EXISTS (SELECT 1 FROM fencepost_log l
                                        WHERE l.event = 'write' AND l.sha256 = b.sha256)",
                     &[],
