@@ -1426,8 +1426,6 @@ fn walk_once(res: &Path) -> Result<i64, String> {
 /// version is read while the next one is swapped in.
 #[test]
 fn readers_that_opened_the_tree_see_one_whole_version_while_it_is_replaced() {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
     use std::time::{Duration, Instant};
 
     const VERSIONS: i64 = 30;
@@ -1435,67 +1433,21 @@ fn readers_that_opened_the_tree_see_one_whole_version_while_it_is_replaced() {
     let env = Env::new();
     let src = sources();
     env.claim(RES, "A", 1000, 0);
-    // Two writers publish each version at once, as a retried job would: each stages its
-    // own copy; the first to take the lock writes it, the other finds it a replay.
     let publish = |n: i64| {
         let tree = make_reader_version(&src.path().join(format!("v{n}")), n);
-        let mut answers: Vec<(i32, String)> = std::thread::scope(|s| {
-            let writers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        let done = tree_write(&env, RES, (1, Some(n)), &tree, n, &[]).output();
-                        (done.code, done.stdout.trim().to_string())
-                    })
-                })
-                .collect();
-            writers
-                .into_iter()
-                .map(|w| w.join().expect("a writer panicked"))
-                .collect()
-        });
-        answers.sort();
-        assert_eq!(
-            answers,
-            [(0, "replay".to_string()), (0, "written".to_string())],
-            "version {n}"
-        );
+        publish_twice(&env, n, &tree);
     };
     publish(1);
     let res = env.path(RES);
-    let stop = AtomicBool::new(false);
-    let newest_seen = AtomicI64::new(0);
-    let errors = Mutex::new(Vec::<String>::new());
+    let seen = Readers::default();
     let walks: Vec<usize> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..READERS)
-            .map(|_| {
-                s.spawn(|| {
-                    let (mut walks, mut last) = (0, 0);
-                    while !stop.load(Ordering::SeqCst) {
-                        match walk_once(&res) {
-                            Ok(version) if version < last => {
-                                errors
-                                    .lock()
-                                    .expect("lock")
-                                    .push(format!("version {version} seen after version {last}"));
-                            }
-                            Ok(version) => {
-                                last = version;
-                                newest_seen.fetch_max(version, Ordering::SeqCst);
-                            }
-                            Err(e) => errors.lock().expect("lock").push(e),
-                        }
-                        walks += 1;
-                    }
-                    walks
-                })
-            })
+            .map(|_| s.spawn(|| reader(&res, &seen)))
             .collect();
         for n in 2..=VERSIONS {
             // Not a timing assertion: a guard against a reader that hangs.
             let started = Instant::now();
-            while newest_seen.load(Ordering::SeqCst) < n - 1
-                && errors.lock().expect("lock").is_empty()
-            {
+            while seen.newest() < n - 1 && !seen.failed() {
                 assert!(
                     started.elapsed() < Duration::from_secs(120),
                     "no reader saw version {}",
@@ -1503,18 +1455,18 @@ fn readers_that_opened_the_tree_see_one_whole_version_while_it_is_replaced() {
                 );
                 std::thread::sleep(Duration::from_millis(1));
             }
-            if !errors.lock().expect("lock").is_empty() {
+            if seen.failed() {
                 break;
             }
             publish(n);
         }
-        stop.store(true, Ordering::SeqCst);
+        seen.stop();
         readers
             .into_iter()
             .map(|r| r.join().expect("a reader panicked"))
             .collect()
     });
-    let errors = errors.into_inner().expect("lock");
+    let errors = seen.errors.into_inner().expect("lock");
     assert!(
         errors.is_empty(),
         "{} of the walks ({walks:?} in all) failed; the first: {:?}",
@@ -1523,6 +1475,80 @@ fn readers_that_opened_the_tree_see_one_whole_version_while_it_is_replaced() {
     );
     assert_eq!(walk_once(&res), Ok(VERSIONS));
     assert!(walks.iter().all(|w| *w > 0), "walks: {walks:?}");
+}
+
+/// Two writers publish version `n` (the tree `tree`) at once, as a retried job would:
+/// each stages its own copy; the first to take the lock writes it, the other finds it a
+/// replay.
+fn publish_twice(env: &Env, n: i64, tree: &Path) {
+    let mut answers: Vec<(i32, String)> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let done = tree_write(env, RES, (1, Some(n)), tree, n, &[]).output();
+                    (done.code, done.stdout.trim().to_string())
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| w.join().expect("a writer panicked"))
+            .collect()
+    });
+    answers.sort();
+    assert_eq!(
+        answers,
+        [(0, "replay".to_string()), (0, "written".to_string())],
+        "version {n}"
+    );
+}
+
+/// What the readers tell the writer: the newest version one has seen, what went wrong,
+/// and when to stop.
+#[derive(Default)]
+struct Readers {
+    newest: std::sync::atomic::AtomicI64,
+    errors: std::sync::Mutex<Vec<String>>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Readers {
+    fn newest(&self) -> i64 {
+        self.newest.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn failed(&self) -> bool {
+        !self.errors.lock().expect("lock").is_empty()
+    }
+
+    fn fail(&self, error: String) {
+        self.errors.lock().expect("lock").push(error);
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A reader: walks the tree at `res` again and again until told to stop; returns how
+/// many walks it made. A version older than one it saw before is an error too.
+fn reader(res: &Path, seen: &Readers) -> usize {
+    use std::sync::atomic::Ordering;
+    let (mut walks, mut last) = (0, 0);
+    while !seen.stop.load(Ordering::SeqCst) {
+        match walk_once(res) {
+            Ok(version) if version < last => {
+                seen.fail(format!("version {version} seen after version {last}"));
+            }
+            Ok(version) => {
+                last = version;
+                seen.newest.fetch_max(version, Ordering::SeqCst);
+            }
+            Err(e) => seen.fail(e),
+        }
+        walks += 1;
+    }
+    walks
 }
 
 // ---------------------------------------------------------------------------------------
