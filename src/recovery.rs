@@ -80,7 +80,15 @@ pub fn recover(
         apply_all(&doc, plan)?
     };
     let mut tree = None;
+    let mut writing = false;
     for marker in tree_markers(&doc)? {
+        // A marker whose writer still runs is that writer's to clear: recovery runs under
+        // the lock the writer held until its COMMIT, so it is between its COMMIT and its
+        // clean-up, which keeps the old tree for the --keep-old it was asked for.
+        if tree_writer_alive(&doc, &marker) {
+            writing = true;
+            continue;
+        }
         let mut action = decide_tree(&doc, recorded.get()?, &marker)?;
         if matches!(action, TreeRecovery::SwapBack | TreeRecovery::RemoveNew) && mirror.get()? {
             // A mirror applies only versions its store committed: rolled forward.
@@ -90,7 +98,13 @@ pub fn recover(
         tree = Some(action);
     }
     remove_expired_trees(&doc, now)?;
-    let temps = atomic::remove_abandoned_temps(&doc)?;
+    // Meanwhile the folder at that writer's staged name is the tree it replaced, not a
+    // dead writer's staged tree: the sweep waits for a recovery with no writer running.
+    let temps = if writing {
+        0
+    } else {
+        atomic::remove_abandoned_temps(&doc)?
+    };
     Ok(Done {
         action,
         temps,
@@ -171,26 +185,27 @@ pub fn pending_tree(doc: &DocPath) -> Result<Option<Pending>> {
     let Some(marker) = tree_markers(doc)?.into_iter().next() else {
         return Ok(None);
     };
-    let locked =
-        [&doc.name, &marker.staged_name]
-            .into_iter()
-            .any(|name| match doc.folder.child(name) {
-                Ok(crate::folder::Child::Folder(dir)) => {
-                    dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
-                        && matches!(
-                            rustix::fs::flock(
-                                &dir,
-                                rustix::fs::FlockOperation::NonBlockingLockShared
-                            ),
-                            Err(rustix::io::Errno::WOULDBLOCK)
-                        )
-                }
-                _ => false,
-            });
     Ok(Some(Pending {
         action: Recovery::Nothing,
-        in_progress: locked,
+        in_progress: tree_writer_alive(doc, &marker),
     }))
+}
+
+/// Whether the writer of a tree publish still runs: it holds its staged folder's lock
+/// (the folder is at the resource's name after the swap, at the staged name before).
+fn tree_writer_alive(doc: &DocPath, marker: &TreeMarker) -> bool {
+    [&doc.name, &marker.staged_name]
+        .into_iter()
+        .any(|name| match doc.folder.child(name) {
+            Ok(crate::folder::Child::Folder(dir)) => {
+                dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
+                    && matches!(
+                        rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared),
+                        Err(rustix::io::Errno::WOULDBLOCK)
+                    )
+            }
+            _ => false,
+        })
 }
 
 /// The rule of `sink::tree_recovery` for one marker, plus one check on disk: a tree to

@@ -1137,6 +1137,49 @@ fn the_old_tree_is_kept_whole_until_its_deadline() {
     assert_eq!(names_with(&env, ".fencepost-"), Vec::<String>::new());
 }
 
+/// A writer's `--keep-old` holds even when another command recovers the resource between
+/// the writer's COMMIT and its clean-up, while its marker is still there: the writer is
+/// alive (it holds its tree's lock), so its marker is its own to clear, and the tree it
+/// replaced is kept for as long as it asked.
+#[test]
+fn a_recovery_between_a_publishs_commit_and_its_clean_up_keeps_its_keep_old() {
+    let env = Env::new();
+    let src = sources();
+    let t = versions(src.path(), 2);
+    env.claim(RES, "A", 1000, 0);
+    tree_write(&env, RES, (1, Some(1)), &t[1], 1, &[]).expect_stdout(0, "written");
+    let t2 = arg(&t[2]);
+    let paused = crate::support::spawn_paused(
+        &env,
+        &[
+            "write",
+            RES,
+            "--epoch",
+            "1",
+            "--seq",
+            "2",
+            "--tree",
+            &t2,
+            "--keep-old",
+            "600",
+        ],
+        Some(10),
+        b"",
+        "tree.before_cleanup",
+    );
+    env.fp(&["recover"]).now(11).expect(0);
+    let out = paused.resume();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_published(&env, RES, &t[2], (1, 2), 12);
+    let old = old_trees(&env, RES);
+    assert_eq!(
+        old.iter().map(|(_, d)| *d).collect::<Vec<_>>(),
+        [610],
+        "{old:?}"
+    );
+    assert_eq!(snapshot(&env.path(&old[0].0)), snapshot(&t[1]));
+}
+
 /// An old tree with folders its owner may not write to (a read-only folder, a file in
 /// it) is removed all the same once due.
 #[test]
