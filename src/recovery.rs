@@ -80,7 +80,15 @@ pub fn recover(
         apply_all(&doc, plan)?
     };
     let mut tree = None;
+    let mut writing = false;
     for marker in tree_markers(&doc)? {
+        // A marker whose writer still runs is that writer's to clear: recovery runs under
+        // the lock the writer held until its COMMIT, so it is between its COMMIT and its
+        // clean-up, which keeps the old tree for the --keep-old it was asked for.
+        if tree_writer_alive(&doc, &marker) {
+            writing = true;
+            continue;
+        }
         let mut action = decide_tree(&doc, recorded.get()?, &marker)?;
         if matches!(action, TreeRecovery::SwapBack | TreeRecovery::RemoveNew) && mirror.get()? {
             // A mirror applies only versions its store committed: rolled forward.
@@ -90,7 +98,13 @@ pub fn recover(
         tree = Some(action);
     }
     remove_expired_trees(&doc, now)?;
-    let temps = atomic::remove_abandoned_temps(&doc)?;
+    // Meanwhile the folder at that writer's staged name is the tree it replaced, not a
+    // dead writer's staged tree: the sweep waits for a recovery with no writer running.
+    let temps = if writing {
+        0
+    } else {
+        atomic::remove_abandoned_temps(&doc)?
+    };
     Ok(Done {
         action,
         temps,
@@ -209,8 +223,8 @@ pub fn as_document(action: TreeRecovery) -> Recovery {
     }
 }
 
-/// Whether the writer of the tree publish `marker` names still holds its staged folder's
-/// lock.
+/// Whether the writer of a tree publish still runs: it holds its staged folder's lock
+/// (the folder is at the resource's name after the swap, at the staged name before).
 fn tree_writer_alive(doc: &DocPath, marker: &TreeMarker) -> bool {
     [&doc.name, &marker.staged_name]
         .into_iter()
