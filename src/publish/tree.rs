@@ -314,6 +314,9 @@ impl Target<'_> {
                 .seq(args.seq)
                 .sha256(Some(&staged.sha256))
                 .detail(format!("tree: {e}"));
+            // This writer's lock on its staged folder goes first: recovery leaves the
+            // marker of a writer that still holds it.
+            drop(staged);
             super::recover_after_failed_commit(ctx, resource, &event)?;
             return Err(e);
         }
