@@ -167,7 +167,8 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
     // document that is a symlink or a special file can never be written: refuse the claim
     // now, before any lease is recorded. A folder is refused too, unless the sink records a
-    // tree there (`write --tree`).
+    // tree there (`write --tree`) or a tree publish's marker stands beside it (a first
+    // publish that crashed, which the claim's recovery resolves).
     // With a store, the document is the store's: a mirror root's copy is not checked here.
     let local = ctx.remote.is_none();
     if local {
@@ -198,6 +199,9 @@ fn is_recorded_tree(
         .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
     if !folder {
         return Ok(false);
+    }
+    if crate::recovery::tree_marked(doc)? {
+        return Ok(true);
     }
     let Some(mut store) = store::open_read_only(&ctx.db, ctx.busy)? else {
         return Ok(false);
