@@ -448,12 +448,18 @@ fn is_rollback(action: Recovery) -> bool {
 #[must_use]
 pub fn describe_tree(action: TreeRecovery) -> &'static str {
     match action {
-        TreeRecovery::Retire => "finished a committed tree publish (its old tree removed)",
+        TreeRecovery::Retire => {
+            "finished a committed tree publish (its old tree kept until its deadline)"
+        }
         TreeRecovery::SwapBack => {
             "rolled back an uncommitted tree publish (previous tree restored)"
         }
-        TreeRecovery::RemoveNew => "rolled back an uncommitted first tree publish (tree removed)",
-        TreeRecovery::DropStaged => "removed a tree publish that never swapped in",
+        TreeRecovery::RemoveNew => {
+            "rolled back an uncommitted first tree publish (the tree taken off its name, kept until its deadline)"
+        }
+        TreeRecovery::DropStaged => {
+            "undid a tree publish that never swapped in (its staged tree kept until its deadline)"
+        }
     }
 }
 

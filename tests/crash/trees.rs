@@ -541,15 +541,17 @@ fn recovered(mode: Mode, stage: Stage, how: Publishing, point: &str) -> String {
             return "nothing to recover".into();
         }
         (_, Stage::Unmarked) => "nothing to do, 1 temp file removed",
-        (_, Stage::Marked) => "removed a tree publish that never swapped in, 0 temp files removed",
+        (_, Stage::Marked) => {
+            "undid a tree publish that never swapped in (its staged tree kept until its deadline), 0 temp files removed"
+        }
         (_, Stage::Swapped) if how == Publishing::First => {
-            "rolled back an uncommitted first tree publish (tree removed), 0 temp files removed"
+            "rolled back an uncommitted first tree publish (the tree taken off its name, kept until its deadline), 0 temp files removed"
         }
         (_, Stage::Swapped) => {
             "rolled back an uncommitted tree publish (previous tree restored), 0 temp files removed"
         }
         (_, Stage::Committed) => {
-            "finished a committed tree publish (its old tree removed), 0 temp files removed"
+            "finished a committed tree publish (its old tree kept until its deadline), 0 temp files removed"
         }
     };
     format!("{SITE}: {did}")
