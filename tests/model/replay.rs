@@ -24,9 +24,11 @@ use super::*;
 use crate::harness::Env;
 use crate::support::{RES, command, mkfifo, sha256_hex, status_row, version};
 
-/// The content worker `w` writes (each of another size, so no two versions look alike).
-fn content(w: u8) -> Vec<u8> {
-    version(&format!("worker {w}"), 600 + 150 * usize::from(w))
+/// The content of the version of inode `ino` (each of another size, so no two versions
+/// look alike).
+fn content(ino: u8) -> Vec<u8> {
+    let (w, seq) = version_of(ino);
+    version(&format!("worker {w} seq {seq}"), 600 + 150 * index(ino))
 }
 
 /// Where a write is paused once the model's step `step` is done.
@@ -169,9 +171,10 @@ struct Replay<'m> {
     model: &'m WriteModel,
     env: Env,
     state: State,
-    writers: Vec<Option<Proc>>,
+    /// The write of each version under way, by the version's inode in the model.
+    writers: BTreeMap<u8, Proc>,
     recoverer: Option<Proc>,
-    /// Each worker's staged file, by inode number.
+    /// Each version's staged files, by real inode number: the model's inode.
     inodes: BTreeMap<u64, u8>,
     /// The names of the temp files seen so far.
     temps: Vec<String>,
@@ -185,7 +188,7 @@ impl Replay<'_> {
             model,
             env: Env::new(),
             state: model.init_states().remove(0),
-            writers: (0..model.workers).map(|_| None).collect(),
+            writers: BTreeMap::new(),
             recoverer: None,
             inodes: BTreeMap::new(),
             temps: Vec::new(),
@@ -214,10 +217,10 @@ impl Replay<'_> {
         self.done.push(action);
         match action {
             Action::Claim(w) => self.claim(w, &next),
-            Action::Stage(w) => self.stage(w, &next),
-            Action::Begin(w) | Action::Step(w) => self.advance(w, &next),
-            Action::Crash(w) => {
-                if let Some(proc) = self.writers[usize::from(w)].take() {
+            Action::Stage(w, seq) | Action::Retry(w, seq) => self.stage(w, seq, &next),
+            Action::Begin(w, seq) | Action::Step(w, seq) => self.advance(w, seq, &next),
+            Action::Crash(w, seq) => {
+                if let Some(proc) = self.writers.remove(&ino(w, seq)) {
                     proc.kill();
                 }
             }
@@ -243,21 +246,23 @@ impl Replay<'_> {
         assert_eq!(got, i64::from(epoch), "claim after {:?}", self.done);
     }
 
-    fn write_args(&self, w: u8) -> Vec<String> {
+    fn write_args(&self, w: u8, seq: u8) -> Vec<String> {
         let epoch = self.state.workers[usize::from(w)].epoch.to_string();
         let mut args = vec!["write".into(), RES.into(), "--epoch".into(), epoch];
+        args.extend(["--seq".into(), seq.to_string()]);
         if !self.model.protocol.fenced {
             args.push("--unfenced".into());
         }
         args
     }
 
-    fn stage(&mut self, w: u8, next: &State) {
-        let args = self.write_args(w);
+    fn stage(&mut self, w: u8, seq: u8, next: &State) {
+        let args = self.write_args(w, seq);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut proc = Proc::spawn(&self.env, &args, self.now(), &content(w), &WRITE_POINTS);
-        if let Phase::Refused(_) = next.workers[usize::from(w)].phase {
-            self.expect_end(w, proc.finish(), next);
+        let file = ino(w, seq);
+        let mut proc = Proc::spawn(&self.env, &args, self.now(), &content(file), &WRITE_POINTS);
+        if let Phase::Refused(_) = next.workers[usize::from(w)].write(seq) {
+            self.expect_end(w, seq, proc.finish(), next);
             return;
         }
         proc.pause_at("write.before_lock");
@@ -271,36 +276,42 @@ impl Replay<'_> {
             })
             .filter(|(name, _)| name.contains("fencepost-tmp-") && !self.temps.contains(name))
             .collect();
-        assert_eq!(staged.len(), 1, "one new temp file for worker {w}");
-        let (name, ino) = staged[0].clone();
+        assert_eq!(
+            staged.len(),
+            1,
+            "one new temp file for worker {w} seq {seq}"
+        );
+        let (name, real) = staged[0].clone();
         self.temps.push(name);
-        self.inodes.insert(ino, w);
-        self.writers[usize::from(w)] = Some(proc);
+        self.inodes.insert(real, file);
+        self.writers.insert(file, proc);
     }
 
-    /// Lets worker `w`'s write go on to where the model's next state has it.
-    fn advance(&mut self, w: u8, next: &State) {
-        let slot = usize::from(w);
-        match next.workers[slot].phase {
+    /// Lets the write of version `seq` of worker `w` go on to where the model's next
+    /// state has it.
+    fn advance(&mut self, w: u8, seq: u8, next: &State) {
+        let file = ino(w, seq);
+        match *next.workers[usize::from(w)].write(seq) {
             Phase::Writing(i) => {
                 let point = point_after(self.model.steps[usize::from(i) - 1]);
-                self.writers[slot].as_mut().expect("paused").pause_at(point);
+                let proc = self.writers.get_mut(&file).expect("paused");
+                proc.pause_at(point);
             }
             _ => {
-                let out = self.writers[slot].take().expect("paused").finish();
-                self.expect_end(w, out, next);
+                let out = self.writers.remove(&file).expect("paused").finish();
+                self.expect_end(w, seq, out, next);
             }
         }
     }
 
     /// A write that ended: its exit code and outcome are the model's.
-    fn expect_end(&self, w: u8, out: Output, next: &State) {
-        let (code, word) = match next.workers[usize::from(w)].phase {
-            Phase::Done => (0, "written"),
+    fn expect_end(&self, w: u8, seq: u8, out: Output, next: &State) {
+        let (code, word) = match *next.workers[usize::from(w)].write(seq) {
+            Phase::Done(word) => (0, word),
             Phase::Refused("stale") => (5, "stale"),
             Phase::Refused("unissued") => (8, "unissued"),
             Phase::Failed => (1, ""),
-            ref other => panic!("worker {w} cannot end in {other:?}"),
+            ref other => panic!("worker {w} seq {seq} cannot end in {other:?}"),
         };
         assert_eq!(
             (
@@ -308,7 +319,7 @@ impl Replay<'_> {
                 String::from_utf8_lossy(&out.stdout).trim()
             ),
             (Some(code), word),
-            "worker {w}'s write after {:?}: {out:?}",
+            "worker {w}'s write of seq {seq} after {:?}: {out:?}",
             self.done
         );
     }
@@ -330,14 +341,14 @@ impl Replay<'_> {
         }
     }
 
-    /// The folder as the model names it: each name's worker, from inode numbers.
+    /// The folder as the model names it: each name's version, from inode numbers.
     fn listing(&self) -> BTreeMap<Name, u8> {
         let prefix = format!(".{RES}.fencepost-");
         let worker = |ino: u64| {
             *self
                 .inodes
                 .get(&ino)
-                .unwrap_or_else(|| panic!("inode {ino} is no worker's staged file"))
+                .unwrap_or_else(|| panic!("inode {ino} is no version's staged file"))
         };
         let mut names = BTreeMap::new();
         for entry in std::fs::read_dir(self.env.root()).expect("list the root") {
@@ -369,13 +380,13 @@ impl Replay<'_> {
             return;
         }
         let row = status_row(&self.env, RES, Some(self.now()));
-        let hash = |w: u8| json!(sha256_hex(&content(w)));
+        let hash = |ino: u8| json!(sha256_hex(&content(ino)));
         let content_epoch = s.sink.and_then(|r| r.content).map(|c| c.epoch);
         let want = json!({
             "lease": s.lease.map(|r| r.epoch),
             "fence": s.sink.map(|r| r.fence),
             "content_epoch": content_epoch,
-            "sha256": s.sink.and_then(|r| r.content).map(|c| hash(c.writer)),
+            "sha256": s.sink.and_then(|r| r.content).map(|c| hash(c.file)),
             "document": s.folder.get(Name::Doc).map(hash),
         });
         let field = |v: &Value| if v.is_null() { Value::Null } else { v.clone() };
@@ -442,8 +453,8 @@ const SEED: u64 = 1;
 /// than a claim, and a crash or a `recover` less likely still.
 fn pick(rng: &mut fastrand::Rng, actions: &[Action]) -> Action {
     let weight = |action: &Action| match action {
-        Action::Stage(_) | Action::Begin(_) | Action::Step(_) | Action::RecoverCommit => 8,
-        Action::Claim(_) => 4,
+        Action::Stage(..) | Action::Begin(..) | Action::Step(..) | Action::RecoverCommit => 8,
+        Action::Claim(_) | Action::Retry(..) => 4,
         _ => 1,
     };
     let mut left = rng.usize(..actions.iter().map(weight).sum::<usize>());
@@ -475,16 +486,13 @@ fn random_model_paths_replay_as_real_processes() {
             steps += 1;
             interrupted += usize::from(interrupted_rename(&model, &replay.state));
         }
-        let ended = |phase: Phase| {
-            replay
-                .state
-                .workers
-                .iter()
-                .filter(|w| w.phase == phase)
+        let ended = |ended: fn(&Phase) -> bool| {
+            writes(&replay.state)
+                .filter(|(_, _, phase)| ended(phase))
                 .count()
         };
-        acked += ended(Phase::Done);
-        stale += ended(Phase::Refused("stale"));
+        acked += ended(Phase::acked);
+        stale += ended(|phase| *phase == Phase::Refused("stale"));
     }
     println!(
         "replayed {PATHS} random model paths as real processes: {steps} steps, \
