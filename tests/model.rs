@@ -1170,14 +1170,16 @@ fn stale_refused(_: &WriteModel, s: &State) -> bool {
     writes(s).any(|(_, _, phase)| *phase == Phase::Refused("stale"))
 }
 
-/// A version was refused as stale, and the record holds a higher seq of its epoch.
+/// A version was refused as stale, and the record holds a higher seq of its epoch, with
+/// no newer epoch claimed (the fence only goes up: it was refused for its seq).
 fn older_seq_refused(_: &WriteModel, s: &State) -> bool {
-    let Some(recorded) = s.sink.and_then(|row| row.content) else {
+    let Some((fence, Some(recorded))) = s.sink.map(|row| (row.fence, row.content)) else {
         return false;
     };
     writes(s).any(|(w, seq, phase)| {
         *phase == Phase::Refused("stale")
             && s.workers[usize::from(w)].epoch == recorded.epoch
+            && fence == recorded.epoch
             && seq < recorded.seq
     })
 }
