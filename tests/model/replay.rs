@@ -7,7 +7,10 @@
 //! failpoint between a write's recovery, its decision and its pre-image link, nor between
 //! the changes of a recovery. Power losses are not replayed (processes cannot lose the
 //! page cache), so the counterexamples that need one (no folder fsync, the device number
-//! in the identity, the any-subset power loss) are not here.
+//! in the identity, the any-subset power loss) are not here. The random paths are the
+//! model of versions' ([`WriteModel::versions`]): each version a `write --seq`, a retry
+//! the same command again, a version left running a process still paused at its
+//! failpoint.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -468,10 +471,42 @@ fn pick(rng: &mut fastrand::Rng, actions: &[Action]) -> Action {
 }
 
 #[test]
+fn seqs_compared_for_equality_counterexample_refuses_the_older_seq_for_real() {
+    // With seqs compared for equality only, seq 1 replaces seq 2 on this path. The same
+    // steps with the current binary, up to seq 1's decision, must refuse seq 1 as stale
+    // (exit 5), as the current protocol's model says: its later steps are not taken.
+    let broken = replayable(Protocol {
+        seq_order: false,
+        ..Protocol::CURRENT
+    })
+    .versions();
+    let actions = counterexample(broken, WENT_BACK).into_actions();
+    let model = replayable(Protocol::CURRENT).versions();
+    let mut replay = Replay::new(&model);
+    for action in actions {
+        let mut enabled = Vec::new();
+        model.actions(&replay.state, &mut enabled);
+        if !enabled.contains(&action) {
+            break;
+        }
+        replay.step(action);
+    }
+    let last = &replay.state;
+    assert_eq!(
+        *last.workers[1].write(1),
+        Phase::Refused("stale"),
+        "{last:?}"
+    );
+    assert!(never_goes_back(&model, last), "{last:?}");
+    assert!(no_acked_write_lost(&model, last), "{last:?}");
+}
+
+#[test]
 fn random_model_paths_replay_as_real_processes() {
-    let model = replayable(Protocol::CURRENT);
+    let model = replayable(Protocol::CURRENT).versions();
     let mut rng = fastrand::Rng::with_seed(SEED);
     let (mut steps, mut interrupted, mut acked, mut stale) = (0, 0, 0, 0);
+    let (mut retries, mut replays, mut seq_stale) = (0, 0, 0);
     for _ in 0..PATHS {
         let mut replay = Replay::new(&model);
         for _ in 0..PATH_STEPS {
@@ -482,9 +517,12 @@ fn random_model_paths_replay_as_real_processes() {
             if actions.is_empty() {
                 break;
             }
-            replay.step(pick(&mut rng, &actions));
+            let action = pick(&mut rng, &actions);
+            replay.step(action);
             steps += 1;
+            retries += usize::from(matches!(action, Action::Retry(..)));
             interrupted += usize::from(interrupted_rename(&model, &replay.state));
+            seq_stale += usize::from(older_seq_refused(&model, &replay.state));
         }
         let ended = |ended: fn(&Phase) -> bool| {
             writes(&replay.state)
@@ -493,10 +531,12 @@ fn random_model_paths_replay_as_real_processes() {
         };
         acked += ended(Phase::acked);
         stale += ended(|phase| *phase == Phase::Refused("stale"));
+        replays += ended(|phase| *phase == Phase::Done("replay"));
     }
     println!(
         "replayed {PATHS} random model paths as real processes: {steps} steps, \
          {interrupted} states with a dead writer's uncommitted rename, \
-         {acked} writes acknowledged, {stale} refused as stale"
+         {acked} writes acknowledged ({replays} as replays), {stale} refused as stale \
+         ({seq_stale} states with an older seq refused after a newer one), {retries} retries"
     );
 }
