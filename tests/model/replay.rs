@@ -389,6 +389,7 @@ impl Replay<'_> {
             "lease": s.lease.map(|r| r.epoch),
             "fence": s.sink.map(|r| r.fence),
             "content_epoch": content_epoch,
+            "seq": s.sink.and_then(|r| r.content).map(|c| c.seq),
             "sha256": s.sink.and_then(|r| r.content).map(|c| hash(c.file)),
             "document": s.folder.get(Name::Doc).map(hash),
         });
@@ -397,6 +398,7 @@ impl Replay<'_> {
             "lease": field(&row["lease"]["epoch"]),
             "fence": field(&row["sink"]["fence"]),
             "content_epoch": field(&row["sink"]["content_epoch"]),
+            "seq": field(&row["sink"]["seq"]),
             "sha256": field(&row["sink"]["sha256"]),
             "document": field(&row["document"]["sha256"]),
         });
