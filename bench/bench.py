@@ -9,7 +9,8 @@ round's ratio is median(A) / median(B). The table gives the median of the round 
 and their min-max spread. Rows 1, 1c and 2 compare single processes of a few ms: they are
 spawned directly (bench/spawntime.c), sample by sample in turn, rather than through
 hyperfine's shell (see `spawned`). Rows measured otherwise (memory, lock hold, latency
-under load) say what their spread is taken over.
+under load) say what their spread is taken over. Rows 9 publish a folder (`write --tree`)
+against rsync into a new folder and a symlink swap.
 """
 
 import argparse
@@ -37,6 +38,8 @@ FULL = dict(
     mid=64 << 20, pace_s=2.0, idle_writes=30, paced_reps=2, unpaced_reps=5,  # row 5 lock
     resources=1_000_000, log_events=1_000_000,  # row 6
     api_rounds=5, api_samples=200, api_warmup=10,  # rows 8a-8b: per side, per round
+    tree_files=1000, tree_runs=10, tree_warmup=2,  # row 9a: 4 KiB files, per round, per side
+    big_tree=True,  # row 9b: 10 files of 100 MiB (big_rounds rounds of big_runs)
 )
 SMOKE = dict(
     rounds=1, runs=3, warmup=1,
@@ -47,6 +50,8 @@ SMOKE = dict(
     mid=4 << 20, pace_s=0.3, idle_writes=3, paced_reps=1, unpaced_reps=1,
     resources=10_000, log_events=10_000,
     api_rounds=1, api_samples=5, api_warmup=1,
+    tree_files=20, tree_runs=2, tree_warmup=1,
+    big_tree=False,
 )
 
 MIB = 1 << 20
@@ -750,6 +755,120 @@ class Bench:
         self.ratio_row("8b", t8b, medians(rounds), "a", "b", "<= 1.5x", 1.5,
                        note=f"per call (API / its transaction): {parts}")
 
+    # --------------------------------------------------------------- row 9
+
+    def make_tree(self, path, files, size, per_folder):
+        """A source tree of `files` files of `size` random bytes each, `per_folder` to a
+        folder (d000, d001, ...), or all in the top folder when per_folder is None;
+        synced, so its own writeback lands in no timed run."""
+        path.mkdir()
+        block = os.urandom(min(size, MIB))
+        for i in range(files):
+            folder = path if per_folder is None else path / f"d{i // per_folder:03d}"
+            folder.mkdir(exist_ok=True)
+            with open(folder / f"f{i:05d}.bin", "wb") as f:
+                if size <= MIB:
+                    f.write(os.urandom(size))
+                    continue
+                f.write(os.urandom(64))  # no two files alike
+                left = size - 64
+                while left:
+                    n = min(left, len(block))
+                    f.write(block[:n])
+                    left -= n
+        self.sh(["sync"])
+
+    def trees(self):
+        """Rows 9a-9d: a folder published whole. A is the fenced publish, `fencepost write
+        site --epoch E --tree SRC` after an untimed claim (copy beside the resource, each
+        staged file read back and hashed, one `syncfs`, the swap under the lock, the parent
+        fsynced, COMMIT). B is the usual unfenced publish: rsync into a new folder, `sync`,
+        and a symlink swapped over `current`. The version each replaces is removed before
+        the next run, untimed, on both sides: fencepost keeps it for `--keep-old` (60 s) for
+        readers still walking it, and a deployment keeps its last release for a while too."""
+        c = self.cfg
+        fp = q(self.fp)
+        sets = [("9a", "small", c["tree_files"], 4096, 100,
+                 f"{c['tree_files']:,} files of 4 KiB in {max(1, c['tree_files'] // 100)} folders",
+                 c["tree_runs"], c["tree_warmup"], c["rounds"])]
+        if c["big_tree"]:
+            sets.append(("9b", "big", 10, 100 * MIB, None, "10 files of 100 MiB",
+                         c["big_runs"], 1, c["big_rounds"]))
+        rsync = shutil.which("rsync")
+        info = {}
+        for num, tag, files, size, per_folder, what, runs, warmup, rounds in sets:
+            base = self.work / f"tree-{tag}"
+            base.mkdir()
+            src, a, b = base / "src", base / "a", base / "b"
+            self.make_tree(src, files, size, per_folder)
+            a.mkdir()
+            b.mkdir()
+            self.claim(a, "site")
+            title = (f"Tree: `fencepost write site --tree SRC`, {what} (fenced: copy, read back "
+                     "and hash, `syncfs`, swap under the lock) vs `rsync -a SRC/ NEW/ && sync "
+                     "&& ln -s NEW tmp && mv -T tmp current`")
+            if rsync is None:
+                self.add_row(num, title, None, None, [float("nan")], "<= 1.3x",
+                             verdict="skipped (no rsync: bench/run.sh installs it)")
+                continue
+            prep_a = (f"{fp} --root {q(a)} claim site --owner bench --ttl 1ms > {q(a)}/ep && "
+                      f"rm -rf {q(a)}/.site.fencepost-old-* && sync")
+            prep_b = (f"cd {q(b)} && keep=$(readlink current || true) && for d in v.*; do "
+                      '[ "$d" = "$keep" ] || rm -rf "$d"; done && '
+                      "echo v.$(date +%s%N) > next && sync")
+            cmds = [
+                ("fencepost", f'read e < {q(a)}/ep; exec {fp} --root {q(a)} -q write site '
+                              f'--epoch "$e" --tree {q(src)}'),
+                ("rsync", f'cd {q(b)} && read new < next && rsync -a {q(src)}/ "$new"/ && sync'
+                          ' && ln -s "$new" tmp && exec mv -T tmp current'),
+            ]
+            med, _ = self.hyperfine(f"tree-{tag}", cmds, runs, warmup, rounds, base,
+                                    prepares=[prep_a, prep_b])
+            self.ratio_row(num, title, med, "fencepost", "rsync", "<= 1.3x", 1.3)
+            for side in (a / "site", b / "current"):
+                diff = self.sh(["diff", "-r", "-q", str(src), str(side)], check=False)
+                if diff.returncode != 0:
+                    raise SystemExit(f"bench: {side} is not a copy of {src}:\n{diff.stdout}")
+
+            # Peak resident memory of each side's process (rsync's: the largest of its
+            # processes, as wait4 reports it), /usr/bin/time -v, untimed runs.
+            def rss(cmd):
+                tf = self.work / "time.txt"
+                self.sh(cmd.replace("TIME", f"/usr/bin/time -v -o {q(tf)}"), cwd=base)
+                m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", tf.read_text())
+                return int(m.group(1)) * 1024
+
+            samples = {"fencepost": [], "rsync": []}
+            for _ in range(c["rss_samples"]):
+                self.sh(prep_a)
+                self.sh(prep_b)
+                samples["fencepost"].append(rss(
+                    f'read e < {q(a)}/ep; TIME {fp} --root {q(a)} -q write site --epoch "$e" '
+                    f"--tree {q(src)}"))
+                samples["rsync"].append(rss(f'cd {q(b)} && read new < next && TIME rsync -a '
+                                            f'{q(src)}/ "$new"/ && ln -s "$new" tmp && '
+                                            "mv -T tmp current"))
+            info[tag] = dict(what=what, rss=samples, runs=runs, warmup=warmup, rounds=rounds)
+            self.sh(["rm", "-rf", str(base)])
+        if not c["big_tree"]:
+            self.add_row("9b", "Tree: 10 files of 100 MiB, as row 9a", None, None,
+                         [float("nan")], "<= 1.3x", verdict="not run in the smoke run")
+        mib = lambda n: f"{n / MIB:.1f} MiB"  # noqa: E731
+        for num, tag in (("9c", "small"), ("9d", "big")):
+            if tag not in info:
+                continue
+            s = info[tag]["rss"]
+            peak = max(s["fencepost"])
+            self.add_row(num, f"Peak RSS (`/usr/bin/time -v`) of the tree write, "
+                         f"{info[tag]['what']}, vs `rsync -a` (its largest process)", peak,
+                         statistics.median(s["rsync"]),
+                         [x / y for x, y in zip(s["fencepost"], s["rsync"])],
+                         "flat: < 16 MiB whatever the bytes",
+                         verdict="met" if peak < 16 * MIB else
+                         f"**missed** by {(peak / (16 * MIB) - 1) * 100:.0f}%",
+                         note=f"max of {len(s['fencepost'])}", fmt=mib)
+        self.tree_info = info
+
     # ------------------------------------------------------------ profiles
 
     def profiles(self):
@@ -1014,6 +1133,22 @@ class Bench:
                      + ". From stdin the write streams through four 128 KiB buffers; with "
                      "`--from` the kernel copies and one 128 KiB buffer reads the staged file "
                      "back for the hash.\n")
+        if hasattr(self, "tree_info"):
+            mib = lambda n: f"{n / MIB:.1f}"  # noqa: E731
+            L.append("### Trees (rows 9a-9d)\n")
+            L.append("Each side publishes the same source folder over and over into a folder "
+                     "of its own on the bench filesystem: A into a fencepost root (`site`), B "
+                     "into `v.<time>/` with `current` a symlink to it. Before every run, untimed: "
+                     "A's claim, and on both sides the removal of the version the run before "
+                     "replaced (fencepost keeps it for `--keep-old`, 60 s by default) and a `sync`. "
+                     "After the timed runs each side's folder is compared with the source "
+                     "(`diff -r`).\n")
+            for tag, t in self.tree_info.items():
+                L.append(f"- {t['what']}: {t['rounds']} rounds of {t['runs']} runs a side "
+                         f"after {t['warmup']} discarded; peak RSS, MiB, per sample: fencepost "
+                         + ", ".join(mib(x) for x in t["rss"]["fencepost"]) + "; rsync "
+                         + ", ".join(mib(x) for x in t["rss"]["rsync"]) + ".")
+            L.append("")
         if hasattr(self, "prune"):
             p = self.prune
             L.append("### One-off: a log above its retention cap\n")
@@ -1040,14 +1175,14 @@ def main():
     ap.add_argument("--link-order", default="?/?",
                     help="FOUND/LISTED: functions of tools/link-order.txt in the build")
     ap.add_argument("--only", default="", help="comma list of parts (debugging): "
-                    "small,big,contention,lock,scale,startup,api,profiles")
+                    "small,big,contention,lock,scale,startup,api,trees,profiles")
     args = ap.parse_args()
     started = time.monotonic()
     load0 = os.getloadavg()
     b = Bench(args)
     parts = [("small", b.publish_small), ("big", b.big_documents), ("contention", b.contention),
              ("lock", b.lock_scope), ("scale", b.scale), ("startup", b.startup),
-             ("api", b.api), ("profiles", b.profiles)]
+             ("api", b.api), ("trees", b.trees), ("profiles", b.profiles)]
     only = set(filter(None, args.only.split(",")))
     for name, fn in parts:
         if only and name not in only:
@@ -1056,7 +1191,7 @@ def main():
         fn()
     order = {k: i for i, k in enumerate(["1", "1b", "1c", "1d", "2", "3", "4a", "4b", "4c", "4d", "4e", "5a", "5b", "5c",
                                          "5d", "5e", "6a", "6b", "7a", "7b", "8a",
-                                         "8b"])}
+                                         "8b", "9a", "9b", "9c", "9d"])}
     b.rows.sort(key=lambda r: order.get(r["num"], 99))
     b.report(started, load0)
     b.log(f"wrote {args.out} in {(time.monotonic() - started):.0f} s")

@@ -8,9 +8,9 @@
 # host triple, functions laid out by tools/link-order.txt), which the command rows measure,
 # and the default dynamically linked build, which row 1c compares with it; rows 8a-8b run
 # examples/bench_api.rs (the library, timed within one process) from the default build.
-# Installs hyperfine / time / strace / flock / gcc with apt-get if missing, compiles the
-# floor program (bench/floor.c) and the lock-timing shim (bench/lockhold.c) into
-# target/bench/, then runs bench/bench.py. Scratch files go to a fresh folder under
+# Installs hyperfine / time / strace / flock / gcc / rsync with apt-get if missing,
+# compiles the floor program (bench/floor.c) and the lock-timing shim (bench/lockhold.c)
+# into target/bench/, then runs bench/bench.py. Scratch files go to a fresh folder under
 # $BENCH_DIR (default bench/.work), removed at the end; its filesystem is the one measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,7 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 command -v flock >/dev/null 2>&1 || missing+=(util-linux)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bench/run.sh: installing ${missing[*]}" >&2
   apt-get update -qq

@@ -13,7 +13,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
@@ -413,12 +413,13 @@ pub struct Copying {
     pub limits: Limits,
 }
 
-/// Copies the folder `src` into the empty folder `dst` (the staged tree): files (in the
-/// kernel where it can), folders, and symlinks as symlinks, each with its permission
-/// bits (and its owner with `keep_owners`), the top folder's mode last. Returns the
-/// manifest of what was staged, each file hashed as it lies in the staged copy (read
-/// back, never from the source: a source changed meanwhile cannot give a hash that
-/// differs from what is published). Nothing is fsynced here (see [`sync_staged`]).
+/// Copies the folder `src` into the empty folder `dst` (the staged tree): files (see
+/// [`copy_file`]), folders, and symlinks as symlinks, each with its permission bits (and
+/// its owner with `keep_owners`), the top folder's mode last. Returns the manifest of what
+/// was staged, each file hashed as it lies in the staged copy (the bytes written into it,
+/// or read back from it after a kernel copy; never a second read of the source: a source
+/// changed meanwhile cannot give a hash that differs from what is published). Nothing is
+/// fsynced here (see [`sync_staged`]).
 pub fn copy(src: &Folder, dst: &Folder, how: &Copying) -> Result<Manifest> {
     let mut manifest = Manifest::default();
     let mut count = Survey::default();
@@ -544,8 +545,19 @@ fn copy_symlink(
     })
 }
 
+/// Files up to this size are copied through this process, one buffer at a time, and
+/// hashed from the buffer as it is written: three calls for a small file (read, write, the
+/// read that finds its end), where a kernel copy and a read-back take six or more.
+const SMALL_FILE: u64 = 128 * 1024;
+
+/// Bytes of a bigger file copied by the kernel in one step, before that step is read back
+/// and hashed; from a file of this size on, each step hashed is also written behind.
+const KERNEL_STEP: u64 = 8 << 20;
+
 /// Copies the file `name` of `src` into `dst`: returns its size, the SHA-256 of the
-/// staged copy and its mode.
+/// staged copy and its mode. A small file goes through one buffer, hashed as it is
+/// written; a bigger one is copied by the kernel and hashed from the staged copy, read
+/// back step by step ([`copy_in_steps`]).
 fn copy_file(
     src: &Folder,
     dst: &Folder,
@@ -563,14 +575,110 @@ fn copy_file(
     let mut to = dst
         .create_file(name, 0o600)?
         .ok_or_else(|| changed_under(&dst.join(name)))?;
-    // `io::copy` between two files copies in the kernel (`copy_file_range`) where it can.
-    io::copy(&mut from, &mut to).map_err(Error::io("cannot copy into", dst.join(name)))?;
-    to.rewind()
-        .map_err(Error::io("cannot read back", dst.join(name)))?;
-    let (sha256, size) =
-        hash_file(&mut to).map_err(Error::io("cannot read back", dst.join(name)))?;
-    set_owner_and_mode(to.as_fd(), how.keep_owners, &st, &dst.join(name))?;
+    let shown = dst.join(name);
+    let expected = u64::try_from(st.st_size).unwrap_or(0);
+    let (sha256, size) = if expected <= SMALL_FILE {
+        copy_through(&mut from, &mut to, expected, &shown)?
+    } else {
+        copy_in_steps(&from, &to, &shown)?
+    };
+    set_owner_and_mode(to.as_fd(), how.keep_owners, &st, &shown)?;
     Ok((size, sha256, st.st_mode & 0o7777))
+}
+
+/// Copies `from` into `to` through a buffer of this process (sized for `expected` bytes;
+/// a file that grew meanwhile is copied to its new end), hashing each chunk as it is
+/// written: the SHA-256 and size of what `to` now holds.
+fn copy_through(
+    from: &mut File,
+    to: &mut File,
+    expected: u64,
+    shown: &std::path::Path,
+) -> Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    // One byte more than expected: the read that finds the end needs no second buffer.
+    let len = usize::try_from(expected.saturating_add(1).min(SMALL_FILE)).unwrap_or(1);
+    let mut buf = vec![0u8; len];
+    let mut size = 0u64;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("cannot copy into", shown)(e)),
+        };
+        to.write_all(&buf[..n])
+            .map_err(Error::io("cannot copy into", shown))?;
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((hex(&hasher.finalize()), size))
+}
+
+/// Copies `from` into `to` [`KERNEL_STEP`] bytes at a time: each step copied by the kernel
+/// (`copy_file_range` where the filesystem allows, sharing extents where it can; through
+/// a buffer of this process where it cannot), then read back from the staged copy and
+/// hashed. Returns the SHA-256 and size of what `to` now holds.
+///
+/// Write-behind, from [`KERNEL_STEP`] bytes on: the kernel is told that each step hashed
+/// is no longer needed here (`POSIX_FADV_DONTNEED`). Linux starts its writeback at once
+/// and drops the pages that are clean by then; told again one step later, it drops those
+/// it was still writing. The disk writes while the rest is copied and hashed, and the
+/// flush before the swap finds little left to write. Advice only: an error is ignored,
+/// and [`sync_staged`] still makes every byte durable (and reports a writeback error).
+fn copy_in_steps(from: &File, to: &File, shown: &std::path::Path) -> Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 128 * 1024];
+    let (mut size, mut told) = (0u64, 0u64);
+    loop {
+        let n = io::copy(&mut Read::take(from, KERNEL_STEP), &mut &*to)
+            .map_err(Error::io("cannot copy into", shown))?;
+        if n == 0 {
+            return Ok((hex(&hasher.finalize()), size));
+        }
+        hash_range(to, &mut hasher, &mut buf, size, size + n)
+            .map_err(Error::io("cannot read back", shown))?;
+        if size + n >= KERNEL_STEP {
+            let _ = rustix::fs::fadvise(
+                to,
+                told,
+                std::num::NonZeroU64::new(size + n - told),
+                rustix::fs::Advice::DontNeed,
+            );
+            told = size;
+        }
+        size += n;
+    }
+}
+
+/// Feeds bytes `at..end` of `file` to `hasher` (positioned reads: the file's offset is
+/// the copy's).
+fn hash_range(
+    file: &File,
+    hasher: &mut Sha256,
+    buf: &mut [u8],
+    mut at: u64,
+    end: u64,
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    while at < end {
+        let want = usize::try_from(end - at)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = match file.read_at(&mut buf[..want], at) {
+            Ok(0) => {
+                return Err(io::Error::other(
+                    "the staged file is shorter than what was copied into it",
+                ));
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Gives `fd` the owner (with `keep_owners`, best effort) and permission bits of `st`.
@@ -791,6 +899,52 @@ mod tests {
         // A folder's entries follow it: "a b" before "a b/c%d".
         assert_eq!(m.items[1].path, b"a b");
         assert!(String::from_utf8_lossy(&bytes).contains("new%0Aline"));
+    }
+
+    #[test]
+    fn a_copy_hashes_what_it_staged_whichever_way_each_file_is_copied() {
+        let src = tempfile::tempdir().expect("a temporary folder");
+        let dst = tempfile::tempdir().expect("a temporary folder");
+        // Sizes on each side of each way: through a buffer, one kernel step, several
+        // steps with write-behind.
+        let sizes = [
+            ("empty", 0),
+            ("small", 4096),
+            ("at-small", SMALL_FILE),
+            ("past-small", SMALL_FILE + 1),
+            ("at-step", KERNEL_STEP),
+            ("steps", 2 * KERNEL_STEP + 5),
+        ];
+        let content = |size: u64| -> Vec<u8> { (0..size).map(|i| (i * 31 % 251) as u8).collect() };
+        for (name, size) in sizes {
+            std::fs::write(src.path().join(name), content(size)).expect("write a file");
+        }
+        let how = Copying {
+            allow_symlinks: false,
+            keep_owners: false,
+            limits: Limits::default(),
+        };
+        let staged = Folder::open(dst.path()).expect("open the staged folder");
+        let manifest = copy(
+            &Folder::open(src.path()).expect("open the source"),
+            &staged,
+            &how,
+        )
+        .expect("copy");
+        assert_eq!(
+            manifest,
+            read_manifest(&staged).expect("read the copy back")
+        );
+        for (name, size) in sizes {
+            let item = manifest.get(name.as_bytes()).expect("copied");
+            assert_eq!(item.size, size, "{name}");
+            assert_eq!(item.sha256, hex(&Sha256::digest(content(size))), "{name}");
+            assert_eq!(
+                std::fs::read(dst.path().join(name)).expect("read the copy"),
+                content(size),
+                "{name}"
+            );
+        }
     }
 
     #[test]
