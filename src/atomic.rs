@@ -58,12 +58,18 @@ pub fn inspect_document(doc: &DocPath) -> Result<Option<Entry>> {
                 Kind::Folder => "a folder",
                 _ => "a special file",
             };
+            let hint = if entry.kind == Kind::Folder {
+                "a document is a regular file; a folder is published whole with `write --tree \
+                 DIR`, whose first publish needs the name free: move this folder aside"
+            } else {
+                "fencepost replaces regular files only; remove it or pick another resource"
+            };
             Err(Error::usage_hint(
                 format!(
                     "document {} is {what}, not a regular file",
                     doc.path().display()
                 ),
-                "fencepost replaces regular files only; remove it or pick another resource",
+                hint,
             ))
         }
         None => Ok(None),

@@ -195,7 +195,12 @@ fn look(what: &Examine<'_>, found: &mut Examined) -> Result<()> {
         found.state = DocState::StateFile;
         return Ok(());
     }
-    if recorded.is_some_and(|c| c.tree) {
+    // A first tree publish has no record yet; its marker says what the folder is.
+    let tree = match recorded {
+        Some(c) => c.tree,
+        None => what.recovery && recovery::tree_marked(&doc)?,
+    };
+    if tree {
         let looked = look_at_tree(what, &doc, found);
         found.doc = Some(doc);
         return looked;
@@ -261,15 +266,21 @@ fn look_at_tree(what: &Examine<'_>, doc: &DocPath, found: &mut Examined) -> Resu
         found.temps = Some(atomic::abandoned_temps(doc)?);
     }
     if what.recovery
-        && let Some(pending) = recovery::pending_tree(doc)?
+        && let Some(pending) =
+            recovery::pending_tree(doc, recorded.and_then(crate::sink::Recorded::of))?
     {
-        found.state = if pending.in_progress {
-            DocState::InProgress
-        } else {
-            DocState::Interrupted
-        };
         found.pending = Some(pending);
-        return Ok(());
+        // As for a document: a swap recovery would undo is interrupted; a publish whose
+        // writer lives is in progress; a committed publish's leftovers, or a staged tree
+        // that never swapped in, leave the tree to be judged as it stands.
+        if matches!(pending.action, Recovery::RestorePre | Recovery::RemoveDoc) {
+            found.state = DocState::Interrupted;
+            return Ok(());
+        }
+        if pending.in_progress {
+            found.state = DocState::InProgress;
+            return Ok(());
+        }
     }
     let entry = match doc.folder.stat(&doc.name)? {
         None => {
@@ -282,10 +293,15 @@ fn look_at_tree(what: &Examine<'_>, doc: &DocPath, found: &mut Examined) -> Resu
             return Ok(());
         }
     };
-    let Some(c) = recorded.filter(|c| !c.removed) else {
-        found.state = DocState::Reappeared;
+    let Some(c) = recorded else {
+        // A first publish's tree that recovery would keep (edited by hand since its crash).
+        found.state = DocState::Untracked;
         return Ok(());
     };
+    if c.removed {
+        found.state = DocState::Reappeared;
+        return Ok(());
+    }
     let same = if what.look == Look::Identity {
         c.file.is_some_and(|f| f.ino == entry.ino)
     } else {

@@ -166,7 +166,9 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     let resource = ctx.resource(raw)?;
     // Neither the state file nor a file SQLite keeps beside it is ever a document, and a
     // document that is a symlink or a special file can never be written: refuse the claim
-    // now, before any lease is recorded. A folder may be a tree (`write --tree`).
+    // now, before any lease is recorded. A folder is refused too, unless the sink records a
+    // tree there (`write --tree`) or a tree publish's marker stands beside it (a first
+    // publish that crashed, which the claim's recovery resolves).
     // With a store, the document is the store's: a mirror root's copy is not checked here.
     let local = ctx.remote.is_none();
     if local {
@@ -174,15 +176,38 @@ pub fn claimable(ctx: &Ctx, raw: &OsStr) -> Result<Resource> {
     }
     if local && let Some(doc) = crate::resource::locate(&ctx.root, &resource, false)? {
         crate::session::refuse_state_file(ctx, &doc, &resource)?;
-        let folder = doc
-            .folder
-            .stat(&doc.name)?
-            .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
-        if !folder {
-            crate::atomic::inspect_document(&doc)?;
+        if let Err(refused) = crate::atomic::inspect_document(&doc)
+            && !is_recorded_tree(ctx, &doc, &resource)?
+        {
+            return Err(refused);
         }
     }
     Ok(resource)
+}
+
+/// Whether a folder stands at the resource's name and the sink recorded a tree there
+/// (`write --tree`): the folder is then the resource's own, and its lease is claimed and
+/// taken over as a document's is. Read without creating a state file.
+fn is_recorded_tree(
+    ctx: &Ctx,
+    doc: &crate::resource::DocPath,
+    resource: &Resource,
+) -> Result<bool> {
+    let folder = doc
+        .folder
+        .stat(&doc.name)?
+        .is_some_and(|e| e.kind == crate::folder::Kind::Folder);
+    if !folder {
+        return Ok(false);
+    }
+    if crate::recovery::tree_marked(doc)? {
+        return Ok(true);
+    }
+    let Some(mut store) = store::open_read_only(&ctx.db, ctx.busy)? else {
+        return Ok(false);
+    };
+    let content = store.snapshot()?.sink(resource)?.and_then(|r| r.content);
+    Ok(content.is_some_and(|c| c.tree))
 }
 
 /// Whether a claim by `owner` is a retry of the claim that made `lease` (see

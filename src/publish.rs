@@ -87,11 +87,13 @@ pub fn write<'s>(
         Err(source) => source,
     };
     let mut store = ctx.store()?;
-    {
-        let snapshot = store.snapshot()?;
-        refuse_tree(&*snapshot, &resource)?;
-        refuse_early(ctx, &*snapshot, &resource, args)?;
-    }
+    refuse_early(
+        ctx,
+        &*store.snapshot()?,
+        &resource,
+        args,
+        Publishes::Document,
+    )?;
     // Before any folder is created for the document: empty content is refused.
     let mut source = refuse_empty(source, ctx, &resource, args)?;
 
@@ -146,6 +148,7 @@ fn refuse_early(
     tx: &dyn ReadTxn,
     resource: &Resource,
     args: &WriteRequest<'_>,
+    publishes: Publishes,
 ) -> Result<()> {
     if !ctx.applying && ctx.remote.is_none() {
         crate::session::refuse_local_change(ctx, tx)?;
@@ -153,6 +156,7 @@ fn refuse_early(
     tx.check_clock(ctx.clock.kind())?;
     ctx.check_root(tx)?;
     let (lease, record) = (issuing_lease(tx, resource, args)?, tx.sink(resource)?);
+    check_kind(resource, record.as_ref(), publishes)?;
     check_issued_owner(resource, args, lease.as_ref())?;
     if let d @ (WriteDecision::Stale { .. } | WriteDecision::Unissued { .. }) = decide(
         record.as_ref(),
@@ -166,17 +170,31 @@ fn refuse_early(
     Ok(())
 }
 
-/// A resource is a document or a tree for its whole life: a document is refused where
-/// the sink recorded a tree (a removed one too).
-fn refuse_tree(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
-    if tx
-        .sink(resource)?
-        .and_then(|r| r.content)
-        .is_some_and(|c| c.tree)
-    {
-        return Err(tree_name_taken(resource));
+/// What a request publishes, for the kind check of [`refuse_early`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Publishes {
+    Document,
+    Tree,
+    /// A removal, of either.
+    Removal,
+}
+
+/// A resource is a document or a tree for its whole life (a removal keeps its kind): a
+/// document is refused where the sink recorded a tree, and the reverse. Bad input, said
+/// before the fence is asked.
+fn check_kind(
+    resource: &Resource,
+    record: Option<&SinkRecord>,
+    publishes: Publishes,
+) -> Result<()> {
+    let Some(content) = record.and_then(|r| r.content.as_ref()) else {
+        return Ok(());
+    };
+    match publishes {
+        Publishes::Document if content.tree => Err(tree_name_taken(resource)),
+        Publishes::Tree if !content.tree => Err(tree::document_name_taken(resource)),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The refusal of a document where a tree was published.
@@ -351,10 +369,13 @@ fn run_overlapped(
                 .map_err(|_| unsynced)
         });
         let opened = ctx.store().and_then(|mut store| {
-            let snapshot = store.snapshot()?;
-            refuse_tree(&*snapshot, resource)?;
-            refuse_early(ctx, &*snapshot, resource, args)?;
-            drop(snapshot);
+            refuse_early(
+                ctx,
+                &*store.snapshot()?,
+                resource,
+                args,
+                Publishes::Document,
+            )?;
             Ok(store)
         });
         let synced = syncing.map(|thread| match thread {

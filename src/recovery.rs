@@ -80,7 +80,15 @@ pub fn recover(
         apply_all(&doc, plan)?
     };
     let mut tree = None;
+    let mut writing = false;
     for marker in tree_markers(&doc)? {
+        // A marker whose writer still runs is that writer's to clear: recovery runs under
+        // the lock the writer held until its COMMIT, so it is between its COMMIT and its
+        // clean-up, which keeps the old tree for the --keep-old it was asked for.
+        if tree_writer_alive(&doc, &marker) {
+            writing = true;
+            continue;
+        }
         let mut action = decide_tree(&doc, recorded.get()?, &marker)?;
         if matches!(action, TreeRecovery::SwapBack | TreeRecovery::RemoveNew) && mirror.get()? {
             // A mirror applies only versions its store committed: rolled forward.
@@ -90,7 +98,13 @@ pub fn recover(
         tree = Some(action);
     }
     remove_expired_trees(&doc, now)?;
-    let temps = atomic::remove_abandoned_temps(&doc)?;
+    // Meanwhile the folder at that writer's staged name is the tree it replaced, not a
+    // dead writer's staged tree: the sweep waits for a recovery with no writer running.
+    let temps = if writing {
+        0
+    } else {
+        atomic::remove_abandoned_temps(&doc)?
+    };
     Ok(Done {
         action,
         temps,
@@ -164,33 +178,66 @@ fn tree_markers(doc: &DocPath) -> Result<Vec<TreeMarker>> {
     Ok(found)
 }
 
-/// A tree publish's marker beside the document, if any: in progress while its writer
-/// holds the staged folder's lock (the folder is at the resource's name after the swap,
-/// at the staged name before), a crash awaiting recovery once it does not.
-pub fn pending_tree(doc: &DocPath) -> Result<Option<Pending>> {
-    let Some(marker) = tree_markers(doc)?.into_iter().next() else {
+/// Whether a tree publish's marker stands beside the document (one that crashed, or one
+/// in progress): a resource with no record yet is then a tree being published.
+pub fn tree_marked(doc: &DocPath) -> Result<bool> {
+    Ok(!tree_markers(doc)?.is_empty())
+}
+
+/// What recovery would do for the tree publishes marked beside the document, if any (see
+/// [`Pending`]), in the terms of a document's ([`as_document`]). A publish whose writer
+/// still holds the staged folder's lock (at the resource's name after the swap, at the
+/// staged name before) is in progress, not a crash.
+pub fn pending_tree(doc: &DocPath, recorded: Option<Recorded>) -> Result<Option<Pending>> {
+    let markers = tree_markers(doc)?;
+    if markers.is_empty() {
         return Ok(None);
-    };
-    let locked =
-        [&doc.name, &marker.staged_name]
-            .into_iter()
-            .any(|name| match doc.folder.child(name) {
-                Ok(crate::folder::Child::Folder(dir)) => {
-                    dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
-                        && matches!(
-                            rustix::fs::flock(
-                                &dir,
-                                rustix::fs::FlockOperation::NonBlockingLockShared
-                            ),
-                            Err(rustix::io::Errno::WOULDBLOCK)
-                        )
-                }
-                _ => false,
-            });
-    Ok(Some(Pending {
+    }
+    let mut found = Pending {
         action: Recovery::Nothing,
-        in_progress: locked,
-    }))
+        in_progress: false,
+    };
+    for marker in markers {
+        if tree_writer_alive(doc, &marker) {
+            found.in_progress = true;
+            continue;
+        }
+        let action = as_document(decide_tree(doc, recorded, &marker)?);
+        if weight(action) > weight(found.action) {
+            found.action = action;
+        }
+    }
+    Ok(Some(found))
+}
+
+/// A tree recovery in the terms of a document's: undoing a swap (or a first publish) is a
+/// rollback, as putting a write's pre-image back (or removing a first document) is;
+/// retiring a committed publish's old tree or dropping a tree that never swapped in only
+/// tidies, as dropping a finished write's links does.
+#[must_use]
+pub fn as_document(action: TreeRecovery) -> Recovery {
+    match action {
+        TreeRecovery::SwapBack => Recovery::RestorePre,
+        TreeRecovery::RemoveNew => Recovery::RemoveDoc,
+        TreeRecovery::Retire | TreeRecovery::DropStaged => Recovery::DropLinks,
+    }
+}
+
+/// Whether the writer of a tree publish still runs: it holds its staged folder's lock
+/// (the folder is at the resource's name after the swap, at the staged name before).
+fn tree_writer_alive(doc: &DocPath, marker: &TreeMarker) -> bool {
+    [&doc.name, &marker.staged_name]
+        .into_iter()
+        .any(|name| match doc.folder.child(name) {
+            Ok(crate::folder::Child::Folder(dir)) => {
+                dir.id().is_ok_and(|(_, ino)| ino == marker.staged)
+                    && matches!(
+                        rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared),
+                        Err(rustix::io::Errno::WOULDBLOCK)
+                    )
+            }
+            _ => false,
+        })
 }
 
 /// The rule of `sink::tree_recovery` for one marker, plus one check on disk: a tree to
@@ -401,12 +448,18 @@ fn is_rollback(action: Recovery) -> bool {
 #[must_use]
 pub fn describe_tree(action: TreeRecovery) -> &'static str {
     match action {
-        TreeRecovery::Retire => "finished a committed tree publish (its old tree removed)",
+        TreeRecovery::Retire => {
+            "finished a committed tree publish (its old tree kept until its deadline)"
+        }
         TreeRecovery::SwapBack => {
             "rolled back an uncommitted tree publish (previous tree restored)"
         }
-        TreeRecovery::RemoveNew => "rolled back an uncommitted first tree publish (tree removed)",
-        TreeRecovery::DropStaged => "removed a tree publish that never swapped in",
+        TreeRecovery::RemoveNew => {
+            "rolled back an uncommitted first tree publish (the tree taken off its name, kept until its deadline)"
+        }
+        TreeRecovery::DropStaged => {
+            "undid a tree publish that never swapped in (its staged tree kept until its deadline)"
+        }
     }
 }
 

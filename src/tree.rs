@@ -314,29 +314,30 @@ fn survey_into(
     limits: &Limits,
     survey: &mut Survey,
 ) -> Result<()> {
+    // The folders each entry of `dir` goes down: `dir`'s own depth.
     let depth = components(path).len();
-    if depth >= limits.depth {
-        return Err(Error::usage_hint(
-            format!(
-                "{} is more than {} folders deep: not published",
-                dir.path().display(),
-                limits.depth
-            ),
-            "pass a higher --max-depth if the tree is meant to be that deep",
-        ));
-    }
     let mut names = dir.names()?;
     names.sort();
     for name in names {
         let Some(entry) = dir.stat(&name)? else {
             continue;
         };
+        if depth > limits.depth {
+            return Err(Error::usage_hint(
+                format!(
+                    "{} is more than {} folders deep: not published",
+                    shown_path(&dir.join(&name)),
+                    limits.depth
+                ),
+                "pass a higher --max-depth if the tree is meant to be that deep",
+            ));
+        }
         survey.entries += 1;
         if survey.entries > limits.entries {
             return Err(Error::usage_hint(
                 format!(
                     "{} holds more than {} entries: not published",
-                    dir.path().display(),
+                    shown_path(dir.path()),
                     limits.entries
                 ),
                 "pass a higher --max-entries if the tree is meant to be that big",
@@ -349,7 +350,7 @@ fn survey_into(
                     return Err(Error::usage_hint(
                         format!(
                             "the files under {} hold more than {} bytes: not published",
-                            dir.path().display(),
+                            shown_path(dir.path()),
                             limits.bytes
                         ),
                         "pass a higher --max-size if the tree is meant to be that big",
@@ -373,7 +374,7 @@ fn survey_into(
                 return Err(Error::usage_hint(
                     format!(
                         "{} is a symlink: a tree holds files and folders",
-                        dir.join(&name).display()
+                        shown_path(&dir.join(&name))
                     ),
                     "pass --allow-symlinks to publish symlinks as symlinks (never followed)",
                 ));
@@ -382,7 +383,7 @@ fn survey_into(
                 return Err(Error::usage(format!(
                     "{} is a device, FIFO or socket: a tree holds files, folders and \
                      (with --allow-symlinks) symlinks",
-                    dir.join(&name).display()
+                    shown_path(&dir.join(&name))
                 )));
             }
         }
@@ -390,10 +391,17 @@ fn survey_into(
     Ok(())
 }
 
+/// A path under a source folder for a message: its names are anyone's, so one that holds
+/// a newline or another misleading character is quoted with it escaped, never printed as
+/// a line of its own.
+fn shown_path(path: &std::path::Path) -> String {
+    crate::text::display_name(&path.to_string_lossy())
+}
+
 fn changed_under(path: &std::path::Path) -> Error {
     Error::usage(format!(
         "{} changed while it was being copied: not published",
-        path.display()
+        shown_path(path)
     ))
 }
 
@@ -450,7 +458,7 @@ fn copy_into(
         };
         // The limits again: the source may have grown since it was surveyed.
         count.entries += 1;
-        if count.entries > how.limits.entries || components(path).len() >= how.limits.depth {
+        if count.entries > how.limits.entries || components(path).len() > how.limits.depth {
             return Err(changed_under(&src.join(&name)));
         }
         let len = path.len();

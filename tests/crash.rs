@@ -16,6 +16,8 @@ use crate::support::{
     spawn_paused_via, status_row, temp_files, tool_files, version,
 };
 
+mod trees;
+
 /// How the process meets the failpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {

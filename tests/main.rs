@@ -46,6 +46,7 @@ mod structure;
 mod sync_commit;
 mod tls;
 mod torture;
+mod trees;
 mod trees_stores;
 mod versions;
 mod walls;

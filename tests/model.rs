@@ -4,27 +4,46 @@
 //! of a `recover` that can run at any time. The folder is names to inodes, with the view
 //! the page cache gives and what a power loss may leave of it.
 //!
+//! Each worker holds one epoch and publishes its versions under it, one `write` process
+//! at a time per version. In the model of one version, each worker writes seq 1 once,
+//! with up to two power losses. In the model of versions ([`WriteModel::versions`]),
+//! worker 1 publishes seq 1 then seq 2 (`write --seq`), pausing between them for as
+//! long as it likes (others claim and write meanwhile), with no power loss, and:
+//! - a write whose process crashed may be retried, by any worker, with the same seq and
+//!   content (a retry after an unknown outcome: it must be written or replayed, never a
+//!   conflict), as long as its worker has not gone on to its next version;
+//! - worker 1 may go on to seq 2 without waiting for seq 1's write, while that one has
+//!   not taken the lock yet (a timeout, with the process hung rather than dead): seq 1's
+//!   write runs on, and may reach the sink after seq 2. That is the only way a lower seq
+//!   of an epoch meets a higher one recorded, the case the seq rule's `<` is for. (A
+//!   write that holds the lock decides and commits before any other can, and past its
+//!   COMMIT only removes its own links: going on from there is going on from its crash.)
+//!
 //! The model decides nothing itself: the epochs come from `lease::next_epoch`, the sink's
 //! answers from `sink::decide` and `sink::fence_after_write`, recovery's (one per link
 //! set) from `sink::recovery`. The protocol is a set of flags ([`Protocol`]): the current
 //! protocol is one setting, and the old or broken behaviours (no fencing, no folder
-//! fsync, link names shared by all writers, file identity with the device number) are
-//! others, for which the checker must find counterexamples, or the model proves nothing.
+//! fsync, link names shared by all writers, file identity with the device number, seqs
+//! compared for equality only) are others, for which the checker must find
+//! counterexamples, or the model proves nothing.
 //!
 //! A write's steps, each a step of the model: stage (temp file created, written, fsynced,
 //! flocked); `BEGIN IMMEDIATE`; recovery under the lock, one change at a time; the
 //! decision; link `-pre-<token>`, link `-new-<token>`; rename; fsync the folder; COMMIT;
 //! remove its own links, without the lock. A link's token is the staged file's inode
-//! number, unique among live files; in the model each worker's staged file is its own
-//! inode, so the token is the worker.
+//! number, unique among live files; in the model each version's staged file is its own
+//! inode (numbered `10 * worker + seq`), so the token is the version. A retry's staged
+//! file gets the number of the attempt it retries: inode numbers are reused, and the
+//! retry's recovery, under the lock, deals with the dead attempt's links before the
+//! retry makes its own.
 //!
-//! Not modelled: the bytes (each write has its own content, so an inode stands for a
+//! Not modelled: the bytes (each version has its own content, so an inode stands for a
 //! version), the `-sum` link and hand edits (it only matters for a document edited by hand
-//! after a crash), errors other than crashes, and `complete`/`release` (a takeover after
-//! expiry is the harder case). A `claim` runs recovery first, in its transaction, in one
-//! step (a `recover` covers the crashes inside a recovery). Each write's content is
-//! fsynced before its rename, so only names are at stake in a power loss; the state
-//! file's COMMIT is durable when it returns.
+//! after a crash), errors other than crashes, removals (tombstones), and
+//! `complete`/`release` (a takeover after expiry is the harder case). A `claim` runs
+//! recovery first, in its transaction, in one step (a `recover` covers the crashes inside
+//! a recovery). Each write's content is fsynced before its rename, so only names are at
+//! stake in a power loss; the state file's COMMIT is durable when it returns.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -53,6 +72,10 @@ struct Protocol {
     own_links: bool,
     /// A file's identity includes the device number, which a remount can change.
     identity_has_dev: bool,
+    /// Within an epoch, a seq under the recorded one is stale. `false`: seqs are only
+    /// compared for equality (the same seq is a replay or a conflict, any other one is
+    /// written), so an older version of the epoch replaces a newer one.
+    seq_order: bool,
 }
 
 impl Protocol {
@@ -63,6 +86,7 @@ impl Protocol {
         fsync_before_drop: false,
         own_links: true,
         identity_has_dev: false,
+        seq_order: true,
     };
 }
 
@@ -83,6 +107,11 @@ struct WriteModel {
     power_loss: PowerLoss,
     /// How many power losses one run may have.
     max_power_losses: u8,
+    /// The worker that publishes two versions, seq 1 then seq 2 (the others publish
+    /// one, seq 1).
+    versioned: Option<u8>,
+    /// A write whose process crashed may be retried.
+    retries: bool,
     /// Steps as coarse as the product's failpoints: recovery under the lock, the
     /// decision and the pre-image link are one step (so is a `recover`), since the
     /// product has no failpoint between them. For replaying paths with real processes.
@@ -91,8 +120,8 @@ struct WriteModel {
     steps: Vec<Step>,
 }
 
-/// A name in the document's folder. The `u8` of a temp file is its writer; that of a
-/// link is its write's token ([`SHARED`] for the old shared names).
+/// A name in the document's folder. The `u8` of a temp file is its version's inode (see
+/// [`ino`]); that of a link is its write's token ([`SHARED`] for the old shared names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Name {
     Doc,
@@ -104,8 +133,8 @@ enum Name {
 /// The token of the old protocol's link names, the same for every writer.
 const SHARED: u8 = u8::MAX;
 
-/// One change to the folder's names, as the page cache has it. An inode is the number of
-/// the worker that staged it (each worker writes once).
+/// One change to the folder's names, as the page cache has it. An inode is the version
+/// whose content it holds (see [`ino`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Change {
     Set(Name, u8),
@@ -118,11 +147,37 @@ enum Change {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Names([u8; SLOTS]);
 
-/// The document, a temp file per worker, and a `-pre` and a `-new` per token (each
-/// worker's, and the shared one).
-const SLOTS: usize = 1 + MAX_WORKERS + 2 * (MAX_WORKERS + 1);
+/// The document, a temp file per version, and a `-pre` and a `-new` per token (each
+/// version's, and the shared one).
+const SLOTS: usize = 1 + INODES + 2 * (INODES + 1);
 const MAX_WORKERS: usize = 4;
+/// The most versions a worker publishes.
+const MAX_VERSIONS: usize = 2;
+/// One inode per version of each worker.
+const INODES: usize = MAX_WORKERS * MAX_VERSIONS;
 const EMPTY: u8 = u8::MAX;
+
+/// The inode of worker `w`'s version `seq` (from 1): `10 * w + seq`, so that a path's
+/// names read as versions (12 is worker 1's seq 2).
+fn ino(w: u8, seq: u8) -> u8 {
+    10 * w + seq
+}
+
+/// The worker and seq of inode `ino`.
+fn version_of(ino: u8) -> (u8, u8) {
+    (ino / 10, ino % 10)
+}
+
+/// The dense index, below [`INODES`], of inode `ino` (or of token `ino`).
+fn index(ino: u8) -> usize {
+    let (w, seq) = version_of(ino);
+    usize::from(w) * MAX_VERSIONS + usize::from(seq) - 1
+}
+
+/// The inode whose dense index is `i`.
+fn ino_at(i: usize) -> u8 {
+    ino((i / MAX_VERSIONS) as u8, (i % MAX_VERSIONS) as u8 + 1)
+}
 
 impl std::fmt::Debug for Names {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,28 +189,22 @@ impl Names {
     const NONE: Names = Names([EMPTY; SLOTS]);
 
     fn slot(name: Name) -> usize {
-        let token = |t: u8| {
-            if t == SHARED {
-                MAX_WORKERS
-            } else {
-                usize::from(t)
-            }
-        };
+        let token = |t: u8| if t == SHARED { INODES } else { index(t) };
         match name {
             Name::Doc => 0,
-            Name::Tmp(w) => 1 + usize::from(w),
-            Name::Pre(t) => 1 + MAX_WORKERS + token(t),
-            Name::New(t) => 2 + 2 * MAX_WORKERS + token(t),
+            Name::Tmp(i) => 1 + index(i),
+            Name::Pre(t) => 1 + INODES + token(t),
+            Name::New(t) => 2 + 2 * INODES + token(t),
         }
     }
 
     fn name(slot: usize) -> Name {
-        let token = |i: usize| if i == MAX_WORKERS { SHARED } else { i as u8 };
+        let token = |i: usize| if i == INODES { SHARED } else { ino_at(i) };
         match slot {
             0 => Name::Doc,
-            s if s <= MAX_WORKERS => Name::Tmp(s as u8 - 1),
-            s if s <= 2 * MAX_WORKERS + 1 => Name::Pre(token(s - 1 - MAX_WORKERS)),
-            s => Name::New(token(s - 2 - 2 * MAX_WORKERS)),
+            s if s <= INODES => Name::Tmp(ino_at(s - 1)),
+            s if s <= 2 * INODES + 1 => Name::Pre(token(s - 1 - INODES)),
+            s => Name::New(token(s - 2 - 2 * INODES)),
         }
     }
 
@@ -206,8 +255,8 @@ struct Folder {
 impl Names {
     /// The names without temp files.
     fn lasting(mut self) -> Names {
-        for w in 0..MAX_WORKERS {
-            self.0[Names::slot(Name::Tmp(w as u8))] = EMPTY;
+        for i in 0..INODES {
+            self.0[Names::slot(Name::Tmp(ino_at(i)))] = EMPTY;
         }
         self
     }
@@ -325,39 +374,58 @@ enum Step {
     Cleanup,
 }
 
+/// Where the write of one version is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Phase {
+    /// Not started.
     Idle,
-    Claimed,
     /// The temp file is written, fsynced and flocked.
     Staged,
     /// Holds the lock; recovery's steps still to do, then the decision.
     Recovering(Vec<Op>),
     /// Accepted; the index of the next [`Step`].
     Writing(u8),
-    /// Exited 0 with `written`: acknowledged.
-    Done,
+    /// Exited 0, with `written` or `replay`: acknowledged.
+    Done(&'static str),
     Refused(&'static str),
-    /// Exited with an error (a recovery step that could not be done).
+    /// Exited with an error (a recovery step that could not be done; for a worker's
+    /// first version, also a claim whose recovery could not be done).
     Failed,
     /// Crashed.
     Dead,
+}
+
+impl Phase {
+    /// A running process (its temp file's flock is held).
+    fn alive(&self) -> bool {
+        matches!(
+            self,
+            Phase::Staged | Phase::Recovering(_) | Phase::Writing(_)
+        )
+    }
+
+    fn acked(&self) -> bool {
+        matches!(self, Phase::Done(_))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Worker {
     /// The epoch `claim` gave it (0: none yet).
     epoch: u8,
-    phase: Phase,
+    /// The write of each of its versions, seq 1 first.
+    writes: [Phase; MAX_VERSIONS],
 }
 
 impl Worker {
-    /// A running process (its temp file's flock is held).
-    fn alive(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Claimed | Phase::Staged | Phase::Recovering(_) | Phase::Writing(_)
-        )
+    /// The write of version `seq`.
+    fn write(&self, seq: u8) -> &Phase {
+        &self.writes[usize::from(seq) - 1]
+    }
+
+    /// It claimed, or tried to (a claim that failed leaves its first write `Failed`).
+    fn came(&self) -> bool {
+        self.epoch != 0 || self.writes[0] != Phase::Idle
     }
 }
 
@@ -382,9 +450,17 @@ struct LeaseRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Written {
     epoch: u8,
-    writer: u8,
+    seq: u8,
+    /// The version's inode (see [`ino`]).
+    file: u8,
     /// The device number the file had when the write was recorded.
     dev: u8,
+}
+
+impl Written {
+    fn version(self) -> (u8, u8) {
+        (self.epoch, self.seq)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -403,15 +479,24 @@ struct State {
     /// The folder's device number: a remount may change it.
     dev: u8,
     power_losses: u8,
+    /// The highest `(epoch, seq)` the sink has recorded so far (`(0, 0)`: none). Only
+    /// for [`WENT_BACK`]: where the protocol holds, it is the recorded version, and adds
+    /// no state.
+    peak: (u8, u8),
 }
 
+/// The checker's steps. A write's are `(worker, seq)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Action {
     Claim(u8),
-    Stage(u8),
-    Begin(u8),
-    Step(u8),
-    Crash(u8),
+    /// The worker starts a version: its first version, or the next one once the write of
+    /// the one before was acknowledged, crashed, or is left running before the lock.
+    Stage(u8, u8),
+    /// The worker writes a version again, after its process crashed.
+    Retry(u8, u8),
+    Begin(u8, u8),
+    Step(u8, u8),
+    Crash(u8, u8),
     RecoverBegin,
     RecoverStep,
     RecoverCommit,
@@ -423,9 +508,9 @@ enum Action {
 /// Every lease's deadline, in ticks; claims come at that time.
 const DEADLINE: i64 = 10;
 
-/// The content of worker `w`'s write, as its SHA-256 stands in the record.
-fn hash(w: u8) -> String {
-    format!("{w:064x}")
+/// The content of the version of inode `ino`, as its SHA-256 stands in the record.
+fn hash(ino: u8) -> String {
+    format!("{ino:064x}")
 }
 
 impl WriteModel {
@@ -445,6 +530,8 @@ impl WriteModel {
         steps.extend([Step::Commit, Step::Cleanup]);
         WriteModel {
             workers,
+            versioned: None,
+            retries: false,
             protocol,
             power_loss,
             max_power_losses: 2,
@@ -467,9 +554,38 @@ impl WriteModel {
         }
     }
 
-    /// The token of worker `w`'s link names.
-    fn token(&self, w: u8) -> u8 {
-        if self.protocol.own_links { w } else { SHARED }
+    /// The model of versions: worker 1 publishes two, and every write whose process
+    /// crashed may be retried. Worker 1 is the second to claim: an older epoch's late
+    /// writes can meet its versions, and a takeover can come between them. With no power
+    /// loss (each one lets every writer retry, and the states would be too many for four
+    /// workers): what a power loss leaves of the folder is the same for any version, and
+    /// the model of one version each checks it.
+    fn versions(self) -> WriteModel {
+        assert!(self.workers >= 2, "worker 1 publishes the versions");
+        WriteModel {
+            versioned: Some(1),
+            retries: true,
+            ..self
+        }
+        .power_losses(0)
+    }
+
+    /// How many versions worker `w` publishes.
+    fn versions_of(&self, w: u8) -> u8 {
+        if self.versioned == Some(w) {
+            MAX_VERSIONS as u8
+        } else {
+            1
+        }
+    }
+
+    /// The token of the links of version `seq` of worker `w`.
+    fn token(&self, w: u8, seq: u8) -> u8 {
+        if self.protocol.own_links {
+            ino(w, seq)
+        } else {
+            SHARED
+        }
     }
 
     /// The identity the product computes for inode `ino` on device `dev`.
@@ -487,16 +603,16 @@ impl WriteModel {
         }
     }
 
-    fn holds_lock(&self, worker: &Worker) -> bool {
-        match worker.phase {
+    fn holds_lock(&self, phase: &Phase) -> bool {
+        match phase {
             Phase::Recovering(_) => true,
-            Phase::Writing(i) => self.steps[usize::from(i)..].contains(&Step::Commit),
+            Phase::Writing(i) => self.steps[usize::from(*i)..].contains(&Step::Commit),
             _ => false,
         }
     }
 
     fn lock_free(&self, s: &State) -> bool {
-        s.recoverer == Recoverer::Idle && !s.workers.iter().any(|w| self.holds_lock(w))
+        s.recoverer == Recoverer::Idle && !writes(s).any(|(_, _, phase)| self.holds_lock(phase))
     }
 
     /// The sink record as the product's rules see it.
@@ -505,13 +621,13 @@ impl WriteModel {
             fence: i64::from(row.fence),
             content: row.content.map(|c| Content {
                 epoch: i64::from(c.epoch),
-                seq: 0,
+                seq: i64::from(c.seq),
                 removed: false,
                 tree: false,
-                sha256: hash(c.writer),
+                sha256: hash(c.file),
                 size: 2,
                 written_at: 0,
-                file: Some(self.file_id(c.writer, c.dev)),
+                file: Some(self.file_id(c.file, c.dev)),
             }),
         })
     }
@@ -537,7 +653,7 @@ impl WriteModel {
         let recorded = s
             .sink
             .and_then(|row| row.content)
-            .map(|c| Recorded::Placed(self.file_id(c.writer, c.dev)));
+            .map(|c| Recorded::Placed(self.file_id(c.file, c.dev)));
         let tokens: BTreeSet<u8> = names
             .iter()
             .filter_map(|(name, _)| match name {
@@ -578,8 +694,8 @@ impl WriteModel {
         let mut plan = drops;
         plan.extend(rollbacks);
         for (name, _) in names.iter() {
-            if let Name::Tmp(w) = name
-                && !s.workers[usize::from(w)].alive()
+            if let Name::Tmp(i) = name
+                && !process(s, i).alive()
             {
                 plan.push(Op::Unlink(name));
             }
@@ -587,89 +703,121 @@ impl WriteModel {
         plan
     }
 
+    /// Carries out one recovery step on the folder; a pre-image that is gone cannot be
+    /// restored (the product's rename fails, and so does the command). A dead write's
+    /// temp file that a retry of its version replaced meanwhile is gone already: the
+    /// retry's own temp file has another name in the product, so the unlink leaves it.
+    fn run_op(&self, s: &mut State, op: Op) -> Result<(), ()> {
+        match op {
+            Op::Unlink(Name::Tmp(i)) if process(s, i).alive() => {}
+            Op::Unlink(name) => s.folder.remove(name),
+            Op::Restore(t) => {
+                let ino = s.folder.get(Name::Pre(t)).ok_or(())?;
+                s.folder.change(Change::Move(Name::Pre(t), Name::Doc, ino));
+            }
+            Op::Fsync => s.folder.fsync(),
+        }
+        Ok(())
+    }
+
     /// Recovery in one step, as a claim runs it (the failpoints see no step inside it).
     fn recover_all(&self, s: &mut State) -> Result<(), ()> {
         let plan = self.recovery_plan(s);
-        plan.into_iter()
-            .try_for_each(|op| run_op(&mut s.folder, op))
+        plan.into_iter().try_for_each(|op| self.run_op(s, op))
     }
 
-    /// The sink's answer to worker `w` now (`sha256`: its content's hash, or "" for the
-    /// early check made before staging).
-    fn decision(&self, s: &State, w: u8, sha256: &str) -> WriteDecision {
-        sink::decide(
+    /// The sink's answer to version `seq` of worker `w` now (`sha256`: its content's
+    /// hash, or "" for the early check made before staging). Without `seq_order`, a
+    /// version refused for a higher seq of its own epoch is written instead.
+    fn decision(&self, s: &State, w: u8, seq: u8, sha256: &str) -> WriteDecision {
+        let epoch = i64::from(s.workers[usize::from(w)].epoch);
+        let decision = sink::decide(
             self.record(s).as_ref(),
             s.lease.map(|row| i64::from(row.epoch)),
             &Offer {
-                epoch: i64::from(s.workers[usize::from(w)].epoch),
-                seq: 0,
+                epoch,
+                seq: i64::from(seq),
                 body: Body::Bytes(sha256),
             },
             !self.protocol.fenced,
-        )
+        );
+        match decision {
+            WriteDecision::Stale { fence, .. } if fence == epoch && !self.protocol.seq_order => {
+                WriteDecision::Write
+            }
+            decision => decision,
+        }
     }
 
-    /// Worker `w` stages its content, unless the early check (no lock, no recovery)
-    /// already finds its epoch stale.
-    fn stage(&self, s: &mut State, w: u8) {
-        let phase = match self.decision(s, w, "") {
+    /// Version `seq` of worker `w` stages its content (again, for a retry), unless the
+    /// early check (no lock, no recovery) already finds it stale.
+    fn stage(&self, s: &mut State, w: u8, seq: u8) {
+        let phase = match self.decision(s, w, seq, "") {
             WriteDecision::Stale { .. } => Phase::Refused("stale"),
             WriteDecision::Unissued { .. } => Phase::Refused("unissued"),
             _ => {
-                s.folder.change(Change::Set(Name::Tmp(w), w));
+                let i = ino(w, seq);
+                s.folder.change(Change::Set(Name::Tmp(i), i));
                 Phase::Staged
             }
         };
-        s.workers[usize::from(w)].phase = phase;
+        *phase_mut(s, w, seq) = phase;
     }
 
-    /// Worker `w` takes the lock and plans its recovery. With an empty plan it decides
-    /// at once; with `coarse`, it also recovers, decides and links its pre-image in this
-    /// one step.
-    fn begin(&self, s: &mut State, w: u8) {
-        s.workers[usize::from(w)].phase = Phase::Recovering(self.recovery_plan(s));
-        while let Phase::Recovering(plan) = s.workers[usize::from(w)].phase.clone() {
+    /// Version `seq` of worker `w` takes the lock and plans its recovery. With an empty
+    /// plan it decides at once; with `coarse`, it also recovers, decides and links its
+    /// pre-image in this one step.
+    fn begin(&self, s: &mut State, w: u8, seq: u8) {
+        *phase_mut(s, w, seq) = Phase::Recovering(self.recovery_plan(s));
+        while let Phase::Recovering(plan) = phase_mut(s, w, seq).clone() {
             if !plan.is_empty() && !self.coarse {
                 break;
             }
-            self.recovery_step(s, w, plan);
+            self.recovery_step(s, w, seq, plan);
         }
-        if self.coarse && s.workers[usize::from(w)].phase == Phase::Writing(0) {
-            self.write_step(s, w, 0);
+        if self.coarse && *phase_mut(s, w, seq) == Phase::Writing(0) {
+            self.write_step(s, w, seq, 0);
         }
     }
 
-    /// Worker `w`, its recovery done, asks the sink.
-    fn decide(&self, s: &mut State, w: u8) {
-        let phase = match self.decision(s, w, &hash(w)) {
+    /// Version `seq` of worker `w`, its recovery done, asks the sink. A replay whose
+    /// document no longer holds the version's bytes publishes them again, as the product
+    /// does (unreachable while recovery leaves the recorded version in place, which
+    /// [`NOT_RECORDED`] checks).
+    fn decide(&self, s: &mut State, w: u8, seq: u8) {
+        let i = ino(w, seq);
+        let phase = match self.decision(s, w, seq, &hash(i)) {
             WriteDecision::Write => Phase::Writing(0),
-            WriteDecision::Replay => Phase::Done,
+            WriteDecision::Replay if s.folder.get(Name::Doc) != Some(i) => Phase::Writing(0),
+            WriteDecision::Replay => Phase::Done("replay"),
             WriteDecision::Stale { .. } => Phase::Refused("stale"),
             WriteDecision::Conflict { .. } => Phase::Refused("conflict"),
             WriteDecision::Unissued { .. } => Phase::Refused("unissued"),
         };
         if phase != Phase::Writing(0) {
             // The staged temp file goes with the refused (or replayed) write.
-            s.folder.remove(Name::Tmp(w));
+            s.folder.remove(Name::Tmp(i));
         }
-        s.workers[usize::from(w)].phase = phase;
+        *phase_mut(s, w, seq) = phase;
     }
 
-    /// Worker `w` does the next step of its recovery, and decides once there is none.
-    fn recovery_step(&self, s: &mut State, w: u8, mut plan: Vec<Op>) {
-        if !plan.is_empty() && run_op(&mut s.folder, plan.remove(0)).is_err() {
-            s.folder.remove(Name::Tmp(w));
-            s.workers[usize::from(w)].phase = Phase::Failed;
+    /// Version `seq` of worker `w` does the next step of its recovery, and decides once
+    /// there is none.
+    fn recovery_step(&self, s: &mut State, w: u8, seq: u8, mut plan: Vec<Op>) {
+        if !plan.is_empty() && self.run_op(s, plan.remove(0)).is_err() {
+            s.folder.remove(Name::Tmp(ino(w, seq)));
+            *phase_mut(s, w, seq) = Phase::Failed;
         } else if plan.is_empty() {
-            self.decide(s, w);
+            self.decide(s, w, seq);
         } else {
-            s.workers[usize::from(w)].phase = Phase::Recovering(plan);
+            *phase_mut(s, w, seq) = Phase::Recovering(plan);
         }
     }
 
-    /// Worker `w` does step `i` of its accepted write.
-    fn write_step(&self, s: &mut State, w: u8, i: u8) {
-        let t = self.token(w);
+    /// Version `seq` of worker `w` does step `i` of its accepted write.
+    fn write_step(&self, s: &mut State, w: u8, seq: u8, i: u8) {
+        let t = self.token(w, seq);
+        let file = ino(w, seq);
         match self.steps[usize::from(i)] {
             Step::LinkPre => {
                 // Names of this token left by a dead writer (the shared names, or a
@@ -680,21 +828,27 @@ impl WriteModel {
                     s.folder.change(Change::Set(Name::Pre(t), doc));
                 }
             }
-            Step::LinkNew => s.folder.change(Change::Set(Name::New(t), w)),
+            Step::LinkNew => s.folder.change(Change::Set(Name::New(t), file)),
             Step::Fsync => s.folder.fsync(),
-            Step::Rename => s.folder.change(Change::Move(Name::Tmp(w), Name::Doc, w)),
+            Step::Rename => s
+                .folder
+                .change(Change::Move(Name::Tmp(file), Name::Doc, file)),
             Step::Commit => {
                 let record = self.record(s);
-                let epoch = i64::from(s.workers[usize::from(w)].epoch);
-                let fence = fence_after_write(record.as_ref(), epoch, !self.protocol.fenced);
+                let epoch = s.workers[usize::from(w)].epoch;
+                let fence =
+                    fence_after_write(record.as_ref(), i64::from(epoch), !self.protocol.fenced);
+                let written = Written {
+                    epoch,
+                    seq,
+                    file,
+                    dev: s.dev,
+                };
                 s.sink = Some(SinkRow {
                     fence: u8::try_from(fence).expect("small epochs"),
-                    content: Some(Written {
-                        epoch: s.workers[usize::from(w)].epoch,
-                        writer: w,
-                        dev: s.dev,
-                    }),
+                    content: Some(written),
                 });
+                s.peak = s.peak.max(written.version());
             }
             Step::Cleanup => {
                 s.folder.remove(Name::New(t));
@@ -702,8 +856,8 @@ impl WriteModel {
             }
         }
         let next = i + 1;
-        s.workers[usize::from(w)].phase = if usize::from(next) == self.steps.len() {
-            Phase::Done
+        *phase_mut(s, w, seq) = if usize::from(next) == self.steps.len() {
+            Phase::Done("written")
         } else {
             Phase::Writing(next)
         };
@@ -711,8 +865,10 @@ impl WriteModel {
 
     fn power_loss(&self, s: &mut State, choice: u32) {
         for worker in &mut s.workers {
-            if worker.alive() {
-                worker.phase = Phase::Dead;
+            for phase in &mut worker.writes {
+                if phase.alive() {
+                    *phase = Phase::Dead;
+                }
             }
         }
         s.recoverer = Recoverer::Idle;
@@ -729,38 +885,64 @@ impl WriteModel {
 
     fn worker_actions(&self, s: &State, w: u8, actions: &mut Vec<Action>) {
         let worker = &s.workers[usize::from(w)];
-        match worker.phase {
+        if !worker.came() {
             // Workers are alike until they claim: they claim in their order, which
-            // changes nothing but the numbering and spares the checker the permutations.
-            Phase::Idle => {
-                let turn = w == 0 || s.workers[usize::from(w) - 1].phase != Phase::Idle;
-                if turn && self.lock_free(s) && self.claimable(s).is_some() {
-                    actions.push(Action::Claim(w));
-                }
+            // changes nothing but the numbering and spares the checker the permutations
+            // (the versioned worker is the second to claim, see `WriteModel::versions`).
+            let turn = w == 0 || s.workers[usize::from(w) - 1].came();
+            if turn && self.lock_free(s) && self.claimable(s).is_some() {
+                actions.push(Action::Claim(w));
             }
-            Phase::Claimed => actions.push(Action::Stage(w)),
-            Phase::Staged if self.lock_free(s) => actions.push(Action::Begin(w)),
-            Phase::Recovering(_) | Phase::Writing(_) => actions.push(Action::Step(w)),
-            _ => {}
+            return;
         }
-        if worker.alive() {
-            actions.push(Action::Crash(w));
+        if worker.epoch == 0 {
+            return;
+        }
+        let versions = self.versions_of(w);
+        for seq in 1..=versions {
+            let next_idle = seq == versions || *worker.write(seq + 1) == Phase::Idle;
+            match worker.write(seq) {
+                // A version starts once the one before was acknowledged, crashed, or is
+                // left running before the lock; not after a refusal or an error.
+                Phase::Idle => {
+                    let before = (seq > 1).then(|| worker.write(seq - 1));
+                    let gone_on = |b: &Phase| b.acked() || *b == Phase::Staged || *b == Phase::Dead;
+                    if before.is_none_or(gone_on) {
+                        actions.push(Action::Stage(w, seq));
+                    }
+                    break;
+                }
+                Phase::Dead if next_idle && self.retries => actions.push(Action::Retry(w, seq)),
+                Phase::Staged if self.lock_free(s) => actions.push(Action::Begin(w, seq)),
+                Phase::Recovering(_) | Phase::Writing(_) => actions.push(Action::Step(w, seq)),
+                _ => {}
+            }
+            if worker.write(seq).alive() {
+                actions.push(Action::Crash(w, seq));
+            }
         }
     }
 }
 
-/// Carries out one recovery step on the folder; a pre-image that is gone cannot be
-/// restored (the product's rename fails, and so does the command).
-fn run_op(folder: &mut Folder, op: Op) -> Result<(), ()> {
-    match op {
-        Op::Unlink(name) => folder.remove(name),
-        Op::Restore(t) => {
-            let ino = folder.get(Name::Pre(t)).ok_or(())?;
-            folder.change(Change::Move(Name::Pre(t), Name::Doc, ino));
-        }
-        Op::Fsync => folder.fsync(),
-    }
-    Ok(())
+/// Every version's write: worker, seq, and where it is.
+fn writes(s: &State) -> impl Iterator<Item = (u8, u8, &Phase)> + '_ {
+    s.workers.iter().zip(0u8..).flat_map(|(worker, w)| {
+        worker
+            .writes
+            .iter()
+            .zip(1u8..)
+            .map(move |(phase, seq)| (w, seq, phase))
+    })
+}
+
+/// The write of the version of inode `ino`.
+fn process(s: &State, ino: u8) -> &Phase {
+    let (w, seq) = version_of(ino);
+    s.workers[usize::from(w)].write(seq)
+}
+
+fn phase_mut(s: &mut State, w: u8, seq: u8) -> &mut Phase {
+    &mut s.workers[usize::from(w)].writes[usize::from(seq) - 1]
 }
 
 impl Model for WriteModel {
@@ -772,7 +954,7 @@ impl Model for WriteModel {
             workers: vec![
                 Worker {
                     epoch: 0,
-                    phase: Phase::Idle,
+                    writes: std::array::from_fn(|_| Phase::Idle),
                 };
                 usize::from(self.workers)
             ],
@@ -785,6 +967,7 @@ impl Model for WriteModel {
             ),
             dev: 0,
             power_losses: 0,
+            peak: (0, 0),
         }]
     }
 
@@ -809,7 +992,7 @@ impl Model for WriteModel {
                 let epoch = self.claimable(&s)?;
                 // A claim recovers the resource first, in its transaction.
                 if self.recover_all(&mut s).is_err() {
-                    s.workers[usize::from(w)].phase = Phase::Failed;
+                    s.workers[usize::from(w)].writes[0] = Phase::Failed;
                     return Some(s);
                 }
                 s.lease = Some(LeaseRow { epoch });
@@ -819,19 +1002,16 @@ impl Model for WriteModel {
                     content: None,
                 });
                 row.fence = row.fence.max(epoch);
-                s.workers[usize::from(w)] = Worker {
-                    epoch,
-                    phase: Phase::Claimed,
-                };
+                s.workers[usize::from(w)].epoch = epoch;
             }
-            Action::Stage(w) => self.stage(&mut s, w),
-            Action::Begin(w) => self.begin(&mut s, w),
-            Action::Step(w) => match s.workers[usize::from(w)].phase.clone() {
-                Phase::Recovering(plan) => self.recovery_step(&mut s, w, plan),
-                Phase::Writing(i) => self.write_step(&mut s, w, i),
+            Action::Stage(w, seq) | Action::Retry(w, seq) => self.stage(&mut s, w, seq),
+            Action::Begin(w, seq) => self.begin(&mut s, w, seq),
+            Action::Step(w, seq) => match phase_mut(&mut s, w, seq).clone() {
+                Phase::Recovering(plan) => self.recovery_step(&mut s, w, seq, plan),
+                Phase::Writing(i) => self.write_step(&mut s, w, seq, i),
                 _ => return None,
             },
-            Action::Crash(w) => s.workers[usize::from(w)].phase = Phase::Dead,
+            Action::Crash(w, seq) => *phase_mut(&mut s, w, seq) = Phase::Dead,
             Action::RecoverBegin => {
                 let plan = if self.coarse {
                     // `recover` has no failpoint between its changes.
@@ -852,7 +1032,7 @@ impl Model for WriteModel {
                 let Recoverer::Recovering(mut plan) = s.recoverer.clone() else {
                     return None;
                 };
-                s.recoverer = if run_op(&mut s.folder, plan.remove(0)).is_err() {
+                s.recoverer = if self.run_op(&mut s, plan.remove(0)).is_err() {
                     Recoverer::Idle
                 } else if plan.is_empty() {
                     Recoverer::Recovered
@@ -867,71 +1047,112 @@ impl Model for WriteModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(LOWER_EPOCH, no_lower_epoch),
             Property::always(ACKED_LOST, no_acked_write_lost),
+            Property::always(WENT_BACK, never_goes_back),
             Property::always(NOT_RECORDED, recovered_is_recorded),
+            Property::always(CONFLICT, no_conflict),
             Property::sometimes(INTERRUPTED_RENAME, interrupted_rename),
             Property::sometimes(ROLLED_BACK, rolls_back),
             Property::sometimes(STALE, stale_refused),
             Property::sometimes(ALL_ACKED, all_acked),
-        ]
+        ];
+        // What only the model of versions can reach: each is checked to happen there.
+        if self.versioned.is_some() {
+            properties.push(Property::sometimes(SEQ_STALE, older_seq_refused));
+        }
+        if self.retries {
+            properties.push(Property::sometimes(REPLAYED, retry_replayed));
+        }
+        properties
     }
 }
 
 const LOWER_EPOCH: &str = "a lower epoch never becomes current after a higher one was acknowledged";
-const ACKED_LOST: &str = "no acknowledged write is lost";
+const ACKED_LOST: &str =
+    "every acknowledged (epoch, seq) is current or superseded by a higher (epoch, seq)";
+const WENT_BACK: &str = "the current version never goes back in (epoch, seq) order";
 const NOT_RECORDED: &str = "after recovery the document is the recorded version";
+const CONFLICT: &str = "a retry of a version is never refused as a conflict";
 const INTERRUPTED_RENAME: &str = "a write dies between its rename and its commit";
 const ROLLED_BACK: &str = "recovery rolls back an uncommitted rename";
 const STALE: &str = "a late write is refused as stale";
-const ALL_ACKED: &str = "every worker's write is acknowledged in turn";
+const SEQ_STALE: &str =
+    "a write of an older seq is refused as stale after a newer seq of its epoch";
+const REPLAYED: &str = "a retry of a committed version is acknowledged as a replay";
+const ALL_ACKED: &str = "every version of every worker is acknowledged in turn";
+
+/// A version's place in the order: `(epoch, seq)`; `(0, 0)` is below every version.
+type Version = (u8, u8);
 
 impl WriteModel {
-    /// The epoch of the write whose file the document is.
-    fn doc_epoch(&self, s: &State) -> Option<u8> {
-        let doc = s.folder.get(Name::Doc)?;
-        Some(s.workers[usize::from(doc)].epoch)
+    /// The version of inode `ino`.
+    fn version(&self, s: &State, ino: u8) -> Version {
+        let (w, seq) = version_of(ino);
+        (s.workers[usize::from(w)].epoch, seq)
     }
 
-    /// The highest acknowledged write: its epoch and worker.
-    fn highest_acked(&self, s: &State) -> Option<(u8, u8)> {
-        (0..self.workers)
-            .filter(|&w| s.workers[usize::from(w)].phase == Phase::Done)
-            .map(|w| (s.workers[usize::from(w)].epoch, w))
+    /// The version the document holds, if there is a document.
+    fn doc_version(&self, s: &State) -> Option<Version> {
+        Some(self.version(s, s.folder.get(Name::Doc)?))
+    }
+
+    /// The highest acknowledged version.
+    fn highest_acked(&self, s: &State) -> Option<Version> {
+        writes(s)
+            .filter(|(_, _, phase)| phase.acked())
+            .map(|(w, seq, _)| self.version(s, ino(w, seq)))
             .max()
     }
 
     /// A process holds the lock, its recovery finished, and has changed nothing since.
     fn recovered(&self, s: &State) -> bool {
         s.recoverer == Recoverer::Recovered
-            || s.workers.iter().any(|w| w.phase == Phase::Writing(0))
+            || writes(s).any(|(_, _, phase)| *phase == Phase::Writing(0))
     }
 }
 
 fn no_lower_epoch(m: &WriteModel, s: &State) -> bool {
     let acked = m.highest_acked(s).map_or(0, |(epoch, _)| epoch);
-    m.doc_epoch(s).is_none_or(|epoch| epoch >= acked)
+    m.doc_version(s).is_none_or(|(epoch, _)| epoch >= acked)
 }
 
-/// The document is the highest acknowledged write, or a write of a higher epoch.
+/// The document is the highest acknowledged version (each version is its own inode), or
+/// a higher one.
 fn no_acked_write_lost(m: &WriteModel, s: &State) -> bool {
-    m.highest_acked(s).is_none_or(|(epoch, w)| {
-        s.folder.get(Name::Doc) == Some(w) || m.doc_epoch(s).is_some_and(|e| e > epoch)
-    })
+    m.highest_acked(s)
+        .is_none_or(|acked| m.doc_version(s).is_some_and(|doc| doc >= acked))
+}
+
+/// The record never names a version below one it named before, and the document never
+/// holds one (nor goes missing) once a version was recorded. The document may be ahead
+/// of the record: a rename comes before its COMMIT.
+fn never_goes_back(m: &WriteModel, s: &State) -> bool {
+    let recorded = s
+        .sink
+        .and_then(|row| row.content)
+        .map_or((0, 0), Written::version);
+    let doc = m.doc_version(s).unwrap_or((0, 0));
+    recorded == s.peak && doc >= s.peak
 }
 
 fn recovered_is_recorded(m: &WriteModel, s: &State) -> bool {
-    !m.recovered(s) || s.folder.get(Name::Doc) == s.sink.and_then(|r| r.content).map(|c| c.writer)
+    !m.recovered(s) || s.folder.get(Name::Doc) == s.sink.and_then(|r| r.content).map(|c| c.file)
+}
+
+/// Each version has one content, so its retries never conflict.
+fn no_conflict(_: &WriteModel, s: &State) -> bool {
+    writes(s).all(|(_, _, phase)| *phase != Phase::Refused("conflict"))
 }
 
 /// A crashed writer's file is the document, and the record does not name it.
 fn interrupted_rename(_: &WriteModel, s: &State) -> bool {
     let doc = s.folder.get(Name::Doc);
-    let recorded = s.sink.and_then(|r| r.content).map(|c| c.writer);
-    (0..s.workers.len()).any(|w| {
-        let w = u8::try_from(w).ok();
-        s.workers[usize::from(w.unwrap_or(0))].phase == Phase::Dead && doc == w && recorded != w
+    let recorded = s.sink.and_then(|r| r.content).map(|c| c.file);
+    writes(s).any(|(w, seq, phase)| {
+        let file = Some(ino(w, seq));
+        *phase == Phase::Dead && doc == file && recorded != file
     })
 }
 
@@ -941,17 +1162,37 @@ fn rolls_back(_: &WriteModel, s: &State) -> bool {
         plan.iter()
             .any(|op| matches!(op, Op::Restore(_) | Op::Unlink(Name::Doc)))
     };
-    let worker = |w: &Worker| matches!(&w.phase, Phase::Recovering(plan) if undoes(plan));
     matches!(&s.recoverer, Recoverer::Recovering(plan) if undoes(plan))
-        || s.workers.iter().any(worker)
+        || writes(s).any(|(_, _, phase)| matches!(phase, Phase::Recovering(plan) if undoes(plan)))
 }
 
 fn stale_refused(_: &WriteModel, s: &State) -> bool {
-    s.workers.iter().any(|w| w.phase == Phase::Refused("stale"))
+    writes(s).any(|(_, _, phase)| *phase == Phase::Refused("stale"))
 }
 
-fn all_acked(_: &WriteModel, s: &State) -> bool {
-    s.workers.iter().all(|w| w.phase == Phase::Done)
+/// A version was refused as stale, and the record holds a higher seq of its epoch, with
+/// no newer epoch claimed (the fence only goes up: it was refused for its seq).
+fn older_seq_refused(_: &WriteModel, s: &State) -> bool {
+    let Some((fence, Some(recorded))) = s.sink.map(|row| (row.fence, row.content)) else {
+        return false;
+    };
+    writes(s).any(|(w, seq, phase)| {
+        *phase == Phase::Refused("stale")
+            && s.workers[usize::from(w)].epoch == recorded.epoch
+            && fence == recorded.epoch
+            && seq < recorded.seq
+    })
+}
+
+fn retry_replayed(_: &WriteModel, s: &State) -> bool {
+    writes(s).any(|(_, _, phase)| *phase == Phase::Done("replay"))
+}
+
+fn all_acked(m: &WriteModel, s: &State) -> bool {
+    s.workers
+        .iter()
+        .zip(0..)
+        .all(|(worker, w)| (1..=m.versions_of(w)).all(|seq| worker.write(seq).acked()))
 }
 
 /// Explores every state, checks every property, and prints what it explored.
@@ -997,10 +1238,17 @@ impl std::fmt::Display for WriteModel {
             PowerLoss::Prefix => "in-order",
             PowerLoss::AnySubset => "any-subset",
         };
+        write!(f, "{} workers, ", self.workers)?;
+        if let Some(w) = self.versioned {
+            write!(f, "worker {w} publishing seqs 1 and 2, ")?;
+        }
+        if self.retries {
+            write!(f, "crashed writes retried, ")?;
+        }
         write!(
             f,
-            "{} workers, up to {} {loss} power losses, {}",
-            self.workers, self.max_power_losses, self.protocol
+            "up to {} {loss} power losses, {}",
+            self.max_power_losses, self.protocol
         )
     }
 }
@@ -1028,6 +1276,10 @@ impl std::fmt::Display for Protocol {
                 self.identity_has_dev != now.identity_has_dev,
                 "identity with the device number",
             ),
+            (
+                self.seq_order != now.seq_order,
+                "seqs compared for equality only",
+            ),
         ]
         .into_iter()
         .filter_map(|(differs, what)| differs.then_some(what))
@@ -1043,11 +1295,13 @@ impl std::fmt::Display for Protocol {
 #[test]
 fn model_three_workers_keep_every_acknowledged_write() {
     assert_holds(WriteModel::new(3, Protocol::CURRENT, PowerLoss::Prefix));
+    assert_holds(WriteModel::new(3, Protocol::CURRENT, PowerLoss::Prefix).versions());
 }
 
 #[test]
 fn model_four_workers_keep_every_acknowledged_write() {
     assert_holds(WriteModel::new(4, Protocol::CURRENT, PowerLoss::Prefix));
+    assert_holds(WriteModel::new(4, Protocol::CURRENT, PowerLoss::Prefix).versions());
 }
 
 #[test]
@@ -1058,6 +1312,24 @@ fn model_finds_an_older_epoch_over_a_newer_one_when_writes_are_unfenced() {
     };
     let model = WriteModel::new(3, protocol, PowerLoss::Prefix).power_losses(0);
     counterexample(model, LOWER_EPOCH);
+}
+
+#[test]
+fn model_finds_an_older_seq_over_a_newer_one_when_seqs_are_compared_for_equality() {
+    let protocol = Protocol {
+        seq_order: false,
+        ..Protocol::CURRENT
+    };
+    let model = WriteModel::new(3, protocol, PowerLoss::Prefix).versions();
+    let path = counterexample(model.clone(), WENT_BACK);
+    // The older seq won over the newer one of the same epoch, not over another epoch.
+    let last = path.last_state();
+    let (epoch, _) = last.peak;
+    assert_eq!(
+        model.doc_version(last).map(|(e, _)| e),
+        Some(epoch),
+        "{last:?}"
+    );
 }
 
 #[test]

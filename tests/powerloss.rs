@@ -14,13 +14,13 @@ use fencepost_powerloss::Config;
 
 use crate::harness::bin;
 
-/// Rounds the suite runs: two of each of the guest's seven kinds of round
+/// Rounds the suite runs: two of each of the guest's ten kinds of round
 /// (`FENCEPOST_POWERLOSS_ROUNDS` sets another number).
-const ROUNDS: u32 = 14;
+const ROUNDS: u32 = 20;
 
-/// The guest's kinds of round, in turn (round `r` is of kind `r % 7`), with the
+/// The guest's kinds of round, in turn (round `r` is of kind `r % 10`), with the
 /// acknowledgements (`fp:ack` and `fp:seen` marks) each makes.
-const KINDS: [(&str, u64); 7] = [
+const KINDS: [(&str, u64); 10] = [
     (
         "a removal killed before its COMMIT, then made (seq 1 written, seq 2 removed)",
         2,
@@ -37,11 +37,18 @@ const KINDS: [(&str, u64); 7] = [
         "seq 1 and seq 2 of one lease, then a removal killed right after its COMMIT",
         3,
     ),
+    (
+        "a tree publish killed before its COMMIT (the first at the name, the first time), \
+         then a takeover's",
+        1,
+    ),
+    ("a tree's seq 1, then its seq 2 replacing it", 2),
+    ("a tree publish killed right after its COMMIT", 1),
 ];
 
 /// Acknowledgements the guest marks in `rounds` rounds.
 fn acks_planned(rounds: u32) -> u64 {
-    (1..=rounds).map(|r| KINDS[(r % 7) as usize].1).sum()
+    (1..=rounds).map(|r| KINDS[(r % 10) as usize].1).sum()
 }
 
 /// The unpacked kernel: `FENCEPOST_POWERLOSS_KERNEL`, else where `.ci/run` puts it.
@@ -135,9 +142,23 @@ fn power_loss_at_every_flush_point_loses_no_acknowledged_write() {
         "{}",
         report.summary()
     );
-    // With a removal round (the seventh kind): some states held a tombstone, and some an
-    // uncommitted removal for recovery to put back.
+    // With a tree publish killed before its COMMIT (the seventh round): some states held
+    // a tree, and some an uncommitted tree publish for recovery to undo.
     if cfg.rounds >= 7 {
+        assert!(
+            report.trees > 0,
+            "no state held a tree: {}",
+            report.summary()
+        );
+        assert!(
+            report.trees_rolled_back > 0,
+            "no tree publish to undo: {}",
+            report.summary()
+        );
+    }
+    // With a removal round (the tenth kind): some states held a tombstone, and some an
+    // uncommitted removal for recovery to put back.
+    if cfg.rounds >= 10 {
         assert!(
             report.tombstones > 0,
             "no state recorded a removal: {}",

@@ -279,7 +279,10 @@ fn report(resource: &Resource, args: &WriteArgs, outcome: Outcome) -> Result<Rep
     let (plain, changed) = match outcome {
         Outcome::Written(_) => (
             "written",
-            format!("{resource} was written under epoch {}", args.epoch),
+            format!(
+                "{resource} was written under {}",
+                fencepost::mirror::place((args.epoch, args.seq.unwrap_or(0)))
+            ),
         ),
         _ => ("replay", "nothing was changed (a replay)".to_string()),
     };

@@ -38,7 +38,13 @@ pub fn remove(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Outcome> {
         return Err(Error::usage("a removal is always fenced"));
     }
     let mut store = ctx.store()?;
-    refuse_early(ctx, &*store.snapshot()?, &resource, args)?;
+    refuse_early(
+        ctx,
+        &*store.snapshot()?,
+        &resource,
+        args,
+        super::Publishes::Removal,
+    )?;
     // No folder is made for a removal: a document whose folder is missing is not there.
     let doc = if ctx.remote.is_some() {
         None

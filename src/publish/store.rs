@@ -40,7 +40,13 @@ pub(super) fn write(
         // Nothing to publish: a write refused for its epoch says so first, as a larger
         // one does.
         Sized::Small(bytes) if bytes.is_empty() && !args.allow_empty => {
-            refuse_early(ctx, &*store.snapshot()?, resource, args)?;
+            refuse_early(
+                ctx,
+                &*store.snapshot()?,
+                resource,
+                args,
+                super::Publishes::Document,
+            )?;
             refuse_empty(
                 Source::Stream(Box::new(std::io::empty())),
                 ctx,
@@ -66,7 +72,13 @@ pub(super) fn write(
     };
     // Refused before the upload where the answer is known already: a stale or unissued
     // write does not send its bytes.
-    refuse_early(ctx, &*store.snapshot()?, resource, args)?;
+    refuse_early(
+        ctx,
+        &*store.snapshot()?,
+        resource,
+        args,
+        super::Publishes::Document,
+    )?;
     let mut reader = reader;
     failpoint!("write.before_stage");
     let blob = store.upload(&mut reader)?;

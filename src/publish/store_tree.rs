@@ -36,8 +36,7 @@ pub(super) fn write_tree(
     let mut store = ctx.shared_store("nothing was ever claimed here")?;
     {
         let snapshot = store.snapshot()?;
-        refuse_kind(&*snapshot, resource)?;
-        refuse_early(ctx, &*snapshot, resource, args)?;
+        refuse_early(ctx, &*snapshot, resource, args, super::Publishes::Tree)?;
     }
     tree::survey(&src, request.allow_symlinks, &request.limits)?;
     let manifest = tree::read_manifest(&src)?;

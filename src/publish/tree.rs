@@ -61,8 +61,7 @@ pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) ->
     let mut store = ctx.store()?;
     {
         let snapshot = store.snapshot()?;
-        refuse_kind(&*snapshot, &resource)?;
-        refuse_early(ctx, &*snapshot, &resource, args)?;
+        refuse_early(ctx, &*snapshot, &resource, args, super::Publishes::Tree)?;
     }
     let mut doc = crate::resource::locate(&ctx.root, &resource, true)?
         .ok_or_else(|| Error::usage(format!("cannot place {resource}")))?;
@@ -107,12 +106,17 @@ pub(super) fn open_source(src: &Path) -> Result<Folder> {
 /// sink recorded a document.
 pub(super) fn refuse_kind(tx: &dyn ReadTxn, resource: &Resource) -> Result<()> {
     match tx.sink(resource)?.and_then(|r| r.content) {
-        Some(c) if !c.tree => Err(Error::usage_hint(
-            format!("{resource} is a document: a tree cannot be published there"),
-            "a resource is a document or a tree for its whole life; pick another name",
-        )),
+        Some(c) if !c.tree => Err(document_name_taken(resource)),
         _ => Ok(()),
     }
+}
+
+/// The refusal of a tree where a document was published.
+pub(super) fn document_name_taken(resource: &Resource) -> Error {
+    Error::usage_hint(
+        format!("{resource} is a document: a tree cannot be published there"),
+        "a resource is a document or a tree for its whole life; pick another name",
+    )
 }
 
 /// Refuses a tree where a file, symlink or special file stands at the resource's name.
@@ -302,7 +306,22 @@ impl Target<'_> {
             staged.placed = true;
             return Err(e);
         }
-        tx.commit()?;
+        if let Err(e) = tx.commit() {
+            // The lock went with the transaction: recovery, in a transaction of its own,
+            // swaps the old tree back or, if the COMMIT happened after all, retires it
+            // (as a document write's failed COMMIT, `super::after_failed_commit`).
+            let event = Event::new(decided.now, resource.as_str(), EventKind::CommitFailed)
+                .owner(decided.written.owner.as_deref())
+                .epoch(Some(args.epoch))
+                .seq(args.seq)
+                .sha256(Some(&staged.sha256))
+                .detail(format!("tree: {e}"));
+            // This writer's lock on its staged folder goes first: recovery leaves the
+            // marker of a writer that still holds it.
+            drop(staged);
+            super::recover_after_failed_commit(ctx, resource, &event)?;
+            return Err(e);
+        }
         let hook = (|| -> Result<()> {
             failpoint!("tree.before_cleanup");
             Ok(())
@@ -400,7 +419,11 @@ impl Target<'_> {
 /// Whether the tree at the resource's name is the one hashed to `sha256`.
 fn on_disk(doc: &DocPath, sha256: &str) -> Result<bool> {
     match doc.folder.child(&doc.name)? {
-        crate::folder::Child::Folder(dir) => Ok(tree::read_manifest(&dir)?.sha256() == sha256),
+        // A tree that cannot be read back (a FIFO put in it by hand, which no tree holds)
+        // is not the recorded one either: the replay puts that one back.
+        crate::folder::Child::Folder(dir) => {
+            Ok(tree::read_manifest(&dir).is_ok_and(|m| m.sha256() == sha256))
+        }
         _ => Ok(false),
     }
 }

@@ -204,7 +204,7 @@ fn tree_drift(
     let mut parts: Vec<String> = differences
         .iter()
         .take(DRIFT_SHOWN)
-        .map(|d| format!("{} {}", d.what, d.path))
+        .map(|d| format!("{} {}", d.what, crate::text::display_name(&d.path)))
         .collect();
     if differences.len() > DRIFT_SHOWN {
         parts.push(format!("and {} more", differences.len() - DRIFT_SHOWN));

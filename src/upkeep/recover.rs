@@ -69,7 +69,9 @@ fn recover_local(ctx: &Ctx, only: Option<&OsStr>, root_moved: bool) -> Result<Re
                 resource: name,
                 action: tree.map_or_else(|| recovery::describe(action), recovery::describe_tree),
                 temps_removed: temps,
-                recovery: action,
+                // A tree's recovery counts as the document's it stands for: `recover`
+                // reports what it did (it said `nothing to recover`).
+                recovery: tree.map_or(action, recovery::as_document),
             }),
             Err(e) if only.is_some() => return Err(e),
             Err(e) => resources.push(RecoverLine::Failed {

@@ -7,7 +7,10 @@
 //! failpoint between a write's recovery, its decision and its pre-image link, nor between
 //! the changes of a recovery. Power losses are not replayed (processes cannot lose the
 //! page cache), so the counterexamples that need one (no folder fsync, the device number
-//! in the identity, the any-subset power loss) are not here.
+//! in the identity, the any-subset power loss) are not here. The random paths are the
+//! model of versions' ([`WriteModel::versions`]): each version a `write --seq`, a retry
+//! the same command again, a version left running a process still paused at its
+//! failpoint.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -24,9 +27,11 @@ use super::*;
 use crate::harness::Env;
 use crate::support::{RES, command, mkfifo, sha256_hex, status_row, version};
 
-/// The content worker `w` writes (each of another size, so no two versions look alike).
-fn content(w: u8) -> Vec<u8> {
-    version(&format!("worker {w}"), 600 + 150 * usize::from(w))
+/// The content of the version of inode `ino` (each of another size, so no two versions
+/// look alike).
+fn content(ino: u8) -> Vec<u8> {
+    let (w, seq) = version_of(ino);
+    version(&format!("worker {w} seq {seq}"), 600 + 150 * index(ino))
 }
 
 /// Where a write is paused once the model's step `step` is done.
@@ -169,9 +174,10 @@ struct Replay<'m> {
     model: &'m WriteModel,
     env: Env,
     state: State,
-    writers: Vec<Option<Proc>>,
+    /// The write of each version under way, by the version's inode in the model.
+    writers: BTreeMap<u8, Proc>,
     recoverer: Option<Proc>,
-    /// Each worker's staged file, by inode number.
+    /// Each version's staged files, by real inode number: the model's inode.
     inodes: BTreeMap<u64, u8>,
     /// The names of the temp files seen so far.
     temps: Vec<String>,
@@ -185,7 +191,7 @@ impl Replay<'_> {
             model,
             env: Env::new(),
             state: model.init_states().remove(0),
-            writers: (0..model.workers).map(|_| None).collect(),
+            writers: BTreeMap::new(),
             recoverer: None,
             inodes: BTreeMap::new(),
             temps: Vec::new(),
@@ -214,10 +220,10 @@ impl Replay<'_> {
         self.done.push(action);
         match action {
             Action::Claim(w) => self.claim(w, &next),
-            Action::Stage(w) => self.stage(w, &next),
-            Action::Begin(w) | Action::Step(w) => self.advance(w, &next),
-            Action::Crash(w) => {
-                if let Some(proc) = self.writers[usize::from(w)].take() {
+            Action::Stage(w, seq) | Action::Retry(w, seq) => self.stage(w, seq, &next),
+            Action::Begin(w, seq) | Action::Step(w, seq) => self.advance(w, seq, &next),
+            Action::Crash(w, seq) => {
+                if let Some(proc) = self.writers.remove(&ino(w, seq)) {
                     proc.kill();
                 }
             }
@@ -243,21 +249,23 @@ impl Replay<'_> {
         assert_eq!(got, i64::from(epoch), "claim after {:?}", self.done);
     }
 
-    fn write_args(&self, w: u8) -> Vec<String> {
+    fn write_args(&self, w: u8, seq: u8) -> Vec<String> {
         let epoch = self.state.workers[usize::from(w)].epoch.to_string();
         let mut args = vec!["write".into(), RES.into(), "--epoch".into(), epoch];
+        args.extend(["--seq".into(), seq.to_string()]);
         if !self.model.protocol.fenced {
             args.push("--unfenced".into());
         }
         args
     }
 
-    fn stage(&mut self, w: u8, next: &State) {
-        let args = self.write_args(w);
+    fn stage(&mut self, w: u8, seq: u8, next: &State) {
+        let args = self.write_args(w, seq);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut proc = Proc::spawn(&self.env, &args, self.now(), &content(w), &WRITE_POINTS);
-        if let Phase::Refused(_) = next.workers[usize::from(w)].phase {
-            self.expect_end(w, proc.finish(), next);
+        let file = ino(w, seq);
+        let mut proc = Proc::spawn(&self.env, &args, self.now(), &content(file), &WRITE_POINTS);
+        if let Phase::Refused(_) = next.workers[usize::from(w)].write(seq) {
+            self.expect_end(w, seq, proc.finish(), next);
             return;
         }
         proc.pause_at("write.before_lock");
@@ -271,36 +279,42 @@ impl Replay<'_> {
             })
             .filter(|(name, _)| name.contains("fencepost-tmp-") && !self.temps.contains(name))
             .collect();
-        assert_eq!(staged.len(), 1, "one new temp file for worker {w}");
-        let (name, ino) = staged[0].clone();
+        assert_eq!(
+            staged.len(),
+            1,
+            "one new temp file for worker {w} seq {seq}"
+        );
+        let (name, real) = staged[0].clone();
         self.temps.push(name);
-        self.inodes.insert(ino, w);
-        self.writers[usize::from(w)] = Some(proc);
+        self.inodes.insert(real, file);
+        self.writers.insert(file, proc);
     }
 
-    /// Lets worker `w`'s write go on to where the model's next state has it.
-    fn advance(&mut self, w: u8, next: &State) {
-        let slot = usize::from(w);
-        match next.workers[slot].phase {
+    /// Lets the write of version `seq` of worker `w` go on to where the model's next
+    /// state has it.
+    fn advance(&mut self, w: u8, seq: u8, next: &State) {
+        let file = ino(w, seq);
+        match *next.workers[usize::from(w)].write(seq) {
             Phase::Writing(i) => {
                 let point = point_after(self.model.steps[usize::from(i) - 1]);
-                self.writers[slot].as_mut().expect("paused").pause_at(point);
+                let proc = self.writers.get_mut(&file).expect("paused");
+                proc.pause_at(point);
             }
             _ => {
-                let out = self.writers[slot].take().expect("paused").finish();
-                self.expect_end(w, out, next);
+                let out = self.writers.remove(&file).expect("paused").finish();
+                self.expect_end(w, seq, out, next);
             }
         }
     }
 
     /// A write that ended: its exit code and outcome are the model's.
-    fn expect_end(&self, w: u8, out: Output, next: &State) {
-        let (code, word) = match next.workers[usize::from(w)].phase {
-            Phase::Done => (0, "written"),
+    fn expect_end(&self, w: u8, seq: u8, out: Output, next: &State) {
+        let (code, word) = match *next.workers[usize::from(w)].write(seq) {
+            Phase::Done(word) => (0, word),
             Phase::Refused("stale") => (5, "stale"),
             Phase::Refused("unissued") => (8, "unissued"),
             Phase::Failed => (1, ""),
-            ref other => panic!("worker {w} cannot end in {other:?}"),
+            ref other => panic!("worker {w} seq {seq} cannot end in {other:?}"),
         };
         assert_eq!(
             (
@@ -308,7 +322,7 @@ impl Replay<'_> {
                 String::from_utf8_lossy(&out.stdout).trim()
             ),
             (Some(code), word),
-            "worker {w}'s write after {:?}: {out:?}",
+            "worker {w}'s write of seq {seq} after {:?}: {out:?}",
             self.done
         );
     }
@@ -330,14 +344,14 @@ impl Replay<'_> {
         }
     }
 
-    /// The folder as the model names it: each name's worker, from inode numbers.
+    /// The folder as the model names it: each name's version, from inode numbers.
     fn listing(&self) -> BTreeMap<Name, u8> {
         let prefix = format!(".{RES}.fencepost-");
         let worker = |ino: u64| {
             *self
                 .inodes
                 .get(&ino)
-                .unwrap_or_else(|| panic!("inode {ino} is no worker's staged file"))
+                .unwrap_or_else(|| panic!("inode {ino} is no version's staged file"))
         };
         let mut names = BTreeMap::new();
         for entry in std::fs::read_dir(self.env.root()).expect("list the root") {
@@ -369,13 +383,14 @@ impl Replay<'_> {
             return;
         }
         let row = status_row(&self.env, RES, Some(self.now()));
-        let hash = |w: u8| json!(sha256_hex(&content(w)));
+        let hash = |ino: u8| json!(sha256_hex(&content(ino)));
         let content_epoch = s.sink.and_then(|r| r.content).map(|c| c.epoch);
         let want = json!({
             "lease": s.lease.map(|r| r.epoch),
             "fence": s.sink.map(|r| r.fence),
             "content_epoch": content_epoch,
-            "sha256": s.sink.and_then(|r| r.content).map(|c| hash(c.writer)),
+            "seq": s.sink.and_then(|r| r.content).map(|c| c.seq),
+            "sha256": s.sink.and_then(|r| r.content).map(|c| hash(c.file)),
             "document": s.folder.get(Name::Doc).map(hash),
         });
         let field = |v: &Value| if v.is_null() { Value::Null } else { v.clone() };
@@ -383,6 +398,7 @@ impl Replay<'_> {
             "lease": field(&row["lease"]["epoch"]),
             "fence": field(&row["sink"]["fence"]),
             "content_epoch": field(&row["sink"]["content_epoch"]),
+            "seq": field(&row["sink"]["seq"]),
             "sha256": field(&row["sink"]["sha256"]),
             "document": field(&row["document"]["sha256"]),
         });
@@ -442,8 +458,8 @@ const SEED: u64 = 1;
 /// than a claim, and a crash or a `recover` less likely still.
 fn pick(rng: &mut fastrand::Rng, actions: &[Action]) -> Action {
     let weight = |action: &Action| match action {
-        Action::Stage(_) | Action::Begin(_) | Action::Step(_) | Action::RecoverCommit => 8,
-        Action::Claim(_) => 4,
+        Action::Stage(..) | Action::Begin(..) | Action::Step(..) | Action::RecoverCommit => 8,
+        Action::Claim(_) | Action::Retry(..) => 4,
         _ => 1,
     };
     let mut left = rng.usize(..actions.iter().map(weight).sum::<usize>());
@@ -457,10 +473,42 @@ fn pick(rng: &mut fastrand::Rng, actions: &[Action]) -> Action {
 }
 
 #[test]
+fn seqs_compared_for_equality_counterexample_refuses_the_older_seq_for_real() {
+    // With seqs compared for equality only, seq 1 replaces seq 2 on this path. The same
+    // steps with the current binary, up to seq 1's decision, must refuse seq 1 as stale
+    // (exit 5), as the current protocol's model says: its later steps are not taken.
+    let broken = replayable(Protocol {
+        seq_order: false,
+        ..Protocol::CURRENT
+    })
+    .versions();
+    let actions = counterexample(broken, WENT_BACK).into_actions();
+    let model = replayable(Protocol::CURRENT).versions();
+    let mut replay = Replay::new(&model);
+    for action in actions {
+        let mut enabled = Vec::new();
+        model.actions(&replay.state, &mut enabled);
+        if !enabled.contains(&action) {
+            break;
+        }
+        replay.step(action);
+    }
+    let last = &replay.state;
+    assert_eq!(
+        *last.workers[1].write(1),
+        Phase::Refused("stale"),
+        "{last:?}"
+    );
+    assert!(never_goes_back(&model, last), "{last:?}");
+    assert!(no_acked_write_lost(&model, last), "{last:?}");
+}
+
+#[test]
 fn random_model_paths_replay_as_real_processes() {
-    let model = replayable(Protocol::CURRENT);
+    let model = replayable(Protocol::CURRENT).versions();
     let mut rng = fastrand::Rng::with_seed(SEED);
     let (mut steps, mut interrupted, mut acked, mut stale) = (0, 0, 0, 0);
+    let (mut retries, mut replays, mut seq_stale) = (0, 0, 0);
     for _ in 0..PATHS {
         let mut replay = Replay::new(&model);
         for _ in 0..PATH_STEPS {
@@ -471,24 +519,26 @@ fn random_model_paths_replay_as_real_processes() {
             if actions.is_empty() {
                 break;
             }
-            replay.step(pick(&mut rng, &actions));
+            let action = pick(&mut rng, &actions);
+            replay.step(action);
             steps += 1;
+            retries += usize::from(matches!(action, Action::Retry(..)));
             interrupted += usize::from(interrupted_rename(&model, &replay.state));
+            seq_stale += usize::from(older_seq_refused(&model, &replay.state));
         }
-        let ended = |phase: Phase| {
-            replay
-                .state
-                .workers
-                .iter()
-                .filter(|w| w.phase == phase)
+        let ended = |ended: fn(&Phase) -> bool| {
+            writes(&replay.state)
+                .filter(|(_, _, phase)| ended(phase))
                 .count()
         };
-        acked += ended(Phase::Done);
-        stale += ended(Phase::Refused("stale"));
+        acked += ended(Phase::acked);
+        stale += ended(|phase| *phase == Phase::Refused("stale"));
+        replays += ended(|phase| *phase == Phase::Done("replay"));
     }
     println!(
         "replayed {PATHS} random model paths as real processes: {steps} steps, \
          {interrupted} states with a dead writer's uncommitted rename, \
-         {acked} writes acknowledged, {stale} refused as stale"
+         {acked} writes acknowledged ({replays} as replays), {stale} refused as stale \
+         ({seq_stale} states with an older seq refused after a newer one), {retries} retries"
     );
 }

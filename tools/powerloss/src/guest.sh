@@ -9,6 +9,9 @@
 #   fp:seen:EPOCH:SEQ:SHA     that write was killed after its COMMIT and `status` shows its
 #                             content as the record and the document (a removal: the
 #                             tombstone, and no document): readers see it
+#   fp:tree:try|ack|seen:EPOCH:SEQ:SHA
+#                             the same for a publish of the tree (write --tree); SHA is the
+#                             tree hash: the SHA-256 of its manifest, computed here
 #   fp:done:ACKS              every round ran; ACKS is how many ack and seen marks there are
 # A mark is logged after everything already flushed, so it follows the write it reports.
 # Lines starting with "powerloss-guest:" on the console tell the host how it went.
@@ -52,6 +55,7 @@ mark fp:setup
 echo "powerloss-guest: filesystem ready at $(cut -d' ' -f1 /proc/uptime) s"
 
 res=reports/daily.md
+tres=reports/site
 now=0
 acks=0
 fp() {
@@ -68,10 +72,48 @@ content() {
     } >/tmp/content
     sha=$(sha256sum /tmp/content | cut -d' ' -f1)
 }
-# Claims for owner $1 after the previous lease expired; the epoch in $epoch.
+# The manifest of the folder $1 as fencepost hashes a tree: one `KIND MODE SIZE SHA256
+# PATH` line per entry, the top folder as `.`, sorted by path (the trees here hold
+# folders and files named with letters and digits only, so a plain sort is fencepost's
+# order, component by component, and no name needs escaping).
+manifest() {
+    (
+        cd "$1" || exit 1
+        find . | sed 's|^\./||' | sort | while read -r p; do
+            m=$(printf '%04d' "$(stat -c %a "$p")")
+            if [ -d "$p" ]; then
+                echo "d $m 0 - $p"
+            else
+                echo "f $m $(stat -c %s "$p") $(sha256sum <"$p" | cut -d' ' -f1) $p"
+            fi
+        done
+    )
+}
+# The tree of round $1 for epoch $2 and seq $3 in /tmp/tree: an index, a subfolder of two
+# to six files of a few bytes to a dozen KiB (the first readable by its owner only), and
+# an empty folder whose name changes with the version; its tree hash in $sha.
+tree_content() {
+    rm -rf /tmp/tree
+    mkdir /tmp/tree /tmp/tree/sub "/tmp/tree/empty$((($1 + $2 + $3) % 3))" ||
+        fail "round $1: cannot make the tree"
+    echo "round $1 epoch $2 seq $3" >/tmp/tree/index
+    k=$((($1 * 7 + $2 * 3 + $3) % 5 + 2))
+    i=1
+    while [ "$i" -le "$k" ]; do
+        n=$((($1 * 97 + $2 * 31 + $3 * 53 + i * 41) % 300 + 1))
+        seq 1 "$n" | sed "s/^/round $1 epoch $2 seq $3 file $i line /" >"/tmp/tree/sub/page$i"
+        i=$((i + 1))
+    done
+    chmod 0755 /tmp/tree /tmp/tree/sub /tmp/tree/empty*
+    chmod 0644 /tmp/tree/index /tmp/tree/sub/page*
+    chmod 0600 /tmp/tree/sub/page1
+    sha=$(manifest /tmp/tree | sha256sum | cut -d' ' -f1)
+}
+# Claims $2 (the document without it) for owner $1 after the previous lease expired; the
+# epoch in $epoch.
 claim() {
     now=$((now + 20))
-    epoch=$(fp claim "$res" --owner "$1" --ttl 10) || fail "round $r: claim by $1"
+    epoch=$(fp claim "${2:-$res}" --owner "$1" --ttl 10) || fail "round $r: claim by $1"
 }
 # Writes /tmp/content as owner $1 with epoch $2, failpoints $3 (or none), and checks the
 # exit code is $4; with $5, as that seq (--seq).
@@ -105,13 +147,35 @@ remove() {
     fi
     [ "$rc" = "$5" ] || fail "round $r: removal by $1 at epoch $2 seq $seqno exited $rc, wanted $5"
 }
+# Publishes /tmp/tree as the tree as owner $1 with epoch $2, failpoints $3 (or none), and
+# checks the exit code is $4; with $5, as that seq (--seq).
+publish() {
+    seqno=${5:-0}
+    version="--epoch $2"
+    [ "$seqno" = 0 ] || version="$version --seq $seqno"
+    mark "fp:tree:try:$2:$seqno:$sha"
+    rc=0
+    if [ -n "$3" ]; then
+        FAILPOINTS="$3" fencepost --root /mnt/pub --now "$now" write "$tres" $version \
+            --owner "$1" --tree /tmp/tree </dev/null >/dev/null 2>&1 || rc=$?
+    else
+        fp write "$tres" $version --owner "$1" --tree /tmp/tree </dev/null >/dev/null || rc=$?
+    fi
+    [ "$rc" = "$4" ] || fail "round $r: tree publish by $1 at epoch $2 seq $seqno exited $rc, wanted $4"
+}
 # Marks the last write or removal (its epoch $2, its $seqno and $sha) as $1 (ack or seen).
 ack() {
     mark "fp:$1:$2:$seqno:$sha"
     acks=$((acks + 1))
 }
+# The same for the last tree publish.
+tree_ack() {
+    mark "fp:tree:$1:$2:$seqno:$sha"
+    acks=$((acks + 1))
+}
+# Completes $3 (the document without it) as owner $1 with epoch $2.
 complete() {
-    fp complete "$res" --owner "$1" --epoch "$2" --result ok >/dev/null ||
+    fp complete "${3:-$res}" --owner "$1" --epoch "$2" --result ok >/dev/null ||
         fail "round $r: complete by $1"
 }
 
@@ -119,7 +183,7 @@ r=1
 while [ "$r" -le "$rounds" ]; do
     a=w$((r % 2))
     b=w$(((r + 1) % 2))
-    case $((r % 7)) in
+    case $((r % 10)) in
     1) # a plain round
         claim "$a"
         content "$r" "$epoch"
@@ -174,6 +238,36 @@ while [ "$r" -le "$rounds" ]; do
         echo "$st" | grep -q '"state":"removed"' && echo "$st" | grep -q '"removed":true' ||
             fail "round $r: status does not show the committed removal: $st"
         ack seen "$epoch"
+        ;;
+    7) # a tree publish killed after its swap and the folder fsync, before COMMIT (the
+        # first one at the name, the first time); a takeover's claim undoes it, and the
+        # takeover publishes its own tree
+        claim "$a" "$tres"
+        tree_content "$r" "$epoch" 0
+        publish "$a" "$epoch" "tree.after_dir_fsync=return(abort)" 134
+        claim "$b" "$tres"
+        tree_content "$r" "$epoch" 0
+        publish "$b" "$epoch" "" 0
+        tree_ack ack "$epoch"
+        complete "$b" "$epoch" "$tres"
+        ;;
+    8) # trees of one lease: seq 1, then seq 2 replacing it
+        claim "$a" "$tres"
+        tree_content "$r" "$epoch" 1
+        publish "$a" "$epoch" "" 0 1
+        tree_ack ack "$epoch"
+        tree_content "$r" "$epoch" 2
+        publish "$a" "$epoch" "" 0 2
+        tree_ack ack "$epoch"
+        complete "$a" "$epoch" "$tres"
+        ;;
+    9) # a tree publish killed right after its COMMIT: its marker and the old tree stay
+        claim "$a" "$tres"
+        tree_content "$r" "$epoch" 0
+        publish "$a" "$epoch" "txn.after_commit=return(abort)" 134
+        [ "$(fp status "$tres" --json | grep -o "$sha" | wc -l)" = 2 ] ||
+            fail "round $r: status does not show the committed tree"
+        tree_ack seen "$epoch"
         ;;
     0) # a removal killed after its rename and the folder fsync, before COMMIT (the next
         # removal's recovery puts the document back), then removed for good

@@ -34,7 +34,8 @@ pub struct Config {
     pub fencepost: PathBuf,
     /// An unpacked `linux-image-*-cloud-amd64` package.
     pub kernel: PathBuf,
-    /// Rounds of claim / write / complete the guest runs (seven kinds, in turn).
+    /// Rounds of claim / write / complete the guest runs (ten kinds, in turn: seven of a
+    /// document, three of a tree).
     pub rounds: u32,
     /// Check the state after every log entry, not only at flush points.
     pub every_entry: bool,
@@ -45,13 +46,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration with the defaults: fourteen rounds (two of each kind), flush
-    /// points only.
+    /// A configuration with the defaults: twenty rounds (two of each kind), flush points
+    /// only.
     pub fn new(fencepost: PathBuf, kernel: PathBuf, work: PathBuf) -> Config {
         Config {
             fencepost,
             kernel,
-            rounds: 14,
+            rounds: 20,
             every_entry: false,
             work,
             guest_timeout: guest::DEFAULT_TIMEOUT,
@@ -76,8 +77,12 @@ pub struct Report {
     pub rolled_back: u64,
     /// Of those, states in which it put back a document whose removal had not committed.
     pub removals_rolled_back: u64,
+    /// Of those, states in which it undid a tree publish that had not committed.
+    pub trees_rolled_back: u64,
     /// States whose record, once recovered, was a removal's tombstone.
     pub tombstones: u64,
+    /// States whose tree's record, once recovered, named a tree (whole at its name).
+    pub trees: u64,
     /// Acknowledgements the replay saw marked.
     pub acks: u64,
     /// Acknowledgements the guest counted (its last mark), if it finished.
@@ -95,8 +100,8 @@ impl Report {
         format!(
             "{} rounds, {} acknowledged versions, {} log entries, {} flush points, {} states \
              replayed and checked ({} needed recovery, {} of them a roll-back, {} of a \
-             removal; {} with a tombstone recorded), {} violations; guest {:.1} s, replay \
-             {:.1} s",
+             removal, {} of a tree publish; {} with a tombstone recorded, {} with a tree), {} \
+             violations; guest {:.1} s, replay {:.1} s",
             self.rounds,
             self.acks,
             self.entries,
@@ -105,7 +110,9 @@ impl Report {
             self.recovered,
             self.rolled_back,
             self.removals_rolled_back,
+            self.trees_rolled_back,
             self.tombstones,
+            self.trees,
             self.violations.len(),
             self.guest_seconds,
             self.replay_seconds

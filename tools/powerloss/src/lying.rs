@@ -78,8 +78,8 @@ pub fn lying_disk(cfg: &Config, cycles: u32, seed: Option<u64>) -> Result<LyingR
         report.cycles += 1;
         report.acks += judge.acks;
         match states.check(&data, &judge)? {
-            Checked::Fine(recovery, _) => {
-                report.recovered += u32::from(recovery != Recovery::None);
+            Checked::Fine(fine) => {
+                report.recovered += u32::from(fine.recovery != Recovery::None);
             }
             Checked::Violated(what) => {
                 let keep = cfg.work.join(format!("violation-{cycle}.img"));

@@ -26,11 +26,12 @@ struct Args {
     #[arg(long, default_value = "target/powerloss-kernel")]
     kernel: PathBuf,
 
-    /// Rounds the guest runs (seven kinds in turn: plain, killed after COMMIT, takeover
+    /// Rounds the guest runs (ten kinds in turn: plain, killed after COMMIT, takeover
     /// with a stale late writer, killed before COMMIT, killed before the rename, seq 1
-    /// and seq 2 then a removal killed after COMMIT, a removal killed before COMMIT then
-    /// made).
-    #[arg(long, default_value_t = 14)]
+    /// and seq 2 then a removal killed after COMMIT, a tree publish killed before COMMIT
+    /// then a takeover's, a tree's seq 1 and seq 2, a tree publish killed after COMMIT, a
+    /// removal killed before COMMIT then made).
+    #[arg(long, default_value_t = 20)]
     rounds: u32,
 
     /// Check the state after every log entry, not only at flush points.

@@ -3,13 +3,16 @@
 //! through a loop device, lets fencepost recover, and judges what it finds.
 //!
 //! The judgement uses the marks the guest logged, each of which the log places after the
-//! writes it reports. A version is `(epoch, seq)` (seq 0 without `--seq`), and publishes
-//! bytes or the document's removal (a tombstone):
+//! writes it reports. The guest publishes two resources, a document and a tree (a folder,
+//! `write --tree`), each judged on its own by the same rules. A version is `(epoch, seq)`
+//! (seq 0 without `--seq`), and publishes bytes (a tree: the tree its hash names) or the
+//! document's removal (a tombstone):
 //!
 //! - after recovery, `fencepost verify` passes, no file of the tool's (a temp file, a
-//!   recovery link, a removal's `-gone` file) is left beside the document, and the
-//!   document's SHA-256 (hashed here, not by fencepost) is the one the record names; a
-//!   tombstone's document is absent;
+//!   recovery link, a removal's `-gone` file, a tree publish's marker or staged tree, an
+//!   old tree) is left beside them, and the document's SHA-256 (the tree's hash) is the
+//!   one the record names, both computed here, not by fencepost; a tombstone's document
+//!   is absent;
 //! - the record names a version some writer tried (a `fp:try` mark), with its body;
 //! - once a version was acknowledged (`fp:ack`, `fp:seen`), the record's version is never
 //!   lower, and if it is that version, its body is the acknowledged one. A higher version
@@ -33,13 +36,19 @@ use crate::guest::DATA_BYTES;
 use crate::log::{DISCARD, Entry, Log};
 use crate::{Config, Error, Report, tool};
 
-/// The document every round writes.
+/// The document the guest's rounds of documents write.
 const RESOURCE: &str = "reports/daily.md";
+/// The tree its rounds of trees publish, beside it.
+const TREE: &str = "reports/site";
 /// The publish root inside the guest's filesystem.
 const ROOT: &str = "pub";
 /// A logical time later than any the guest used (its commands run with `--now`, and a
 /// state file keeps the kind of clock it was made with).
-const LATE: &str = "1000000";
+const LATE: i64 = 1_000_000;
+/// Later still: past the grace period of every tree a recovery at [`LATE`] takes away
+/// (recovery keeps those for readers that may have opened them, as long as
+/// `write --tree --keep-old` would by default: 60 ticks).
+const LATER: i64 = LATE + 1000;
 
 /// A state in which the judgement failed.
 #[derive(Debug, Clone)]
@@ -107,16 +116,26 @@ fn place(&(epoch, seq): &Place) -> String {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Judge {
     setup: bool,
-    tries: BTreeSet<Version>,
-    acked: Option<Version>,
+    /// The document's versions.
+    doc: Versions,
+    /// The tree's versions (`fp:tree:...` marks).
+    tree: Versions,
     pub(crate) acks: u64,
     pub(crate) done: Option<u64>,
     pub(crate) last_mark: String,
 }
 
+/// One resource's versions some writer tried, and the last one acknowledged.
+#[derive(Debug, Default, Clone)]
+struct Versions {
+    tries: BTreeSet<Version>,
+    acked: Option<Version>,
+}
+
 impl Judge {
     /// Reads one mark. A version is `EPOCH:SEQ:SHA` (`SHA` is `removed` for a removal);
-    /// `EPOCH:SHA`, with no seq, is seq 0.
+    /// `EPOCH:SHA`, with no seq, is seq 0. A mark of the tree's starts `fp:tree:` (its
+    /// `SHA` is the tree hash).
     pub(crate) fn mark(&mut self, text: &str) -> Result<(), Error> {
         self.last_mark = text.to_string();
         let parts: Vec<&str> = text.split(':').collect();
@@ -131,14 +150,26 @@ impl Judge {
                 _ => Err(Error::new(format!("mark {text:?}: bad version"))),
             }
         };
-        match parts.as_slice() {
-            ["fp", "setup"] => self.setup = true,
-            ["fp", "try", rest @ ..] => {
-                self.tries.insert(version(rest)?);
+        let (versions, what) = match parts.as_slice() {
+            ["fp", "setup"] => {
+                self.setup = true;
+                return Ok(());
             }
-            ["fp", "ack" | "seen", rest @ ..] => {
+            ["fp", "done", n] => {
+                self.done = Some(number(n)?);
+                return Ok(());
+            }
+            ["fp", "tree", what @ ..] => (&mut self.tree, what),
+            ["fp", what @ ..] => (&mut self.doc, what),
+            _ => return Ok(()), // the target's own marks (dm-log-writes-end)
+        };
+        match what {
+            ["try", rest @ ..] => {
+                versions.tries.insert(version(rest)?);
+            }
+            ["ack" | "seen", rest @ ..] => {
                 let acked = version(rest)?;
-                if self
+                if versions
                     .acked
                     .as_ref()
                     .is_some_and(|(last, _)| *last >= acked.0)
@@ -147,28 +178,72 @@ impl Judge {
                         "mark {text:?}: acknowledged versions must grow"
                     )));
                 }
-                self.acked = Some(acked);
+                versions.acked = Some(acked);
                 self.acks += 1;
             }
-            ["fp", "done", n] => self.done = Some(number(n)?),
-            ["fp", ..] => return Err(Error::new(format!("unknown mark {text:?}"))),
-            _ => {} // the target's own marks (dm-log-writes-end)
+            _ => return Err(Error::new(format!("unknown mark {text:?}"))),
         }
         Ok(())
     }
 
     /// True before the first write was tried (so perhaps before the first claim).
     pub(crate) fn nothing_tried(&self) -> bool {
-        self.tries.is_empty()
+        self.doc.tries.is_empty()
     }
 
-    /// Judges a recovered state: the record's version and the document's hash (`None`:
-    /// no document).
+    /// True before the first tree publish was tried (so perhaps before its first claim).
+    pub(crate) fn no_tree_tried(&self) -> bool {
+        self.tree.tries.is_empty()
+    }
+
+    /// Judges a recovered state: the document's record and hash (`None`: no document).
     pub(crate) fn judge(
         &self,
         record: Option<Version>,
         doc: Option<String>,
     ) -> Result<Kept, String> {
+        self.doc.judge(record, doc, Noun::DOCUMENT)
+    }
+
+    /// Judges the tree in a recovered state: its record and the hash of the tree at its
+    /// name, computed here (`None`: no tree).
+    pub(crate) fn judge_tree(
+        &self,
+        record: Option<Version>,
+        tree: Option<String>,
+    ) -> Result<Kept, String> {
+        self.tree.judge(record, tree, Noun::TREE)
+    }
+}
+
+/// How the judgement names a resource and its hash.
+#[derive(Debug, Clone, Copy)]
+struct Noun {
+    thing: &'static str,
+    hash: &'static str,
+}
+
+impl Noun {
+    const DOCUMENT: Noun = Noun {
+        thing: "document",
+        hash: "SHA-256",
+    };
+    const TREE: Noun = Noun {
+        thing: "tree",
+        hash: "hash",
+    };
+}
+
+impl Versions {
+    /// Judges a recovered state of this resource: the record's version and the hash of
+    /// what stands at its name (`None`: nothing).
+    fn judge(
+        &self,
+        record: Option<Version>,
+        doc: Option<String>,
+        noun: Noun,
+    ) -> Result<Kept, String> {
+        let Noun { thing, hash } = noun;
         let Some((at, body)) = record else {
             if let Some((acked, _)) = &self.acked {
                 return Err(format!(
@@ -177,7 +252,7 @@ impl Judge {
                 ));
             }
             if doc.is_some() {
-                return Err("a document exists but no write is recorded".into());
+                return Err(format!("a {thing} exists but no write is recorded"));
             }
             return Ok(Kept::Nothing);
         };
@@ -185,19 +260,19 @@ impl Judge {
         match (&body, &doc) {
             (Body::Bytes(_), None) => {
                 return Err(format!(
-                    "the record names {at_words} but there is no document"
+                    "the record names {at_words} but there is no {thing}"
                 ));
             }
             (Body::Bytes(sha), Some(d)) if d != sha => {
                 return Err(format!(
-                    "the document's SHA-256 {} is not the one recorded for {at_words} ({})",
+                    "the {thing}'s {hash} {} is not the one recorded for {at_words} ({})",
                     short(d),
                     short(sha)
                 ));
             }
             (Body::Removed, Some(d)) => {
                 return Err(format!(
-                    "the record is a removal at {at_words} but a document is there ({})",
+                    "the record is a removal at {at_words} but a {thing} is there ({})",
                     short(d)
                 ));
             }
@@ -249,7 +324,9 @@ struct Found {
     recovered: u64,
     rolled_back: u64,
     removals_rolled_back: u64,
+    trees_rolled_back: u64,
     tombstones: u64,
+    trees: u64,
     violations: Vec<Violation>,
     /// The image of the earliest violating state found so far (the others are removed).
     first: Option<(u64, PathBuf)>,
@@ -299,7 +376,9 @@ pub(crate) fn replay(cfg: &Config, log: &Path, report: &mut Report) -> Result<()
     report.recovered = found.recovered;
     report.rolled_back = found.rolled_back;
     report.removals_rolled_back = found.removals_rolled_back;
+    report.trees_rolled_back = found.trees_rolled_back;
     report.tombstones = found.tombstones;
+    report.trees = found.trees;
     report.acks = disk.judge.acks;
     report.guest_acks = disk.judge.done;
     report.replay_seconds = started.elapsed().as_secs_f64();
@@ -392,11 +471,14 @@ fn work(
         };
         let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
         match checked {
-            Some(Ok(Checked::Fine(recovery, kept))) => {
+            Some(Ok(Checked::Fine(fine))) => {
+                let recovery = fine.recovery;
                 found.recovered += u64::from(recovery != Recovery::None);
                 found.rolled_back += u64::from(recovery.rolled_back());
                 found.removals_rolled_back += u64::from(recovery == Recovery::RolledBackRemoval);
-                found.tombstones += u64::from(kept == Kept::Tombstone);
+                found.trees_rolled_back += u64::from(fine.tree_rolled_back);
+                found.tombstones += u64::from(fine.document == Kept::Tombstone);
+                found.trees += u64::from(fine.tree == Kept::Document);
             }
             Some(Ok(Checked::Violated(what))) => {
                 let violation = Violation {
@@ -459,9 +541,22 @@ fn apply(disk: &File, entry: &Entry, sectorsize: u64) -> Result<(), Error> {
 }
 
 pub(crate) enum Checked {
-    /// The state passed: what `recover` did, and what the record kept.
-    Fine(Recovery, Kept),
+    /// The state passed.
+    Fine(Fine),
     Violated(String),
+}
+
+/// What a state that passed held, and what `recover` did to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fine {
+    /// What `recover` did, for any resource.
+    pub(crate) recovery: Recovery,
+    /// It undid a tree publish that had not committed.
+    pub(crate) tree_rolled_back: bool,
+    /// What the document's record kept.
+    pub(crate) document: Kept,
+    /// What the tree's record kept (`Document`: a tree, whole at its name).
+    pub(crate) tree: Kept,
 }
 
 /// What `recover` did in a state.
@@ -488,6 +583,7 @@ impl Recovery {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kept {
     Nothing,
+    /// A document's bytes (the tree's record: a tree).
     Document,
     /// A removal's tombstone (and no document).
     Tombstone,
@@ -531,10 +627,25 @@ impl States {
             return Ok(Checked::Violated("the publish root is missing".into()));
         }
         let recover = self.run(&root, &["recover"])?;
-        if recover.status.code() == Some(2) && judge.nothing_tried() {
+        if recover.status.code() == Some(2) && judge.nothing_tried() && judge.no_tree_tried() {
             // No state file yet, or one the first claim had not finished making: nothing
-            // was claimed, so there must be no document either.
-            return Ok(verdict(judge.judge(None, document(&root)?), Recovery::None));
+            // was claimed, so there must be neither a document nor a tree.
+            let none = Fine {
+                recovery: Recovery::None,
+                tree_rolled_back: false,
+                document: Kept::Nothing,
+                tree: Kept::Nothing,
+            };
+            return Ok(
+                match (
+                    judge.judge(None, document(&root)?),
+                    tree(&root)?.and_then(|found| judge.judge_tree(None, found)),
+                ) {
+                    (Ok(_), Ok(_)) => Checked::Fine(none),
+                    (Err(what), _) => Checked::Violated(what),
+                    (_, Err(what)) => Checked::Violated(format!("tree: {what}")),
+                },
+            );
         }
         if !recover.status.success() {
             return Ok(Checked::Violated(format!(
@@ -542,8 +653,8 @@ impl States {
                 said(&recover)
             )));
         }
-        let recovered = recovery(&json(&recover)?);
-        let left = leftovers(&root)?;
+        let recovered = json(&recover)?;
+        let left = leftovers(&root, LATE)?;
         if !left.is_empty() {
             return Ok(Checked::Violated(format!(
                 "recovery left files of the tool's beside the document: {}",
@@ -554,30 +665,88 @@ impl States {
         if !verify.status.success() {
             return Ok(Checked::Violated(format!("verify: {}", problems(&verify))));
         }
-        let status = self.run(&root, &["status", RESOURCE])?;
-        let record = if status.status.code() == Some(2) && judge.nothing_tried() {
-            None // the first claim had not committed: the resource is not known yet
-        } else if status.status.success() {
-            record(&json(&status)?)
-        } else {
-            return Ok(Checked::Violated(format!(
-                "status failed: {}",
-                said(&status)
-            )));
+        let document = match self.record(&root, RESOURCE, judge.nothing_tried())? {
+            Ok(record) => judge.judge(record, document(&root)?),
+            Err(what) => Err(what),
         };
-        Ok(verdict(judge.judge(record, document(&root)?), recovered))
+        let tree = match self.record(&root, TREE, judge.no_tree_tried())? {
+            Ok(record) => tree(&root)?.and_then(|found| judge.judge_tree(record, found)),
+            Err(what) => Err(what),
+        };
+        // Once their grace period is over, the trees recovery took away are removed too.
+        if document.is_ok() && tree.is_ok() {
+            let later = self.run_at(&root, LATER, &["recover"])?;
+            if !later.status.success() {
+                return Ok(Checked::Violated(format!(
+                    "recover after the grace period failed: {}",
+                    said(&later)
+                )));
+            }
+            let left = leftovers(&root, LATER)?;
+            if !left.is_empty() {
+                return Ok(Checked::Violated(format!(
+                    "recovery after the grace period left files of the tool's: {}",
+                    left.join(", ")
+                )));
+            }
+        }
+        Ok(match (document, tree) {
+            (Ok(document), Ok(tree)) => Checked::Fine(Fine {
+                recovery: recovery(&recovered),
+                tree_rolled_back: tree_rolled_back(&recovered),
+                document,
+                tree,
+            }),
+            (Err(what), _) => Checked::Violated(what),
+            (_, Err(what)) => Checked::Violated(format!("tree: {what}")),
+        })
+    }
+
+    /// The record of `resource` (its version and body) from `status --json`, if it holds
+    /// one; the inner error is a violation. `untried`: nothing was tried on it yet, so it
+    /// may be unknown.
+    fn record(
+        &self,
+        root: &Path,
+        resource: &str,
+        untried: bool,
+    ) -> Result<Result<Option<Version>, String>, Error> {
+        let status = self.run(root, &["status", resource])?;
+        Ok(if status.status.code() == Some(2) && untried {
+            Ok(None) // the first claim had not committed: the resource is not known yet
+        } else if status.status.success() {
+            Ok(record(&json(&status)?, resource))
+        } else {
+            Err(format!("status {resource} failed: {}", said(&status)))
+        })
     }
 
     fn run(&self, root: &Path, args: &[&str]) -> Result<Output, Error> {
+        self.run_at(root, LATE, args)
+    }
+
+    /// [`States::run`] at the logical time `now`.
+    fn run_at(&self, root: &Path, now: i64, args: &[&str]) -> Result<Output, Error> {
         Command::new(&self.fencepost)
             .env_clear()
             .arg("--root")
             .arg(root)
-            .args(["--now", LATE, "--json"])
+            .args(["--now", &now.to_string(), "--json"])
             .args(args)
             .output()
             .map_err(|e| Error::new(format!("cannot run {}: {e}", self.fencepost.display())))
     }
+}
+
+/// Whether `recover --json` says it undid a tree publish.
+fn tree_rolled_back(out: &Value) -> bool {
+    out["resources"].as_array().is_some_and(|all| {
+        all.iter().any(|r| {
+            r["action"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("rolled back") && a.contains("tree publish"))
+        })
+    })
 }
 
 /// What `recover --json` says it did.
@@ -601,16 +770,11 @@ fn recovery(out: &Value) -> Recovery {
     }
 }
 
-fn verdict(judged: Result<Kept, String>, recovered: Recovery) -> Checked {
-    match judged {
-        Ok(kept) => Checked::Fine(recovered, kept),
-        Err(what) => Checked::Violated(what),
-    }
-}
-
-/// The names of the tool's files (temp files, recovery links, `-gone` files) in the
-/// document's folder.
-fn leftovers(root: &Path) -> Result<Vec<String>, Error> {
+/// The names of the tool's files (temp files, recovery links, `-gone` files, tree markers,
+/// staged and old trees) in the document's folder, which holds the tree too; but for old
+/// trees whose grace period is not over at `now` (`.<name>.fencepost-old-<token>-<deadline>`,
+/// `deadline` after `now`), which recovery keeps for readers that may be walking them.
+fn leftovers(root: &Path, now: i64) -> Result<Vec<String>, Error> {
     let path = root.join(RESOURCE);
     let Some(folder) = path.parent() else {
         return Ok(Vec::new());
@@ -625,7 +789,12 @@ fn leftovers(root: &Path) -> Result<Vec<String>, Error> {
         let entry =
             entry.map_err(|e| Error::new(format!("cannot list {}: {e}", folder.display())))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.contains(".fencepost-") {
+        let kept = name
+            .split_once(".fencepost-old-")
+            .and_then(|(_, rest)| rest.rsplit_once('-'))
+            .and_then(|(_, deadline)| deadline.parse::<i64>().ok())
+            .is_some_and(|deadline| deadline > now);
+        if name.contains(".fencepost-") && !kept {
             names.push(name);
         }
     }
@@ -643,13 +812,116 @@ fn document(root: &Path) -> Result<Option<String>, Error> {
     }
 }
 
-/// The record's version from `status --json RES` (its epoch, seq and SHA-256, or that it
-/// is a removal), if it holds one.
-fn record(status: &Value) -> Option<Version> {
+/// The tree at its name, hashed here (not by fencepost) as fencepost hashes a tree: the
+/// SHA-256 of its manifest ([`manifest`]). `None` when nothing is there; the inner error
+/// (a violation) when a file or symlink stands there, or a device, FIFO or socket in it.
+fn tree(root: &Path) -> Result<Result<Option<String>, String>, Error> {
+    let path = root.join(TREE);
+    match fs::symlink_metadata(&path) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Ok(Err(format!("{TREE} is not a folder"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Ok(None)),
+        Err(e) => return Err(Error::new(format!("cannot read {}: {e}", path.display()))),
+    }
+    Ok(manifest(&path)?.map(|m| Some(hex(&Sha256::digest(m)))))
+}
+
+/// The manifest of the folder `top` in fencepost's format (src/tree.rs), computed from the
+/// files themselves: one `KIND MODE SIZE SHA256 PATH` line per entry (`d` a folder, size 0
+/// and hash `-`; `f` a file; `l` a symlink, mode 0777, its target's size and SHA-256),
+/// the path relative to the tree (`.` for the top folder; `%`, control bytes and DEL as
+/// `%XX`), sorted by path component by component. The inner error names an entry that is
+/// none of those.
+fn manifest(top: &Path) -> Result<Result<Vec<u8>, String>, Error> {
+    let mut lines = Vec::new();
+    if let Err(what) = manifest_into(top, &mut Vec::new(), &mut lines)? {
+        return Ok(Err(what));
+    }
+    lines.sort();
+    Ok(Ok(lines.into_iter().flat_map(|(_, line)| line).collect()))
+}
+
+/// One line per path component list.
+type Lines = Vec<(Vec<Vec<u8>>, Vec<u8>)>;
+
+fn manifest_into(
+    dir: &Path,
+    path: &mut Vec<Vec<u8>>,
+    out: &mut Lines,
+) -> Result<Result<(), String>, Error> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let read =
+        |p: &Path, e: std::io::Error| Error::new(format!("cannot read {}: {e}", p.display()));
+    let line = |kind: char, mode: u32, size: u64, sha: &str, path: &[Vec<u8>]| {
+        let mut line = format!("{kind} {mode:04o} {size} {sha} ").into_bytes();
+        if path.is_empty() {
+            line.push(b'.');
+        } else {
+            for (i, part) in path.iter().enumerate() {
+                if i > 0 {
+                    line.push(b'/');
+                }
+                for &b in part {
+                    if b == b'%' || b < 0x20 || b == 0x7f {
+                        line.extend(format!("%{b:02X}").bytes());
+                    } else {
+                        line.push(b);
+                    }
+                }
+            }
+        }
+        line.push(b'\n');
+        line
+    };
+    let meta = fs::symlink_metadata(dir).map_err(|e| read(dir, e))?;
+    out.push((path.clone(), line('d', meta.mode() & 0o7777, 0, "-", path)));
+    for entry in fs::read_dir(dir).map_err(|e| read(dir, e))? {
+        let entry = entry.map_err(|e| read(dir, e))?;
+        let at = entry.path();
+        let meta = fs::symlink_metadata(&at).map_err(|e| read(&at, e))?;
+        path.push(entry.file_name().as_bytes().to_vec());
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            if let Err(what) = manifest_into(&at, path, out)? {
+                return Ok(Err(what));
+            }
+        } else if kind.is_symlink() {
+            let target = fs::read_link(&at).map_err(|e| read(&at, e))?;
+            let target = target.as_os_str().as_bytes();
+            let sha = hex(&Sha256::digest(target));
+            out.push((
+                path.clone(),
+                line('l', 0o777, target.len() as u64, &sha, path),
+            ));
+        } else if kind.is_file() {
+            let bytes = fs::read(&at).map_err(|e| read(&at, e))?;
+            let sha = hex(&Sha256::digest(&bytes));
+            let mode = meta.mode() & 0o7777;
+            out.push((
+                path.clone(),
+                line('f', mode, bytes.len() as u64, &sha, path),
+            ));
+        } else {
+            let what = if kind.is_fifo() || kind.is_socket() {
+                "a FIFO or socket"
+            } else {
+                "a device"
+            };
+            return Ok(Err(format!("{} in the tree is {what}", at.display())));
+        }
+        path.pop();
+    }
+    Ok(Ok(()))
+}
+
+/// The record's version from `status --json RES` (its epoch, seq and SHA-256, a tree's
+/// hash, or that it is a removal), if it holds one.
+fn record(status: &Value, resource: &str) -> Option<Version> {
     let row = status["resources"]
         .as_array()?
         .iter()
-        .find(|r| r["resource"].as_str() == Some(RESOURCE))?;
+        .find(|r| r["resource"].as_str() == Some(resource))?;
     let sink = &row["sink"];
     let at = (
         sink["content_epoch"].as_u64()?,
@@ -658,7 +930,8 @@ fn record(status: &Value) -> Option<Version> {
     let body = if sink["removed"].as_bool() == Some(true) {
         Body::Removed
     } else {
-        Body::Bytes(sink["sha256"].as_str()?.to_string())
+        let sha = sink["tree_sha256"].as_str().or(sink["sha256"].as_str())?;
+        Body::Bytes(sha.to_string())
     };
     Some((at, body))
 }
@@ -724,20 +997,30 @@ impl<'a> Mounted<'a> {
         Ok(Ok(Mounted { mnt, done: false }))
     }
 
+    /// Unmounts it. A mount found busy (another program of this machine looking into it
+    /// for a moment: every process of the replay's own has ended) is tried again, for up
+    /// to ten seconds.
     fn unmount(mut self) -> Result<(), Error> {
         self.done = true;
-        let out = Command::new(tool("umount")?)
-            .arg(self.mnt)
-            .output()
-            .map_err(|e| Error::new(format!("cannot run umount: {e}")))?;
-        if !out.status.success() {
-            return Err(Error::new(format!(
-                "cannot unmount {}: {}",
-                self.mnt.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+        let mut tries = 0;
+        loop {
+            let out = Command::new(tool("umount")?)
+                .arg(self.mnt)
+                .output()
+                .map_err(|e| Error::new(format!("cannot run umount: {e}")))?;
+            if out.status.success() {
+                return Ok(());
+            }
+            let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            tries += 1;
+            if !said.contains("busy") || tries == 100 {
+                return Err(Error::new(format!(
+                    "cannot unmount {}: {said}",
+                    self.mnt.display()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        Ok(())
     }
 }
 
@@ -889,6 +1172,84 @@ mod tests {
         // A later version writes the document again.
         j.mark("fp:try:2:0:cccc").expect("try");
         assert_eq!(j.judge(rec(2, C), Some(C.into())), Ok(Kept::Document));
+    }
+
+    #[test]
+    fn a_tree_is_judged_on_its_own_marks() {
+        let mut j = judge(&[
+            "fp:setup",
+            "fp:try:1:aaaa",
+            "fp:ack:1:aaaa",
+            "fp:tree:try:1:0:bbbb",
+        ]);
+        // The document's acknowledgement says nothing of the tree.
+        assert_eq!(j.judge_tree(None, None), Ok(Kept::Nothing));
+        assert!(!j.no_tree_tried());
+        // A first publish not acknowledged yet: none, or the whole tree it tried.
+        assert_eq!(
+            j.judge_tree(versioned(1, 0, B), Some(B.into())),
+            Ok(Kept::Document)
+        );
+        // A tree that is not the one recorded (a mix of two, or a part of one) fails.
+        let err = j
+            .judge_tree(versioned(1, 0, B), Some(C.into()))
+            .expect_err("mixed");
+        assert!(err.contains("the tree's hash"), "{err}");
+        let err = j.judge_tree(None, Some(B.into())).expect_err("unrecorded");
+        assert!(err.contains("a tree exists"), "{err}");
+        j.mark("fp:tree:ack:1:0:bbbb").expect("ack");
+        j.mark("fp:tree:try:2:0:cccc").expect("try");
+        assert_eq!(
+            j.judge_tree(versioned(2, 0, C), Some(C.into())),
+            Ok(Kept::Document)
+        );
+        let err = j.judge_tree(None, None).expect_err("lost");
+        assert!(err.contains("epoch 1 was acknowledged"), "{err}");
+        // Acknowledged versions grow per resource: the tree's epoch 1 after the
+        // document's epoch 1.
+        assert_eq!(j.acks, 2);
+        assert!(j.mark("fp:tree:ack:1:0:bbbb").is_err());
+        assert!(j.mark("fp:tree:nonsense").is_err());
+    }
+
+    /// A tree with every kind of entry and names that need escaping, whose hash fencepost
+    /// recorded when it published it (`write --tree --allow-symlinks`): the manifest
+    /// computed here is fencepost's.
+    #[test]
+    fn the_manifest_computed_here_is_fencepost_s() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let top = dir.path().join("t");
+        fs::create_dir_all(top.join("sub/empty")).expect("mkdir");
+        fs::write(top.join("a"), "x\n").expect("write");
+        fs::write(top.join("sub/c"), "").expect("write");
+        fs::write(top.join("50%"), "y").expect("write");
+        fs::write(top.join("new\nline"), "z").expect("write");
+        std::os::unix::fs::symlink("../a", top.join("sub/link")).expect("symlink");
+        for (path, mode) in [
+            ("sub/c", 0o600),
+            ("sub", 0o750),
+            ("sub/empty", 0o755),
+            ("", 0o755),
+            ("a", 0o644),
+            ("50%", 0o644),
+            ("new\nline", 0o644),
+        ] {
+            fs::set_permissions(top.join(path), fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        let manifest = manifest(&top).expect("read").expect("a tree");
+        let text = String::from_utf8(manifest.clone()).expect("utf-8");
+        assert!(text.starts_with("d 0755 0 - .\n"), "{text}");
+        assert!(
+            text.contains(" 50%25\n") && text.contains(" new%0Aline\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nl 0777 4 "), "{text}");
+        assert_eq!(
+            hex(&Sha256::digest(&manifest)),
+            "a7d981506c70fd02269daf0e99fb2e58472af8f664f94ccb5e7beb429b065ed8",
+            "{text}"
+        );
     }
 
     #[test]
