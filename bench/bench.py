@@ -39,7 +39,7 @@ FULL = dict(
     resources=1_000_000, log_events=1_000_000,  # row 6
     api_rounds=5, api_samples=200, api_warmup=10,  # rows 8a-8b: per side, per round
     tree_files=1000, tree_runs=10, tree_warmup=2,  # row 9a: 4 KiB files, per round, per side
-    big_tree=True,  # row 9b: 10 files of 100 MiB (big_rounds rounds of big_runs)
+    big_tree=True, big_tree_rounds=5, big_tree_runs=3,  # row 9b: 10 files of 100 MiB
 )
 SMOKE = dict(
     rounds=1, runs=3, warmup=1,
@@ -51,7 +51,7 @@ SMOKE = dict(
     resources=10_000, log_events=10_000,
     api_rounds=1, api_samples=5, api_warmup=1,
     tree_files=20, tree_runs=2, tree_warmup=1,
-    big_tree=False,
+    big_tree=False, big_tree_rounds=1, big_tree_runs=1,
 )
 
 MIB = 1 << 20
@@ -781,19 +781,21 @@ class Bench:
     def trees(self):
         """Rows 9a-9d: a folder published whole. A is the fenced publish, `fencepost write
         site --epoch E --tree SRC` after an untimed claim (copy beside the resource, each
-        staged file read back and hashed, one `syncfs`, the swap under the lock, the parent
-        fsynced, COMMIT). B is the usual unfenced publish: rsync into a new folder, `sync`,
+        staged file hashed, one `syncfs`, the swap under the lock, the parent fsynced,
+        COMMIT). B is the usual unfenced publish: rsync into a new folder, `sync`,
         and a symlink swapped over `current`. The version each replaces is removed before
         the next run, untimed, on both sides: fencepost keeps it for `--keep-old` (60 s) for
         readers still walking it, and a deployment keeps its last release for a while too."""
         c = self.cfg
         fp = q(self.fp)
+        folders = -(-c["tree_files"] // 100)
         sets = [("9a", "small", c["tree_files"], 4096, 100,
-                 f"{c['tree_files']:,} files of 4 KiB in {max(1, c['tree_files'] // 100)} folders",
+                 f"{c['tree_files']:,} files of 4 KiB in {folders} folder"
+                 + ("s" if folders > 1 else ""),
                  c["tree_runs"], c["tree_warmup"], c["rounds"])]
         if c["big_tree"]:
             sets.append(("9b", "big", 10, 100 * MIB, None, "10 files of 100 MiB",
-                         c["big_runs"], 1, c["big_rounds"]))
+                         c["big_tree_runs"], 1, c["big_tree_rounds"]))
         rsync = shutil.which("rsync")
         info = {}
         for num, tag, files, size, per_folder, what, runs, warmup, rounds in sets:
@@ -804,26 +806,30 @@ class Bench:
             a.mkdir()
             b.mkdir()
             self.claim(a, "site")
-            title = (f"Tree: `fencepost write site --tree SRC`, {what} (fenced: copy, read back "
-                     "and hash, `syncfs`, swap under the lock) vs `rsync -a SRC/ NEW/ && sync "
-                     "&& ln -s NEW tmp && mv -T tmp current`")
+            title = (f"Tree: `fencepost write site --tree SRC`, {what} (fenced: copy and hash, "
+                     "`syncfs`, swap under the lock) vs `rsync -a SRC/ NEW/ && sync && ln -s NEW "
+                     "tmp && mv -T tmp current`")
             if rsync is None:
                 self.add_row(num, title, None, None, [float("nan")], "<= 1.3x",
                              verdict="skipped (no rsync: bench/run.sh installs it)")
                 continue
-            prep_a = (f"{fp} --root {q(a)} claim site --owner bench --ttl 1ms > {q(a)}/ep && "
-                      f"rm -rf {q(a)}/.site.fencepost-old-* && sync")
-            prep_b = (f"cd {q(b)} && keep=$(readlink current || true) && for d in v.*; do "
-                      '[ "$d" = "$keep" ] || rm -rf "$d"; done && '
-                      "echo v.$(date +%s%N) > next && sync")
+            # Before every sample, whichever side it is for: A's claim (its epoch to `ep`),
+            # the version each side replaced last removed, B's next folder name, a sync.
+            prep = (f"{fp} --root {q(a)} claim site --owner bench --ttl 1ms > ep && "
+                    f"rm -rf {q(a)}/.site.fencepost-old-* && cd {q(b)} && "
+                    "keep=$(readlink current || true) && for d in v.*; do "
+                    '[ "$d" = "$keep" ] || rm -rf "$d"; done && '
+                    "echo v.$(date +%s%N) > next && sync")
+            # Both through `sh -c`, so that each pays one shell; the samples alternate
+            # (spawned), since the disk's load moves within seconds here.
             cmds = [
-                ("fencepost", f'read e < {q(a)}/ep; exec {fp} --root {q(a)} -q write site '
-                              f'--epoch "$e" --tree {q(src)}'),
-                ("rsync", f'cd {q(b)} && read new < next && rsync -a {q(src)}/ "$new"/ && sync'
-                          ' && ln -s "$new" tmp && exec mv -T tmp current'),
+                ("fencepost", ["sh", "-c", f'read e < ep; exec {fp} --root {q(a)} -q write site '
+                                           f'--epoch "$e" --tree {q(src)}']),
+                ("rsync", ["sh", "-c", f'cd {q(b)} && read new < next && rsync -a {q(src)}/ '
+                                       '"$new"/ && sync && ln -s "$new" tmp && exec mv -T tmp '
+                                       "current"]),
             ]
-            med, _ = self.hyperfine(f"tree-{tag}", cmds, runs, warmup, rounds, base,
-                                    prepares=[prep_a, prep_b])
+            med, _ = self.spawned(f"tree-{tag}", cmds, runs, warmup, rounds, base, prep)
             self.ratio_row(num, title, med, "fencepost", "rsync", "<= 1.3x", 1.3)
             for side in (a / "site", b / "current"):
                 diff = self.sh(["diff", "-r", "-q", str(src), str(side)], check=False)
@@ -840,10 +846,9 @@ class Bench:
 
             samples = {"fencepost": [], "rsync": []}
             for _ in range(c["rss_samples"]):
-                self.sh(prep_a)
-                self.sh(prep_b)
+                self.sh(prep, cwd=base)
                 samples["fencepost"].append(rss(
-                    f'read e < {q(a)}/ep; TIME {fp} --root {q(a)} -q write site --epoch "$e" '
+                    f'read e < ep; TIME {fp} --root {q(a)} -q write site --epoch "$e" '
                     f"--tree {q(src)}"))
                 samples["rsync"].append(rss(f'cd {q(b)} && read new < next && TIME rsync -a '
                                             f'{q(src)}/ "$new"/ && ln -s "$new" tmp && '
@@ -1138,13 +1143,15 @@ class Bench:
             L.append("### Trees (rows 9a-9d)\n")
             L.append("Each side publishes the same source folder over and over into a folder "
                      "of its own on the bench filesystem: A into a fencepost root (`site`), B "
-                     "into `v.<time>/` with `current` a symlink to it. Before every run, untimed: "
-                     "A's claim, and on both sides the removal of the version the run before "
-                     "replaced (fencepost keeps it for `--keep-old`, 60 s by default) and a `sync`. "
-                     "After the timed runs each side's folder is compared with the source "
-                     "(`diff -r`).\n")
+                     "into `v.<time>/` with `current` a symlink to it. A and B take turns sample "
+                     "by sample in a shuffled order, each spawned as `sh -c '...'` by "
+                     "`bench/spawntime.c`. Before every sample, untimed: A's claim, on both sides "
+                     "the removal of the version replaced last (fencepost keeps it for "
+                     "`--keep-old`, 60 s by default; a deployment keeps its last release a while "
+                     "too), and a `sync`. After the timed samples each side's folder is compared "
+                     "with the source (`diff -r`).\n")
             for tag, t in self.tree_info.items():
-                L.append(f"- {t['what']}: {t['rounds']} rounds of {t['runs']} runs a side "
+                L.append(f"- {t['what']}: {t['rounds']} rounds of {t['runs']} samples a side "
                          f"after {t['warmup']} discarded; peak RSS, MiB, per sample: fencepost "
                          + ", ".join(mib(x) for x in t["rss"]["fencepost"]) + "; rsync "
                          + ", ".join(mib(x) for x in t["rss"]["rsync"]) + ".")
