@@ -692,9 +692,15 @@ fn link_name(doc: &DocPath, what: &str, token: &OsStr) -> OsString {
 /// The link sets of writes that left links beside the document, found by listing its
 /// folder.
 pub fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
+    Ok(link_sets_in(doc, &doc.folder.names()?))
+}
+
+/// [`link_sets`] among `names`, the folder's names as listed.
+#[must_use]
+pub fn link_sets_in(doc: &DocPath, names: &[OsString]) -> Vec<LinkSet> {
     let prefix = doc.sibling_name("");
     let mut tokens: Vec<OsString> = Vec::new();
-    for name in doc.folder.names()? {
+    for name in names {
         let Some(rest) = name.as_bytes().strip_prefix(prefix.as_bytes()) else {
             continue;
         };
@@ -713,7 +719,7 @@ pub fn link_sets(doc: &DocPath) -> Result<Vec<LinkSet>> {
         }
     }
     tokens.sort();
-    Ok(tokens.into_iter().map(|token| LinkSet { token }).collect())
+    tokens.into_iter().map(|token| LinkSet { token }).collect()
 }
 
 /// What a crashed write may have left next to the document, for one link set.

@@ -310,38 +310,25 @@ fn apply(
     }
     let incoming = download(mirror, store, published)?;
     let request = WriteRequest {
-        resource: std::ffi::OsStr::new(&published.resource),
-        epoch: published.epoch,
-        seq: published.seq,
-        owner: published.owner.as_deref(),
         from: Some(&incoming.path),
         allow_empty: true,
         // An unfenced version (the unprotected sink, kept to reproduce the failure it
         // allows) lands on mirrors as it landed in the store.
         unfenced: published.unfenced,
-        applied: true,
+        ..applied_request(published)
     };
     let opened = || {
         std::fs::File::open(&incoming.path)
             .map(Source::File)
             .map_err(Error::io("cannot open", incoming.path.clone()))
     };
-    match crate::publish::write(mirror, &request, opened) {
-        Ok(Outcome::Written(_)) => Ok(seen("applied")),
-        Ok(_) => Ok(seen("current")),
-        // The mirror already holds a newer epoch: this version came late.
-        Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => {
-            Ok(seen("stale"))
-        }
-        Err(e) => Err(e),
-    }
+    pass_word(crate::publish::write(mirror, &request, opened)).map(seen)
 }
 
-/// Applies a removal the store published: the mirror removes its copy under the same
-/// version, its local fence only rising. A crashed removal apply is kept by the local
-/// recovery (a mirror rolls forward), and this records it.
-fn apply_removal(mirror: &Ctx, published: &Published) -> Result<&'static str> {
-    let request = WriteRequest {
+/// The local request that applies `published` to a mirror root under the store's
+/// version (a document's, a removal's or a tree's; a document's gives its file).
+fn applied_request(published: &Published) -> WriteRequest<'_> {
+    WriteRequest {
         resource: std::ffi::OsStr::new(&published.resource),
         epoch: published.epoch,
         seq: published.seq,
@@ -350,13 +337,26 @@ fn apply_removal(mirror: &Ctx, published: &Published) -> Result<&'static str> {
         allow_empty: false,
         unfenced: false,
         applied: true,
-    };
-    match crate::publish::remove(mirror, &request) {
-        Ok(Outcome::Removed(_)) => Ok("applied"),
+    }
+}
+
+/// What an apply's local answer is in the pass: `applied` (the version was published
+/// here), `current` (a replay: the mirror held it), `stale` (the mirror holds a newer
+/// version: this one came late), or the error.
+fn pass_word(answer: Result<Outcome>) -> Result<&'static str> {
+    match answer {
+        Ok(Outcome::Written(_) | Outcome::Removed(_)) => Ok("applied"),
         Ok(_) => Ok("current"),
         Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => Ok("stale"),
         Err(e) => Err(e),
     }
+}
+
+/// Applies a removal the store published: the mirror removes its copy under the same
+/// version, its local fence only rising. A crashed removal apply is kept by the local
+/// recovery (a mirror rolls forward), and this records it.
+fn apply_removal(mirror: &Ctx, published: &Published) -> Result<&'static str> {
+    pass_word(crate::publish::remove(mirror, &applied_request(published)))
 }
 
 /// Applies a tree the store published: its manifest and files are downloaded into a
@@ -376,16 +376,6 @@ fn apply_tree(
         .blob
         .ok_or(Error::Internal("a published tree has no manifest"))?;
     download_tree(store, &incoming, &manifest, manifest_blob)?;
-    let request = WriteRequest {
-        resource: std::ffi::OsStr::new(&published.resource),
-        epoch: published.epoch,
-        seq: published.seq,
-        owner: published.owner.as_deref(),
-        from: None,
-        allow_empty: false,
-        unfenced: false,
-        applied: true,
-    };
     let keep_old = crate::recovery::keep_old(mirror.clock.kind());
     let tree = crate::publish::TreeRequest {
         src: &incoming.path,
@@ -398,12 +388,11 @@ fn apply_tree(
             depth: usize::MAX,
         },
     };
-    match crate::publish::write_tree(mirror, &request, &tree) {
-        Ok(Outcome::Written(_)) => Ok("applied"),
-        Ok(_) => Ok("current"),
-        Err(Error::Refused(r)) if r.kind() == crate::refusal::RefusalKind::Stale => Ok("stale"),
-        Err(e) => Err(e),
-    }
+    pass_word(crate::publish::write_tree(
+        mirror,
+        &applied_request(published),
+        &tree,
+    ))
 }
 
 /// A tree downloaded into the mirror's `.fencepost/`, removed when dropped.

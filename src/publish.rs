@@ -69,15 +69,7 @@ pub fn write<'s>(
     args: &WriteRequest<'_>,
     source: impl FnOnce() -> Result<Source<'s>>,
 ) -> Result<Outcome> {
-    let resource = ctx.resource(args.resource)?;
-    if args.applied {
-        refuse_resolved(ctx, args, &resource)?;
-    }
-    check_epoch(args.epoch)?;
-    check_seq(args.seq)?;
-    if let Some(owner) = args.owner {
-        check_owner(owner)?;
-    }
+    let resource = check_request(ctx, args)?;
     let source = source()?;
     if ctx.remote.is_some() {
         return store::write(ctx, args, &resource, source);
@@ -111,6 +103,21 @@ pub fn write<'s>(
         doc.remove_made_folders();
     }
     written
+}
+
+/// The request's own checks, before anything is opened or read: its name (on a mirror
+/// root, not reached through a symlink), its epoch, seq and owner. Returns the resource.
+fn check_request(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Resource> {
+    let resource = ctx.resource(args.resource)?;
+    if args.applied {
+        refuse_resolved(ctx, args, &resource)?;
+    }
+    check_epoch(args.epoch)?;
+    check_seq(args.seq)?;
+    if let Some(owner) = args.owner {
+        check_owner(owner)?;
+    }
+    Ok(resource)
 }
 
 /// Refuses a negative seq (0 is a version without one).

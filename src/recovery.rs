@@ -60,7 +60,10 @@ pub fn recover(
     };
     // Each asked at most once, and only when something was found.
     let (mut recorded, mut mirror) = (Lazy::new(recorded), Lazy::new(mirror));
-    let sets = atomic::link_sets(&doc)?;
+    // One listing of the folder, under the lock, for the links, the markers and the old
+    // trees: what recovery's own steps rename or remove does not change what is due.
+    let names = doc.folder.names()?;
+    let sets = atomic::link_sets_in(&doc, &names);
     let action = if sets.is_empty() {
         Recovery::Nothing
     } else {
@@ -81,7 +84,7 @@ pub fn recover(
     };
     let mut tree = None;
     let mut writing = false;
-    for marker in tree_markers(&doc)? {
+    for marker in tree_markers_in(&doc, &names) {
         // A marker whose writer still runs is that writer's to clear: recovery runs under
         // the lock the writer held until its COMMIT, so it is between its COMMIT and its
         // clean-up, which keeps the old tree for the --keep-old it was asked for.
@@ -97,7 +100,7 @@ pub fn recover(
         apply_tree(&doc, &marker, action, now.saturating_add(keep_old))?;
         tree = Some(action);
     }
-    remove_expired_trees(&doc, now)?;
+    remove_expired_in(&doc, &names, now)?;
     // Meanwhile the folder at that writer's staged name is the tree it replaced, not a
     // dead writer's staged tree: the sweep waits for a recovery with no writer running.
     let temps = if writing {
@@ -152,16 +155,21 @@ pub struct TreeMarker {
 
 /// The markers of tree publishes beside the document (`.<name>.fencepost-tree-<T>`).
 fn tree_markers(doc: &DocPath) -> Result<Vec<TreeMarker>> {
+    Ok(tree_markers_in(doc, &doc.folder.names()?))
+}
+
+/// [`tree_markers`] among `names`, the folder's names as listed.
+fn tree_markers_in(doc: &DocPath, names: &[OsString]) -> Vec<TreeMarker> {
     let prefix = doc.sibling_name("tree-");
     let mut found = Vec::new();
-    for name in doc.folder.names()? {
+    for name in names {
         let Some(token) = name.as_bytes().strip_prefix(prefix.as_bytes()) else {
             continue;
         };
         let Some(staged) = std::str::from_utf8(token).ok().and_then(|t| t.parse().ok()) else {
             continue;
         };
-        let Ok(target) = doc.folder.read_link(&name) else {
+        let Ok(target) = doc.folder.read_link(name) else {
             continue;
         };
         let target = target.to_string_lossy().into_owned();
@@ -169,13 +177,13 @@ fn tree_markers(doc: &DocPath) -> Result<Vec<TreeMarker>> {
         let mut staged_name = doc.sibling_name(atomic::TEMP);
         staged_name.push(random);
         found.push(TreeMarker {
-            name,
+            name: name.clone(),
             staged,
             staged_name,
             sha_prefix: sha_prefix.to_string(),
         });
     }
-    Ok(found)
+    found
 }
 
 /// Whether a tree publish's marker stands beside the document (one that crashed, or one
@@ -332,9 +340,14 @@ pub fn undo_tree(
 /// Removes the old trees beside the document whose deadline has passed
 /// (`.<name>.fencepost-old-<token>-<deadline>`); returns how many.
 pub fn remove_expired_trees(doc: &DocPath, now: i64) -> Result<usize> {
+    remove_expired_in(doc, &doc.folder.names()?, now)
+}
+
+/// [`remove_expired_trees`] among `names`, the folder's names as listed.
+fn remove_expired_in(doc: &DocPath, names: &[OsString], now: i64) -> Result<usize> {
     let prefix = doc.sibling_name("old-");
     let mut removed = 0;
-    for name in doc.folder.names()? {
+    for name in names {
         let Some(rest) = name.as_bytes().strip_prefix(prefix.as_bytes()) else {
             continue;
         };
@@ -343,7 +356,7 @@ pub fn remove_expired_trees(doc: &DocPath, now: i64) -> Result<usize> {
             .and_then(|r| r.rsplit_once('-'))
             .and_then(|(_, d)| d.parse::<i64>().ok());
         if deadline.is_some_and(|d| now >= d) {
-            crate::tree::remove_tree(&doc.folder, &name)?;
+            crate::tree::remove_tree(&doc.folder, name)?;
             removed += 1;
         }
     }

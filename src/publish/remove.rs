@@ -18,22 +18,14 @@ use crate::error::{Error, Result};
 use crate::failpoints::failpoint;
 use crate::outcome::{Outcome, Removed};
 use crate::resource::{DocPath, Resource};
-use crate::session::{Ctx, check_epoch, check_owner};
+use crate::session::Ctx;
 use crate::sink::{Body, Content, Recorded, WriteDecision, fence_after_write};
 use crate::store::{Txn, WriteRecord};
 
 /// Removes `args.resource`'s document under `args`'s version (`from`, `allow_empty` and
 /// `unfenced` are not asked): `Outcome::Removed` or `Outcome::RemoveReplay`, or a refusal.
 pub fn remove(ctx: &Ctx, args: &WriteRequest<'_>) -> Result<Outcome> {
-    let resource = ctx.resource(args.resource)?;
-    if args.applied {
-        super::refuse_resolved(ctx, args, &resource)?;
-    }
-    check_epoch(args.epoch)?;
-    super::check_seq(args.seq)?;
-    if let Some(owner) = args.owner {
-        check_owner(owner)?;
-    }
+    let resource = super::check_request(ctx, args)?;
     if args.unfenced {
         return Err(Error::usage("a removal is always fenced"));
     }

@@ -21,7 +21,7 @@ use crate::failpoints::failpoint;
 use crate::folder::{Folder, Kind};
 use crate::outcome::{Outcome, Written};
 use crate::resource::{DocPath, Resource};
-use crate::session::{Ctx, check_epoch, check_owner};
+use crate::session::Ctx;
 use crate::sink::{Body, Content, FileId, Recorded, WriteDecision, fence_after_write};
 use crate::store::{ReadTxn, Txn, WriteRecord};
 use crate::tree::{self, Copying, Limits, Manifest};
@@ -40,15 +40,7 @@ pub struct TreeRequest<'a> {
 /// Publishes the folder `tree.src` as `args.resource`'s tree under `args`'s version:
 /// `Outcome::Written` or `Outcome::Replay`, or a refusal.
 pub fn write_tree(ctx: &Ctx, args: &WriteRequest<'_>, tree: &TreeRequest<'_>) -> Result<Outcome> {
-    let resource = ctx.resource(args.resource)?;
-    if args.applied {
-        super::refuse_resolved(ctx, args, &resource)?;
-    }
-    check_epoch(args.epoch)?;
-    super::check_seq(args.seq)?;
-    if let Some(owner) = args.owner {
-        check_owner(owner)?;
-    }
+    let resource = super::check_request(ctx, args)?;
     if args.unfenced {
         return Err(Error::usage(
             "--unfenced is for documents: a tree is always fenced",
